@@ -1,0 +1,3 @@
+from mpilaunch.cli import main
+
+raise SystemExit(main())
