@@ -1,0 +1,16 @@
+"""Shared pytest set-up. Fixtures for namespace test hosts live in tests/fixtures_hosts.py."""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+# Running as root: let every mpirun we start (directly or via mpilaunch) accept it.
+os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+
+try:  # fixtures for multi-node tests (network namespaces + sshd)
+    from fixtures_hosts import *  # noqa: F401,F403
+except ImportError:  # pragma: no cover - file not written yet
+    pass
