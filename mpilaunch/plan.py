@@ -1,0 +1,116 @@
+"""LaunchPlan: everything decided, nothing done. ``make_plan`` and ``argv`` are pure."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import List, Mapping, Tuple
+
+from mpilaunch import hostfile as hf
+from mpilaunch import render, tune
+from mpilaunch.config import LaunchConfig
+from mpilaunch.errors import UsageError
+from mpilaunch.mpi import MpiInfo
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    mpi: MpiInfo
+    hosts: Tuple[hf.Host, ...]
+    np: int
+    oversubscribe: bool
+    run_as_root: bool
+    ssh: Tuple[str, ...]            # mpirun tokens carrying the ssh options
+    broadcast: tune.Broadcast
+    args: Tuple[str, ...]           # bind + x + mca + extra, normalised for this dialect
+    dropped_x: Tuple[str, ...]      # '-x NAME' removed because NAME is unset
+    hostfile_path: str
+    tune_path: str
+    rank_command: Tuple[str, ...]
+
+    @property
+    def hostfile_text(self) -> str:
+        return hf.render_hostfile(self.hosts)
+
+    @property
+    def tune_text(self) -> str:
+        return tune.render(self.broadcast)
+
+
+def rank_command(cfg: LaunchConfig) -> List[str]:
+    cmd = [cfg.python, "-m", "mpilaunch.rank"]
+    if cfg.exec_mode:
+        cmd.append("--exec")
+    cmd += ["--log-dir", cfg.log_dir]
+    if cfg.worker_log_name:
+        cmd += ["--worker-log-name", cfg.worker_log_name]
+    cmd += ["--tail-worker-log", cfg.tail_worker_log]
+    if cfg.master_addr:
+        cmd += ["--master-addr", cfg.master_addr]
+    cmd += ["--master-port", str(cfg.master_port)]
+    cmd += ["--cluster-time-out", str(cfg.cluster_time_out)]
+    if cfg.bind_core:
+        cmd += ["--bind-core", cfg.bind_core]
+    if cfg.visible_devices:
+        cmd += ["--visible-devices", cfg.visible_devices]
+    if not cfg.scheduler:
+        cmd.append("--no-scheduler")
+    if cfg.no_python:
+        cmd.append("--no-python")
+    else:
+        cmd += ["--python", cfg.python]
+    cmd.append("--")
+    cmd.append(os.path.abspath(cfg.script) if not cfg.no_python else cfg.script)
+    cmd.extend(cfg.script_args)
+    return cmd
+
+
+def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int) -> LaunchPlan:
+    dialect = mpi.dialect
+    tokens: List[str] = []
+    for setting in (cfg.bind_args, cfg.x_args, cfg.mca_args, cfg.extra_args):
+        raw = render.split_arg_string(str(setting.value), setting.source)
+        tokens += render.normalize(raw, dialect, setting.source)
+    tokens, dropped = render.drop_unset_x(tokens, env)
+
+    ssh_args: List[str] = []
+    if cfg.ssh_port is not None:
+        ssh_args += ["-p", str(cfg.ssh_port)]
+    ssh_args += list(cfg.ssh_extra)
+    if ssh_args and render.has_param(tokens, ("plm_rsh_args", "plm_ssh_args")):
+        raise UsageError(
+            "the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
+            "plm_rsh_args in the MCA/extra args; keep one"
+        )
+
+    broadcast = tune.split(tune.select(env, cfg.env_prefixes))
+    tune_path = cfg.tune_path or os.path.join(run_dir, "tune.env")
+    return LaunchPlan(
+        mpi=mpi,
+        hosts=cfg.hosts,
+        np=cfg.np,
+        oversubscribe=cfg.oversubscribe,
+        run_as_root=(euid == 0),
+        ssh=tuple(render.ssh_tokens(ssh_args, dialect)),
+        broadcast=broadcast,
+        args=tuple(tokens),
+        dropped_x=tuple(dropped),
+        hostfile_path=os.path.join(run_dir, "hostfile"),
+        tune_path=tune_path,
+        rank_command=tuple(rank_command(cfg)),
+    )
+
+
+def argv(plan: LaunchPlan) -> List[str]:
+    """The exact mpirun command: the ModelArts shape, in this Open MPI's dialect."""
+    cmd = [plan.mpi.path, "-np", str(plan.np), "--hostfile", plan.hostfile_path]
+    cmd += list(plan.ssh)
+    cmd += ["--tune", plan.tune_path]
+    cmd += list(plan.args)
+    for name in plan.broadcast.routed:
+        cmd += ["-x", name]
+    if plan.oversubscribe:
+        cmd.append("--oversubscribe")
+    if plan.run_as_root:
+        cmd.append("--allow-run-as-root")
+    cmd += list(plan.rank_command)
+    return cmd

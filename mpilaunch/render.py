@@ -1,0 +1,111 @@
+"""Pure rendering: ModelArts-style argument strings -> canonical tokens -> exact mpirun argv.
+
+Canonical spelling is double-dash (``--bind-to``, ``--mca``), which Open MPI 4.x and 5.x both
+accept; 5.x rejects the single-dash ModelArts spellings (``-bind-to none`` fails with rc=66,
+``-mca`` is a parse error in a tune file). On 5.x the ssh launcher's parameters are PRRTE's
+(``--prtemca plm_ssh_*``): 5.x silently ignores ``--mca plm_rsh_args``, losing the ssh port.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import List, Mapping, Sequence, Tuple
+
+from mpilaunch.errors import UsageError
+from mpilaunch.mpi import OMPI5
+
+# Options that may legitimately be written with one dash in Open MPI (no translation).
+_SINGLE_DASH_OK = {"-np", "-n", "-c", "-H", "-x", "-q", "-v", "-V", "-h", "-d"}
+# Arity (number of values) of options we may meet in OPENMPI_* strings.
+_ARITY = {
+    "mca": 2, "gmca": 2, "prtemca": 2, "pmixmca": 2, "x": 1, "bind-to": 1, "map-by": 1,
+    "rank-by": 1, "tune": 1, "hostfile": 1, "machinefile": 1, "np": 1, "n": 1, "c": 1, "H": 1,
+    "host": 1, "output-filename": 1, "npernode": 1, "npersocket": 1, "wdir": 1, "path": 1,
+    "prefix": 1, "am": 1, "report-bindings": 0, "display-map": 0, "tag-output": 0,
+    "timestamp-output": 0, "oversubscribe": 0, "allow-run-as-root": 0, "output": 1,
+    "cpus-per-proc": 1, "cpus-per-rank": 1, "use-hwthread-cpus": 0, "mca-param-file": 1,
+}
+
+
+def split_arg_string(value: str, source: str) -> List[str]:
+    """Split an OPENMPI_* style string into tokens (POSIX word rules, no expansion)."""
+    try:
+        return shlex.split(value, comments=False, posix=True)
+    except ValueError as exc:
+        raise UsageError(f"{source}: cannot split {value!r}: {exc}") from None
+
+
+def _canonical_option(token: str) -> Tuple[str, str]:
+    """'-bind-to' / '--bind-to' -> ('--bind-to', 'bind-to'); '-x' -> ('-x', 'x')."""
+    if token.startswith("--"):
+        return token, token[2:]
+    if token in _SINGLE_DASH_OK:
+        return token, token[1:]
+    return "-" + token, token[1:]
+
+
+def normalize(tokens: Sequence[str], dialect: str, source: str) -> List[str]:
+    """Translate ModelArts spellings into what this Open MPI reads."""
+    out: List[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("-") or token == "-" or token == "--":
+            out.append(token)
+            i += 1
+            continue
+        if "=" in token and token.startswith("--"):  # --bind-to=none: leave as written
+            out.append(token)
+            i += 1
+            continue
+        spelled, name = _canonical_option(token)
+        arity = _ARITY.get(name, 0)
+        values = list(tokens[i + 1:i + 1 + arity])
+        if len(values) < arity:
+            raise UsageError(f"{source}: option {token} needs {arity} value(s)")
+        if name == "mca" and dialect == OMPI5 and values[0].startswith("plm_rsh_"):
+            spelled, values[0] = "--prtemca", "plm_ssh_" + values[0][len("plm_rsh_"):]
+        out.append(spelled)
+        out.extend(values)
+        i += 1 + arity
+    return out
+
+
+def drop_unset_x(tokens: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], List[str]]:
+    """Remove ``-x NAME`` whose NAME is unset (Open MPI 5 segfaults on it). -> (tokens, dropped)."""
+    out: List[str] = []
+    dropped: List[str] = []
+    i = 0
+    while i < len(tokens):
+        if tokens[i] == "-x" and i + 1 < len(tokens):
+            value = tokens[i + 1]
+            if "=" not in value and value not in env:
+                dropped.append(value)
+            else:
+                out.extend(tokens[i:i + 2])
+            i += 2
+            continue
+        out.append(tokens[i])
+        i += 1
+    return out, dropped
+
+
+def ssh_tokens(ssh_args: Sequence[str], dialect: str) -> List[str]:
+    """The ssh options (port, -F config, ...) in the parameter this Open MPI really reads."""
+    if not ssh_args:
+        return []
+    joined = " ".join(ssh_args)
+    if dialect == OMPI5:
+        return ["--prtemca", "plm_ssh_args", joined]
+    return ["--mca", "plm_rsh_args", joined]
+
+
+def has_param(tokens: Sequence[str], names: Sequence[str]) -> bool:
+    for i, token in enumerate(tokens[:-1]):
+        if token in ("--mca", "--prtemca", "-mca") and tokens[i + 1] in names:
+            return True
+    return False
+
+
+def show(argv: Sequence[str]) -> str:
+    """A copy-pasteable rendering for a person (never executed)."""
+    return shlex.join(argv)

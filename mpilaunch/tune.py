@@ -1,0 +1,102 @@
+"""The env broadcast: worker-0's variables to every rank, exactly.
+
+ModelArts writes ``env | grep -E '^MA_|...' | grep -v '=$'`` as bare ``KEY=VALUE`` lines,
+which Open MPI reads as MCA parameters: nothing reaches a rank. Open MPI really reads
+``-x KEY=VALUE`` lines, but only for a portable subset of values (no whitespace, quotes,
+``;``, backslash, non-ASCII, long lines; see FIELD_NOTES.md). So each selected variable goes
+one of two ways:
+
+* **tune file**: ``-x KEY=VALUE`` line, when the value is in the portable subset and the
+  name does not look secret;
+* **routed**: the value stays in mpirun's own environment and the command line carries only
+  ``-x KEY`` (values travel in the launch message, no shell involved). Every secret-looking
+  variable goes this way, so its value is never written to disk or into an argv.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from typing import Iterable, List, Mapping, Sequence, Tuple
+
+DEFAULT_PREFIXES: Tuple[str, ...] = ("MA_", "AWS_", "S3_", "PATH", "VC_WORKER_", "SCC", "CRED")
+
+# Longest tune line we write: PRRTE reads lines into a 2,048-byte buffer; keep a wide margin.
+MAX_LINE_BYTES = 1024
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_RE = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|CRED|(?:^|_)SK(?:_|$)|PRIVATE_KEY", re.IGNORECASE)
+# Printable ASCII without space, quotes, ';' and backslash.
+_PORTABLE_RE = re.compile(r"^[\x21\x23-\x26\x28-\x3a\x3c-\x5b\x5d-\x7e]+$")
+
+MASK = "****"
+
+
+def is_secret(name: str) -> bool:
+    return bool(_SECRET_RE.search(name))
+
+
+def mask_value(name: str, value: str) -> str:
+    return MASK if is_secret(name) else value
+
+
+def is_portable(name: str, value: str) -> bool:
+    line = f"-x {name}={value}\n"
+    return bool(_PORTABLE_RE.match(value)) and len(line.encode("utf-8")) <= MAX_LINE_BYTES
+
+
+def select(env: Mapping[str, str], prefixes: Sequence[str]) -> List[Tuple[str, str]]:
+    """The variables to broadcast: name starts with a prefix, value non-empty (``grep -v '=$'``)."""
+    out = []
+    for name in sorted(env):
+        value = env[name]
+        if value == "" or not _NAME_RE.match(name):
+            continue
+        if any(name.startswith(p) for p in prefixes):
+            out.append((name, value))
+    return out
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    in_file: Tuple[Tuple[str, str], ...] = ()
+    routed: Tuple[str, ...] = ()  # names whose values travel in mpirun's environment
+
+    @property
+    def names(self) -> Tuple[str, ...]:
+        return tuple(n for n, _ in self.in_file) + self.routed
+
+
+def split(selected: Iterable[Tuple[str, str]]) -> Broadcast:
+    in_file, routed = [], []
+    for name, value in selected:
+        if not is_secret(name) and is_portable(name, value):
+            in_file.append((name, value))
+        else:
+            routed.append(name)
+    return Broadcast(tuple(in_file), tuple(routed))
+
+
+def render(broadcast: Broadcast) -> str:
+    """Exact tune-file text: one ``-x KEY=VALUE`` per line, LF endings."""
+    return "".join(f"-x {name}={value}\n" for name, value in broadcast.in_file)
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically with mode 0600 (the file never exists half-written)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tune-", dir=directory)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
