@@ -1,0 +1,46 @@
+"""Tune file: selection by prefix, the portable subset, secrets never on disk, atomic 0600 writes."""
+import os
+import stat
+
+from mpilaunch import tune
+
+
+def test_select_by_prefix_skips_empty_and_sorts():
+    env = {"MA_B": "2", "MA_A": "1", "MA_EMPTY": "", "HOME": "/root", "PATH": "/bin", "PATHX": "y",
+           "S3_ENDPOINT": "http://s3", "CREDENTIAL_FILE": "/c", "SCCX": "1", "VC_WORKER_HOSTS": "a,b"}
+    assert tune.select(env, tune.DEFAULT_PREFIXES) == [
+        ("CREDENTIAL_FILE", "/c"), ("MA_A", "1"), ("MA_B", "2"), ("PATH", "/bin"), ("PATHX", "y"),
+        ("S3_ENDPOINT", "http://s3"), ("SCCX", "1"), ("VC_WORKER_HOSTS", "a,b"),
+    ]
+
+
+def test_split_and_exact_text():
+    selected = [
+        ("MA_A", "1"), ("MA_SPACE", "a b"), ("MA_SEMI", "a;b"), ("MA_QUOTE", "it's"), ("MA_DQ", 'x"y'),
+        ("MA_NL", "a\nb"), ("MA_CR", "a\r"), ("MA_UNI", "héllo"), ("MA_BS", "a\\b"),
+        ("MA_DOLLAR", "$HOME=a#b,c"), ("PATH", "/a:/b"), ("MA_LONG", "x" * 2000),
+        ("AWS_SECRET_ACCESS_KEY", "abc"), ("MY_TOKEN", "t"), ("CRED_X", "c"), ("MA_SK", "k"),
+    ]
+    b = tune.split(selected)
+    assert b.in_file == (("MA_A", "1"), ("MA_DOLLAR", "$HOME=a#b,c"), ("PATH", "/a:/b"))
+    assert b.routed == ("MA_SPACE", "MA_SEMI", "MA_QUOTE", "MA_DQ", "MA_NL", "MA_CR", "MA_UNI", "MA_BS",
+                        "MA_LONG", "AWS_SECRET_ACCESS_KEY", "MY_TOKEN", "CRED_X", "MA_SK")
+    assert tune.render(b) == "-x MA_A=1\n-x MA_DOLLAR=$HOME=a#b,c\n-x PATH=/a:/b\n"
+
+
+def test_secret_names():
+    for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "DB_PASSWORD", "CREDENTIALS", "MA_SK",
+                 "OBS_SK_VALUE", "MY_PRIVATE_KEY"):
+        assert tune.is_secret(name), name
+    for name in ("AWS_ACCESS_KEY_ID", "MA_SKIP", "PATH", "MA_TASK"):
+        assert not tune.is_secret(name), name
+    assert tune.mask_value("AWS_SECRET_ACCESS_KEY", "x") == "****"
+    assert tune.mask_value("MA_A", "x") == "x"
+
+
+def test_write_atomic_mode_0600(tmp_path):
+    path = tmp_path / "tune.env"
+    tune.write_atomic(str(path), "-x MA_A=1\n")
+    assert path.read_text() == "-x MA_A=1\n"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["tune.env"]  # no temp file left behind
