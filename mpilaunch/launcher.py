@@ -131,7 +131,7 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool)
     try:
         write_files(plan)
         proc = subprocess.Popen(
-            cmd, env=dict(env), stdin=subprocess.DEVNULL, stdout=None, stderr=subprocess.PIPE,
+            cmd, env={**env, **plan.extra_env}, stdin=subprocess.DEVNULL, stdout=None, stderr=subprocess.PIPE,
             preexec_fn=_child_setup, close_fds=True,
         )
         relay = _Relay(proc.stderr, collector)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Mapping, Tuple
 
 from mpilaunch import hostfile as hf
@@ -26,6 +26,7 @@ class LaunchPlan:
     hostfile_path: str
     tune_path: str
     rank_command: Tuple[str, ...]
+    extra_env: Mapping[str, str] = field(default_factory=dict)  # values moved out of argv (secrets)
 
     @property
     def hostfile_text(self) -> str:
@@ -71,6 +72,7 @@ def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: 
         raw = render.split_arg_string(str(setting.value), setting.source)
         tokens += render.normalize(raw, dialect, setting.source)
     tokens, dropped = render.drop_unset_x(tokens, env)
+    tokens, moved = render.route_secret_x(tokens)
 
     ssh_args: List[str] = []
     if cfg.ssh_port is not None:
@@ -97,6 +99,7 @@ def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: 
         hostfile_path=os.path.join(run_dir, "hostfile"),
         tune_path=tune_path,
         rank_command=tuple(rank_command(cfg)),
+        extra_env=moved,
     )
 
 

@@ -89,6 +89,27 @@ def drop_unset_x(tokens: Sequence[str], env: Mapping[str, str]) -> Tuple[List[st
     return out, dropped
 
 
+def route_secret_x(tokens: Sequence[str]) -> Tuple[List[str], dict]:
+    """``-x SECRET=value`` -> ``-x SECRET`` with the value moved to mpirun's environment,
+    so no secret value ever sits in an argv (visible in ``ps``). -> (tokens, env additions)."""
+    from mpilaunch.tune import is_secret
+
+    out: List[str] = []
+    moved: dict = {}
+    i = 0
+    while i < len(tokens):
+        if tokens[i] == "-x" and i + 1 < len(tokens) and "=" in tokens[i + 1]:
+            name, _, value = tokens[i + 1].partition("=")
+            if is_secret(name):
+                moved[name] = value
+                out += ["-x", name]
+                i += 2
+                continue
+        out.append(tokens[i])
+        i += 1
+    return out, moved
+
+
 def ssh_tokens(ssh_args: Sequence[str], dialect: str) -> List[str]:
     """The ssh options (port, -F config, ...) in the parameter this Open MPI really reads."""
     if not ssh_args:

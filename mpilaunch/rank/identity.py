@@ -1,0 +1,175 @@
+"""Who am I in the job: a :class:`RankInfo` read from the MPI launcher's environment.
+
+Pure: :func:`read_identity` looks only at the mapping it is given. Sources, first match wins:
+
+==========  =======================================================================
+launcher    variables
+==========  =======================================================================
+openmpi     ``OMPI_COMM_WORLD_RANK``, ``_SIZE``, ``_LOCAL_RANK``, ``_LOCAL_SIZE``
+hydra       ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``, ``MPI_LOCALNRANKS``
+            (MPICH / Intel MPI; chosen when ``MPI_LOCALRANKID`` is set, or ``PMI_RANK``
+            without ``SLURM_PROCID``)
+slurm       ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``,
+            ``SLURM_NNODES``, local size from ``SLURM_STEP_TASKS_PER_NODE`` /
+            ``SLURM_TASKS_PER_NODE`` (``"2(x3),1"`` form) indexed by the node id
+pmix        ``PMIX_RANK`` only: size, local rank/size and node index are unknown here
+            and are filled in by the MPI agreement (:mod:`mpilaunch.rank.agree`)
+==========  =======================================================================
+
+Open MPI takes precedence because ``mpirun`` inside a Slurm allocation inherits the batch
+step's stale ``SLURM_PROCID=0``. Open MPI's ``OMPI_COMM_WORLD_NODE_RANK`` is the rank
+*within* the node, not a node index, and is ignored. Open MPI and Hydra never give a node
+index: it is 0 when every rank is local (``local_size == size``), otherwise ``None`` (the
+agreement computes it). A bad or missing value is a :class:`UsageError` naming the variable.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Mapping, Optional
+
+from mpilaunch.errors import UsageError
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    size: Optional[int]
+    local_rank: Optional[int]
+    local_size: Optional[int]
+    node_index: Optional[int]
+    num_nodes: Optional[int]
+    hostname: str
+    launcher: str  # "openmpi" | "hydra" | "slurm" | "pmix"
+
+    @property
+    def complete(self) -> bool:
+        """Everything but the node index is known (the pmix-only case is not)."""
+        return None not in (self.size, self.local_rank, self.local_size)
+
+    @property
+    def single_node(self) -> bool:
+        return self.complete and self.local_size == self.size
+
+    def with_nodes(self, **changes) -> "RankInfo":
+        return replace(self, **changes)
+
+
+def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None:
+        raise UsageError(f"environment variable {name} is not set")
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise UsageError(f"environment variable {name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise UsageError(f"environment variable {name}={raw!r} must be >= {minimum}")
+    return value
+
+
+_TPN_ITEM = re.compile(r"^\s*(\d+)\s*(?:\(x(\d+)\))?\s*$")
+
+
+def parse_tasks_per_node(name: str, raw: str) -> list:
+    """Expand Slurm's ``"2(x3),1"`` into ``[2, 2, 2, 1]``."""
+    counts = []
+    for item in str(raw).split(","):
+        m = _TPN_ITEM.match(item)
+        if not m:
+            raise UsageError(f"environment variable {name}={raw!r} is not in Slurm's '2(x3),1' form")
+        counts.extend([int(m.group(1))] * int(m.group(2) or 1))
+    return counts
+
+
+def _check(info: RankInfo, names: dict) -> RankInfo:
+    """Consistency checks; ``names`` maps field -> variable name for the messages."""
+    if info.size is not None:
+        if info.size < 1:
+            raise UsageError(f"environment variable {names['size']}={info.size} must be >= 1")
+        if info.rank >= info.size:
+            raise UsageError(
+                f"environment variable {names['rank']}={info.rank} is not below "
+                f"{names['size']}={info.size}")
+    if info.local_size is not None:
+        if info.local_size < 1:
+            raise UsageError(
+                f"environment variable {names['local_size']}={info.local_size} must be >= 1")
+        if info.local_rank is not None and info.local_rank >= info.local_size:
+            raise UsageError(
+                f"environment variable {names['local_rank']}={info.local_rank} is not below "
+                f"{names['local_size']}={info.local_size}")
+        if info.size is not None and info.local_size > info.size:
+            raise UsageError(
+                f"environment variable {names['local_size']}={info.local_size} exceeds "
+                f"{names['size']}={info.size}")
+    if info.node_index is not None and info.num_nodes is not None \
+            and info.node_index >= info.num_nodes:
+        raise UsageError(
+            f"environment variable {names['node_index']}={info.node_index} is not below "
+            f"{names['num_nodes']}={info.num_nodes}")
+    return info
+
+
+def _local_node(info: RankInfo) -> RankInfo:
+    """Every rank is on this node: node index 0 of 1, no MPI needed to know it."""
+    if info.node_index is None and info.complete and info.local_size == info.size:
+        return replace(info, node_index=0, num_nodes=1)
+    return info
+
+
+def read_identity(env: Mapping[str, str], hostname: str = "") -> RankInfo:
+    """Read this process's rank, size, local rank/size and (if knowable) node index."""
+    if "OMPI_COMM_WORLD_RANK" in env:
+        names = dict(rank="OMPI_COMM_WORLD_RANK", size="OMPI_COMM_WORLD_SIZE",
+                     local_rank="OMPI_COMM_WORLD_LOCAL_RANK",
+                     local_size="OMPI_COMM_WORLD_LOCAL_SIZE")
+        info = RankInfo(
+            rank=_int(env, names["rank"]), size=_int(env, names["size"], 1),
+            local_rank=_int(env, names["local_rank"]),
+            local_size=_int(env, names["local_size"], 1),
+            node_index=None, num_nodes=None, hostname=hostname, launcher="openmpi")
+        return _local_node(_check(info, names))
+
+    if "MPI_LOCALRANKID" in env or ("PMI_RANK" in env and "SLURM_PROCID" not in env):
+        names = dict(rank="PMI_RANK", size="PMI_SIZE", local_rank="MPI_LOCALRANKID",
+                     local_size="MPI_LOCALNRANKS")
+        info = RankInfo(
+            rank=_int(env, names["rank"]), size=_int(env, names["size"], 1),
+            local_rank=_int(env, names["local_rank"]),
+            local_size=_int(env, names["local_size"], 1),
+            node_index=None, num_nodes=None, hostname=hostname, launcher="hydra")
+        return _local_node(_check(info, names))
+
+    if "SLURM_PROCID" in env:
+        names = dict(rank="SLURM_PROCID", size="SLURM_NTASKS", local_rank="SLURM_LOCALID",
+                     local_size="SLURM_STEP_TASKS_PER_NODE", node_index="SLURM_NODEID",
+                     num_nodes="SLURM_NNODES")
+        node_id = _int(env, "SLURM_NODEID")
+        tpn_name = ("SLURM_STEP_TASKS_PER_NODE" if "SLURM_STEP_TASKS_PER_NODE" in env
+                    else "SLURM_TASKS_PER_NODE")
+        names["local_size"] = tpn_name
+        if tpn_name not in env:
+            raise UsageError(
+                "environment variable SLURM_STEP_TASKS_PER_NODE (or SLURM_TASKS_PER_NODE) "
+                "is not set")
+        per_node = parse_tasks_per_node(tpn_name, env[tpn_name])
+        if node_id >= len(per_node):
+            raise UsageError(
+                f"environment variable SLURM_NODEID={node_id} has no entry in "
+                f"{tpn_name}={env[tpn_name]!r}")
+        num_nodes = _int(env, "SLURM_NNODES", 1) if "SLURM_NNODES" in env else len(per_node)
+        info = RankInfo(
+            rank=_int(env, names["rank"]), size=_int(env, names["size"], 1),
+            local_rank=_int(env, names["local_rank"]), local_size=per_node[node_id],
+            node_index=node_id, num_nodes=num_nodes, hostname=hostname, launcher="slurm")
+        return _check(info, names)
+
+    if "PMIX_RANK" in env:
+        return RankInfo(rank=_int(env, "PMIX_RANK"), size=None, local_rank=None,
+                        local_size=None, node_index=None, num_nodes=None,
+                        hostname=hostname, launcher="pmix")
+
+    raise UsageError(
+        "no MPI launcher variables found (OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, "
+        "PMIX_RANK); run mpilaunch.rank under mpirun/mpiexec/srun")

@@ -1,0 +1,89 @@
+"""Bad input: exit status 2, one line naming the culprit, no traceback, nothing started or left."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(args, tmp_path, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENMPI_", "SSHD_PORT", "TUNE_ENV_FILE"))}
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir(exist_ok=True)
+    env["TMPDIR"] = str(tmpdir)
+    env.update(env_extra or {})
+    proc = subprocess.run([sys.executable, "-m", "mpilaunch", *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return proc, tmpdir
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("open('STARTED', 'w').close()\n")
+    return str(path)
+
+
+def check_one_line_error(proc, tmpdir, tmp_path, expected):
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0] == "mpilaunch: error: " + expected
+    assert "Traceback" not in proc.stderr
+    assert list(tmpdir.iterdir()) == []          # no run directory created
+    assert not (tmp_path / "STARTED").exists()   # nothing started
+
+
+def test_bad_hostfile_line(tmp_path, script):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("a slots=2\n\nb slots=zero\n")
+    proc, tmpdir = run_cli(["--hostfile", str(hosts), script], tmp_path)
+    check_one_line_error(proc, tmpdir, tmp_path, f"{hosts}:3: slots must be a whole number, got 'zero'")
+
+
+def test_missing_script(tmp_path):
+    proc, tmpdir = run_cli(["-np", "1", "nope.py"], tmp_path)
+    check_one_line_error(proc, tmpdir, tmp_path, "script nope.py: no such file")
+
+
+def test_np_larger_than_slots(tmp_path, script):
+    proc, tmpdir = run_cli([script], tmp_path, {"OPENMPI_NP": "8", "VC_WORKER_HOSTS": "w0,w1", "MA_NUM_GPUS": "2"})
+    check_one_line_error(proc, tmpdir, tmp_path,
+                         "OPENMPI_NP=8 is more than the 4 slot(s) of VC_WORKER_HOSTS; add slots or pass --oversubscribe")
+
+
+def test_bad_mpirun(tmp_path, script):
+    proc, tmpdir = run_cli(["--mpirun", "/nonexistent/mpirun", "-np", "1", script], tmp_path)
+    check_one_line_error(proc, tmpdir, tmp_path, "--mpirun=/nonexistent/mpirun: not an executable file")
+
+
+def test_unknown_flag(tmp_path, script):
+    proc, tmpdir = run_cli(["--frobnicate", script], tmp_path)
+    check_one_line_error(proc, tmpdir, tmp_path, "unrecognized arguments: --frobnicate")
+
+
+def test_bad_ssh_port_variable(tmp_path, script):
+    proc, tmpdir = run_cli(["-np", "1", script], tmp_path, {"SSHD_PORT": "ssh"})
+    check_one_line_error(proc, tmpdir, tmp_path, "SSHD_PORT='ssh': must be a whole number")
+
+
+def test_existing_tune_file_is_not_overwritten(tmp_path, script):
+    tune = tmp_path / "mine.env"
+    tune.write_text("precious\n")
+    proc, tmpdir = run_cli(["-np", "1", script], tmp_path, {"TUNE_ENV_FILE": str(tune)})
+    check_one_line_error(proc, tmpdir, tmp_path,
+                         f"TUNE_ENV_FILE={tune}: file exists; mpilaunch will not overwrite it (remove it or choose another path)")
+    assert tune.read_text() == "precious\n"
+
+
+def test_dry_run_starts_nothing_and_masks_secrets(tmp_path, script):
+    proc, tmpdir = run_cli(["-np", "2", "--dry-run", script], tmp_path,
+                           {"AWS_SECRET_ACCESS_KEY": "hunter2", "MA_X": "a b", "OPENMPI_X_ARGS": "-x CRED_TOKEN=zzz"})
+    assert proc.returncode == 0, proc.stderr
+    assert "hunter2" not in proc.stdout + proc.stderr
+    assert "zzz" not in proc.stdout + proc.stderr
+    assert " -x CRED_TOKEN " in proc.stdout  # moved out of the argv into mpirun's environment
+    assert "AWS_SECRET_ACCESS_KEY=****" in proc.stdout
+    assert list(tmpdir.iterdir()) == []
+    assert not (tmp_path / "STARTED").exists()
