@@ -9,7 +9,9 @@ from mpilaunch import hostfile as hf
 from mpilaunch import render, tune
 from mpilaunch.config import LaunchConfig
 from mpilaunch.errors import UsageError
-from mpilaunch.mpi import MpiInfo
+from mpilaunch.mpi import OMPI4, MpiInfo
+
+SYSTEM_BIN_DIRS = ("/usr/bin", "/bin", "/usr/local/bin")
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class LaunchPlan:
     tune_path: str
     rank_command: Tuple[str, ...]
     extra_env: Mapping[str, str] = field(default_factory=dict)  # values moved out of argv (secrets)
+    noprefix: bool = False          # Open MPI 4 by absolute path acts as --prefix: PATH gets its bin first
 
     @property
     def hostfile_text(self) -> str:
@@ -100,12 +103,18 @@ def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: 
         tune_path=tune_path,
         rank_command=tuple(rank_command(cfg)),
         extra_env=moved,
+        # /usr/bin/mpirun (4.x) would put /usr/bin first on every rank's PATH, so PATH would not
+        # arrive as sent; a system prefix is on the default PATH anyway, so drop the behaviour.
+        noprefix=(dialect == OMPI4 and os.path.dirname(mpi.path) in SYSTEM_BIN_DIRS),
     )
 
 
 def argv(plan: LaunchPlan) -> List[str]:
     """The exact mpirun command: the ModelArts shape, in this Open MPI's dialect."""
-    cmd = [plan.mpi.path, "-np", str(plan.np), "--hostfile", plan.hostfile_path]
+    cmd = [plan.mpi.path]
+    if plan.noprefix:
+        cmd.append("--noprefix")
+    cmd += ["-np", str(plan.np), "--hostfile", plan.hostfile_path]
     cmd += list(plan.ssh)
     cmd += ["--tune", plan.tune_path]
     cmd += list(plan.args)

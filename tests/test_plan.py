@@ -47,7 +47,7 @@ def test_ompi4_defaults_multi_node_with_ssh_port_as_root(tmp_path):
     env = {"OPENMPI_HOST_FILE_PATH": str(hostfile), "SSHD_PORT": "2222", "MA_JOB": "7"}
     p, script = make([], env, M4, tmp_path, euid=0)
     assert plan.argv(p) == [
-        "/usr/bin/mpirun", "-np", "4", "--hostfile", "/run/hostfile",
+        "/usr/bin/mpirun", "--noprefix", "-np", "4", "--hostfile", "/run/hostfile",
         "--mca", "plm_rsh_args", "-p 2222", "--tune", "/run/tune.env",
         "--bind-to", "none", "--map-by", "slot", *DEFAULT_X,
         "--mca", "pml", "ob1", "--mca", "btl", "^openib", "--mca", "plm_rsh_no_tree_spawn", "true",
