@@ -55,3 +55,15 @@ def test_host_list_errors():
         hf.parse_host_list("a:1,a:2")
     with pytest.raises(UsageError, match=r"^-H item 2: empty host name"):
         hf.parse_host_list("a,,b")
+
+
+def test_example_hostfiles_in_the_repository_parse():
+    import os
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hostfiles")
+    parsed = {name: hf.read_hostfile(os.path.join(root, name)) for name in sorted(os.listdir(root))}
+    assert parsed == {
+        "localhost": [hf.Host("localhost", 4)],
+        "one-node": [hf.Host("node-0", 8)],
+        "two-nodes": [hf.Host("node-0", 8), hf.Host("node-1", 8)],
+        "two-nodes.mpich": [hf.Host("node-0", 8), hf.Host("node-1", 8)],
+    }
