@@ -123,7 +123,7 @@ def cmd_run(argv: Sequence[str]) -> int:
         os.rmdir(run_dir)
         raise
     for name in plan.dropped_x:
-        logging.getLogger("mpilaunch").warning("-x %s dropped: %s is not set here", name, name)
+        logging.getLogger("mpilaunch").info("-x %s dropped: %s is not set here", name, name)
     return launcher.run(plan, env, run_dir, cfg.keep_tune_file)
 
 
