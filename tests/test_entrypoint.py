@@ -1,0 +1,303 @@
+"""`mpilaunch job`: the ModelArts-like entrypoint run on every host with VC_* variables."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from mpilaunch import entrypoint as ep
+from mpilaunch.errors import UsageError
+
+from launchutil import REPO, clean_env, mpilaunch_argv, wait_for
+
+ENTRY_SH = os.path.join(REPO, "scripts", "modelarts_entry.sh")
+
+RANK_SCRIPT = """\
+import json, os, socket, sys, time
+if os.environ.get("MS_ROLE") == "MS_SCHED":
+    sys.exit(0)
+out, rank = sys.argv[1], os.environ["RANK"]
+with open(os.path.join(out, "rank%s.json" % rank), "w") as fh:
+    json.dump({"host": socket.gethostname(), "rank": rank, "local": os.environ["LOCAL_RANK"],
+               "vc": os.environ.get("VC_WORKER_HOSTS")}, fh)
+if len(sys.argv) > 2 and sys.argv[2] == "fail" and rank == "1":
+    sys.exit(3)
+if len(sys.argv) > 2 and sys.argv[2] == "sleep":
+    time.sleep(120)
+"""
+
+
+# --------------------------------------------------------------------------- pure parts
+
+def _args(*argv):
+    return ep._parser().parse_args(list(argv) or ["x.py"])
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"VC_WORKER_HOSTS": "a,b,c", "VC_TASK_INDEX": "5"}, "VC_TASK_INDEX=5 is outside VC_WORKER_HOSTS (3 hosts)"),
+    ({"VC_WORKER_HOSTS": "a,b,c", "VC_TASK_INDEX": "-1"}, "VC_TASK_INDEX=-1 is outside VC_WORKER_HOSTS (3 hosts)"),
+    ({"VC_WORKER_HOSTS": "a,b,c"}, "VC_TASK_INDEX is not set (VC_WORKER_HOSTS lists 3 hosts)"),
+    ({"VC_WORKER_HOSTS": "a,b", "VC_TASK_INDEX": "one"}, "VC_TASK_INDEX='one' is not a whole number"),
+    ({"VC_TASK_INDEX": "0"}, "VC_TASK_INDEX=0 is set but VC_WORKER_HOSTS is not"),
+    ({"VC_WORKER_HOSTS": "a,,b", "VC_TASK_INDEX": "0"}, "VC_WORKER_HOSTS item 2: empty host name"),
+    ({"VC_WORKER_HOSTS": "a,a", "VC_TASK_INDEX": "0"}, "host 'a' is listed twice"),
+    ({"VC_WORKER_HOSTS": "a,b", "VC_TASK_INDEX": "0", "MA_NUM_GPUS": "0"}, "MA_NUM_GPUS=0 must be at least 1"),
+    ({"VC_WORKER_HOSTS": "a,b", "VC_TASK_INDEX": "0", "SSHD_PORT": "ssh"}, "SSHD_PORT='ssh' is not a whole number"),
+])
+def test_bad_platform_variables_are_named(env, expected):
+    with pytest.raises(UsageError) as err:
+        ep.job_spec(env, _args())
+    assert expected in str(err.value)
+
+
+def test_job_spec_and_key():
+    spec = ep.job_spec({"VC_WORKER_HOSTS": "a, b ,c", "VC_TASK_INDEX": "2", "MA_NUM_GPUS": "8",
+                        "SSHD_PORT": "2222"}, _args("--ssh-args", "-F cfg", "x.py"))
+    assert spec.hosts == ("a", "b", "c") and spec.index == 2 and spec.slots == 8
+    assert spec.ssh_port == 2222 and spec.ssh_extra == ("-F", "cfg") and spec.worker0 == "a"
+    assert spec.socket_name(1) == f"mpilaunch-job-{spec.key}-1"
+    assert spec.key == ep.job_key(("a", "b", "c"), 2222)
+    assert ep.job_key(("a", "b"), 2222) != ep.job_key(("a", "b"), 22) != ep.job_key(("a", "b"), 22, "run-2")
+    assert ep.job_spec({}, _args()) is None  # no platform variables: a plain launch
+    # flags beat variables, as in the launcher
+    spec = ep.job_spec({"VC_WORKER_HOSTS": "a", "VC_TASK_INDEX": "0", "MA_NUM_GPUS": "8", "SSHD_PORT": "1"},
+                       _args("--local_worker_num", "2", "--ssh-port", "2200", "x.py"))
+    assert spec.slots == 2 and spec.ssh_port == 2200
+    with pytest.raises(UsageError, match="drop --hostfile"):
+        ep.job_spec({"VC_WORKER_HOSTS": "a", "VC_TASK_INDEX": "0"}, _args("--hostfile", "h", "x.py"))
+
+
+def test_split_argv_keeps_the_script_and_its_arguments():
+    args, rest = ep.split_argv(["--wait-hosts", "30", "-np", "4", "--lost-after=9", "train.py",
+                                "--wait-hosts", "1", "--lr", "0.1"])
+    assert args.wait_hosts == "30" and args.lost_after == "9"
+    assert rest == ["-np", "4", "train.py", "--wait-hosts", "1", "--lr", "0.1"]
+    args, rest = ep.split_argv(["--wait-hosts", "5"])
+    assert args.script is None and rest == []
+
+
+def test_progress_prints_changes_and_repeats_slowly():
+    lines = []
+    pr = ep.Progress(3, out=lines.append)
+    pr.show(1, [("node-b", ""), ("node-c", "")], now=0.0)
+    pr.show(1, [("node-b", ""), ("node-c", "")], now=0.5)
+    pr.show(2, [("node-c", "ssh port 2222 closed")], now=1.0)
+    pr.show(2, [("node-c", "ssh port 2222 closed")], now=1.0 + ep.REPEAT_STATUS_EVERY)
+    pr.show(3, [], now=12.0)
+    assert lines == ["1/3 hosts ready (waiting for node-b, node-c)",
+                     "2/3 hosts ready (waiting for node-c: ssh port 2222 closed)",
+                     "2/3 hosts ready (waiting for node-c: ssh port 2222 closed)",
+                     "3/3 hosts ready"]
+
+
+def test_wait_for_peers_rounds_are_paced_and_bounded(capsys):
+    spec = ep.JobSpec(("w0", "late", "never"), 0, 1, None, (), "k")
+    calls = []
+
+    def call(spec_, i, msg, python, timeout):
+        calls.append((time.monotonic(), i, msg["op"]))
+        if i == 1 and sum(1 for c in calls if c[1] == 1) >= 3:
+            return ep.PeerReply(True, {"ok": True}, "")
+        return ep.PeerReply(False, None, "not yet")
+
+    t0 = time.monotonic()
+    missing = ep.wait_for_peers(spec, sys.executable, 3.5, call=call)
+    took = time.monotonic() - t0
+    assert missing == {2: "not yet"}
+    assert 3.4 < took < 5.5
+    rounds = sorted({round(t - t0) for t, i, _ in calls if i == 2})
+    assert len(rounds) <= 5            # at most one round per second
+    assert {op for _, _, op in calls} == {"hello"}
+    err = capsys.readouterr().err
+    assert "mpilaunch: 1/3 hosts ready (waiting for late, never)" in err
+    assert "mpilaunch: 2/3 hosts ready (waiting for never: not yet)" in err
+
+
+def _peer(spec, index, message):
+    """Run the peer one-liner locally (what worker-0 runs over ssh)."""
+    p = subprocess.run([sys.executable, "-c", ep.PEER_CODE, spec.socket_name(index), json.dumps(message)],
+                       capture_output=True, text=True, timeout=30)
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith(ep.PEER_MARK)][0]
+    return p.returncode, json.loads(line[len(ep.PEER_MARK):])
+
+
+def _serve(waiter):
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("status", waiter.serve()), daemon=True)
+    t.start()
+    return t, box
+
+
+def test_waiter_protocol_hello_then_done(capsys):
+    spec = ep.JobSpec(("w0", "me"), 1, 1, None, (), "k%d" % os.getpid())
+    rc, reply = _peer(spec, 1, {"op": "hello", "key": spec.key})
+    assert rc == 3 and reply["error"] == "not-listening"          # nobody waits yet
+    waiter = ep.Waiter(spec, alive=lambda: True, lost_after=30, contact_within=30)
+    waiter.bind()
+    with pytest.raises(UsageError, match="already waits on this host"):
+        ep.Waiter(spec, alive=lambda: True, lost_after=30, contact_within=30).bind()
+    t, box = _serve(waiter)
+    assert _peer(spec, 1, {"op": "hello", "key": "other-job"})[1] == {"ok": False, "error": "wrong job key"}
+    rc, reply = _peer(spec, 1, {"op": "hello", "key": spec.key})
+    assert rc == 0 and reply["ok"] and reply["index"] == 1 and reply["pid"] == os.getpid()
+    assert _peer(spec, 1, {"op": "done", "status": 7, "key": spec.key})[1]["ok"]
+    t.join(10)
+    assert box["status"] == 7
+    assert "reports the job ended with status 7" in capsys.readouterr().err
+
+
+def test_waiter_gives_up_when_worker0_is_lost():
+    spec = ep.JobSpec(("w0", "me"), 1, 1, None, (), "lost%d" % os.getpid())
+    state = {"alive": True}
+    waiter = ep.Waiter(spec, alive=lambda: state["alive"], lost_after=1.5, contact_within=60, liveness_every=0.2)
+    t, box = _serve(waiter)
+    assert wait_for(lambda: waiter.sock is not None, 5)
+    _peer(spec, 1, {"op": "hello", "key": spec.key})
+    time.sleep(0.5)
+    assert "status" not in box
+    state["alive"] = False
+    t0 = time.monotonic()
+    t.join(10)
+    assert box["status"] == ep.LOST_STATUS and time.monotonic() - t0 < 4
+
+
+def test_waiter_gives_up_when_worker0_never_gets_in_touch():
+    spec = ep.JobSpec(("w0", "me"), 1, 1, None, (), "never%d" % os.getpid())
+    waiter = ep.Waiter(spec, alive=lambda: False, lost_after=60, contact_within=1.0, liveness_every=0.2)
+    t0 = time.monotonic()
+    assert waiter.serve() == ep.LOST_STATUS
+    assert 0.9 < time.monotonic() - t0 < 4
+
+
+def test_cli_usage_errors_are_one_line(tmp_path):
+    env = clean_env(VC_WORKER_HOSTS="a,b,c", VC_TASK_INDEX="5", MA_NUM_GPUS="1")
+    for argv in (mpilaunch_argv("job", "x.py"), [ENTRY_SH, "x.py"]):
+        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2
+        assert p.stderr == "mpilaunch: error: VC_TASK_INDEX=5 is outside VC_WORKER_HOSTS (3 hosts)\n"
+    p = subprocess.run(mpilaunch_argv("job", "--wait-hosts", "0", "x.py"), env=clean_env(), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr == "mpilaunch: error: --wait-hosts='0': must be more than 0 seconds\n"
+
+
+def test_without_platform_variables_job_is_a_plain_launch(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    p = subprocess.run([ENTRY_SH, "-np", "2", "--no-scheduler", "--log_dir", str(tmp_path / "logs"),
+                        str(script), str(tmp_path)], env=clean_env(), capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path / "logs")) == ["worker_0.log", "worker_1.log"]
+    assert {json.load(open(tmp_path / f"rank{r}.json"))["local"] for r in (0, 1)} == {"0", "1"}
+
+
+# --------------------------------------------------------------------------- real hosts
+
+def _start(th, host, index, argv, tmp_path, wait_hosts=60, lost_after=None):
+    """Start `mpilaunch job` in a host's namespaces, as the platform would on that host."""
+    h = th.host(host)
+    env = clean_env(VC_WORKER_HOSTS=",".join(x.addr for x in th.hosts), VC_TASK_INDEX=index,
+                    MA_NUM_GPUS=1, SSHD_PORT=th.port)
+    job = [ENTRY_SH, "--wait-hosts", str(wait_hosts)]
+    if lost_after is not None:
+        job += ["--lost-after", str(lost_after)]
+    job += ["--ssh-args", f"-F {th.ssh_config}", "--master_port", "38110", "--log_dir",
+            str(tmp_path / "logs"), *argv]
+    out = open(tmp_path / f"entry{index}.log", "w")
+    cmd = ["ip", "netns", "exec", h.netns] + job
+    if psutil.pid_exists(h.sshd_pid):
+        cmd = ["nsenter", "-t", str(h.sshd_pid), "-u", "--"] + cmd
+    return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            cwd=tmp_path)
+
+
+def _finish(procs, timeout):
+    deadline = time.monotonic() + timeout
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            codes.append(None)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return codes
+
+
+def _job_processes(marker):
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in a for a in (p.info["cmdline"] or [])):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.mark.multinode
+def test_job_with_a_late_host_succeeds_everywhere(testhosts_healthy, tmp_path):
+    th = testhosts_healthy
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    late = th.hosts[2]
+    th.kill_sshd(late)               # its container (sshd + entrypoint) comes up late
+    procs = [_start(th, 0, 0, [str(script), str(tmp_path)], tmp_path),
+             _start(th, 1, 1, [str(script), str(tmp_path)], tmp_path)]
+    time.sleep(4)
+    th.start_sshd(late)
+    procs.append(_start(th, 2, 2, [str(script), str(tmp_path)], tmp_path))
+    codes = _finish(procs, 120)
+    logs = [open(tmp_path / f"entry{i}.log").read() for i in range(3)]
+    assert codes == [0, 0, 0], "\n----\n".join(logs)
+    w0 = logs[0]
+    assert f"mpilaunch: 2/3 hosts ready (waiting for {late.addr}: ssh port {th.port} closed" in w0
+    assert "mpilaunch: 3/3 hosts ready" in w0
+    seen = {int(json.load(open(tmp_path / f"rank{r}.json"))["rank"]): json.load(open(tmp_path / f"rank{r}.json"))
+            for r in range(3)}
+    assert [seen[r]["host"] for r in range(3)] == [h.hostname for h in th.hosts]
+    assert seen[2]["vc"] == ",".join(h.addr for h in th.hosts)
+    for i in (1, 2):
+        assert "reports the job ended with status 0" in logs[i]
+
+
+@pytest.mark.multinode
+def test_failing_job_ends_every_entrypoint_with_its_status(testhosts, tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    procs = [_start(testhosts, i, i, [str(script), str(tmp_path), "fail"], tmp_path) for i in range(3)]
+    codes = _finish(procs, 120)
+    logs = [open(tmp_path / f"entry{i}.log").read() for i in range(3)]
+    assert codes == [3, 3, 3], "\n----\n".join(logs)
+    assert "mpilaunch: job failed (exit status 3)" in logs[0]
+    assert "root cause: rank 1" in logs[0]
+    assert wait_for(lambda: not _job_processes(str(script)), 15)
+
+
+@pytest.mark.multinode
+def test_waiting_hosts_end_when_worker0_is_lost(testhosts_healthy, tmp_path):
+    th = testhosts_healthy
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    procs = [_start(th, i, i, [str(script), str(tmp_path), "sleep"], tmp_path, lost_after=4) for i in range(3)]
+    try:
+        assert wait_for(lambda: all((tmp_path / f"rank{r}.json").exists() for r in range(3)), 60), \
+            "".join(open(tmp_path / f"entry{i}.log").read() for i in range(3))
+        t0 = time.monotonic()
+        th.crash(th.hosts[0])        # worker-0's host: sshd, entrypoint, mpirun, ranks
+        codes = _finish(procs[1:], 30)
+        took = time.monotonic() - t0
+    finally:
+        _finish(procs, 5)
+    logs = [open(tmp_path / f"entry{i}.log").read() for i in (1, 2)]
+    assert codes == [ep.LOST_STATUS, ep.LOST_STATUS], logs
+    assert took < 4 + ep.LIVENESS_EVERY + 6, took
+    for log in logs:
+        assert f"worker-0 ({th.hosts[0].addr}) has not answered for" in log
+    assert wait_for(lambda: not _job_processes(str(script)), 15), _job_processes(str(script))
