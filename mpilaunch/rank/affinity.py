@@ -1,0 +1,141 @@
+"""``--bind-core``: which CPUs the worker and the scheduler of this rank are pinned to. Pure
+apart from :func:`read_numa_nodes` / :func:`available_cpus`.
+
+Spec forms (msrun's):
+
+* ``False`` / absent: no binding.
+* ``True``: the CPUs this rank may use (``psutil.Process().cpu_affinity()``, ordered by
+  NUMA node when ``/sys/devices/system/node`` lists several) are cut into contiguous,
+  equal chunks, one per process started on this node: the scheduler (on node 0, when
+  there is one) first, then the local workers by local rank. Contiguous chunks of a
+  node-ordered list keep each process inside one NUMA node whenever the counts divide.
+  With fewer CPUs than processes, worker *i* gets CPU ``i mod n`` and the scheduler is
+  not bound.
+* A JSON dict ``{"scheduler": ["0-1"], "device0": ["2-3"], "device1": ["4-5", "8"]}``:
+  applied as given; a worker's key is ``device<DEVICE_ID>``; a missing key or an empty
+  list means "do not bind that process".
+
+Bad JSON, keys or ranges: :class:`UsageError` naming ``--bind-core``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+from mpilaunch.errors import UsageError
+
+AUTO = "auto"
+Spec = Union[None, str, Dict[str, List[int]]]
+
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_KEY = re.compile(r"^(scheduler|device\S+)$")
+
+
+def parse_cpu_ranges(items: Sequence[str], where: str) -> List[int]:
+    cpus: List[int] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise UsageError(f"--bind-core: {where}: {item!r} is not a string like \"0-3\"")
+        for part in item.split(","):
+            m = _RANGE.match(part)
+            if not m:
+                raise UsageError(f"--bind-core: {where}: {part!r} is not a CPU range like \"0-3\"")
+            lo, hi = int(m.group(1)), int(m.group(2) if m.group(2) is not None else m.group(1))
+            if hi < lo:
+                raise UsageError(f"--bind-core: {where}: range {part!r} runs backwards")
+            for c in range(lo, hi + 1):
+                if c not in cpus:
+                    cpus.append(c)
+    return cpus
+
+
+def parse_bind_core(raw: Optional[str], cpu_count: Optional[int] = None) -> Spec:
+    """None (off), ``AUTO``, or ``{key: [cpu, ...]}``."""
+    if raw is None:
+        return None
+    text = raw.strip()
+    if text.lower() in ("false", "0", "no", "off", ""):
+        return None
+    if text.lower() in ("true", "1", "yes", "on"):
+        return AUTO
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--bind-core {raw!r} is neither True/False nor a JSON dict ({exc})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--bind-core {raw!r}: the JSON must be a dict like "
+                         f"{{\"scheduler\":[\"0-1\"],\"device0\":[\"2-3\"]}}")
+    out: Dict[str, List[int]] = {}
+    for key, value in data.items():
+        if not _KEY.match(str(key)):
+            raise UsageError(f"--bind-core: key {key!r} is neither \"scheduler\" nor \"device<ID>\"")
+        if not isinstance(value, list):
+            raise UsageError(f"--bind-core: {key}: value must be a list of CPU ranges")
+        cpus = parse_cpu_ranges(value, key)
+        if cpu_count is not None:
+            bad = [c for c in cpus if c >= cpu_count]
+            if bad:
+                raise UsageError(f"--bind-core: {key}: CPU {bad[0]} does not exist "
+                                 f"(this host has {cpu_count})")
+        out[str(key)] = cpus
+    return out
+
+
+def order_by_numa(cpus: Sequence[int], numa_nodes: Sequence[Sequence[int]]) -> List[int]:
+    """``cpus`` reordered node by node (CPUs in no node listed go last)."""
+    allowed = set(cpus)
+    out: List[int] = []
+    for node in numa_nodes:
+        out.extend(c for c in sorted(node) if c in allowed and c not in out)
+    out.extend(c for c in sorted(cpus) if c not in out)
+    return out
+
+
+def plan_cpus(spec: Spec, cpus: Sequence[int], numa_nodes: Sequence[Sequence[int]],
+              local_rank: int, local_size: int, scheduler_here: bool,
+              device_id: str) -> Tuple[Optional[List[int]], Optional[List[int]]]:
+    """(worker CPUs, scheduler CPUs) for this rank; None = do not bind."""
+    if spec is None:
+        return None, None
+    if isinstance(spec, dict):
+        worker = spec.get(f"device{device_id}") or None
+        sched = (spec.get("scheduler") or None) if scheduler_here else None
+        return worker, sched
+    ordered = order_by_numa(cpus, numa_nodes) if len(numa_nodes) > 1 else sorted(cpus)
+    n = len(ordered)
+    if n == 0:
+        return None, None
+    slots = local_size + (1 if scheduler_here else 0)
+    if n < slots:
+        return [ordered[local_rank % n]], None
+    chunks = [ordered[i * n // slots:(i + 1) * n // slots] for i in range(slots)]
+    first = 1 if scheduler_here else 0
+    return chunks[first + local_rank], (chunks[0] if scheduler_here else None)
+
+
+def read_numa_nodes(root: str = "/sys/devices/system/node") -> List[List[int]]:
+    nodes: List[List[int]] = []
+    try:
+        names = sorted((n for n in os.listdir(root) if re.fullmatch(r"node\d+", n)),
+                       key=lambda n: int(n[4:]))
+    except OSError:
+        return nodes
+    for name in names:
+        try:
+            with open(os.path.join(root, name, "cpulist")) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        nodes.append(parse_cpu_ranges([text], name) if text else [])
+    return nodes
+
+
+def available_cpus() -> List[int]:
+    try:
+        import psutil
+
+        return sorted(psutil.Process().cpu_affinity())
+    except Exception:  # pragma: no cover - platform without affinity
+        return sorted(os.sched_getaffinity(0))

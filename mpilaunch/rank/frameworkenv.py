@@ -1,0 +1,115 @@
+"""The environment a worker (or the scheduler) gets: MindSpore and PyTorch variables. Pure.
+
+:func:`framework_env` returns the *complete* child environment: the user's environment
+with ours laid over it.
+
+Rule for variables the user already set (in the launching shell, a tune file, ``-x``):
+
+* **Identity and rendezvous variables are always ours.** A value inherited from the
+  launching shell is the same on every rank and therefore wrong on all but one:
+  ``MS_ROLE``, ``MS_WORKER_NUM``, ``MS_NODE_ID``, ``MS_SCHED_HOST``, ``MS_SCHED_PORT``,
+  ``RANK_ID``, ``RANK_SIZE``, ``DEVICE_ID``, ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``,
+  ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``NODE_RANK``.
+  The address and port come from ``--master-addr`` / ``--master-port`` (agreed by rank 0).
+  ``GROUP_RANK`` / ``NODE_RANK`` are removed when the node index is unknown (``--exec``
+  across nodes under Open MPI), rather than left stale.
+* **Tuning variables the user set are respected.** ``MS_TOPO_TIMEOUT``: the
+  ``--cluster-time-out`` flag if given, else the user's value, else 600 (msrun's
+  ``cluster_time_out`` default). ``MS_ENABLE_RECOVERY``, ``MS_RECOVERY_PATH`` and every
+  other variable pass through untouched.
+* ``DEVICE_ID`` = the local rank mapped through the first device list that is set:
+  ``--visible-devices``, then ``ASCEND_RT_VISIBLE_DEVICES``, then ``CUDA_VISIBLE_DEVICES``
+  (``DEVICE_ID = list[local_rank]``); an empty variable counts as unset (a CPU job with
+  ``CUDA_VISIBLE_DEVICES=""`` still runs). A list shorter than the node's local size is a
+  :class:`UsageError` naming where the list came from.
+
+The scheduler's environment is rank 0's worker environment with ``MS_ROLE=MS_SCHED`` and
+without ``MS_NODE_ID`` (a scheduler must not claim worker 0's node id). ``DEVICE_ID``,
+``RANK_ID`` etc. are kept so that script code before ``init()``, which runs in the
+scheduler too, finds what it reads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Tuple
+
+from mpilaunch.errors import UsageError
+from mpilaunch.rank.identity import RankInfo
+
+DEFAULT_TOPO_TIMEOUT = 600
+
+VISIBLE_DEVICE_VARS = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+
+
+@dataclass(frozen=True)
+class FrameworkOpts:
+    cluster_time_out: Optional[int] = None      # --cluster-time-out, None = not given
+    visible_devices: Optional[Tuple[str, ...]] = None  # --visible-devices, None = not given
+
+
+def device_list(opts: FrameworkOpts, user_env: Mapping[str, str]) -> Tuple[Optional[str], Optional[list]]:
+    """(source name, device list) from the flag or the first non-empty env variable."""
+    if opts.visible_devices is not None:
+        return "--visible-devices", list(opts.visible_devices)
+    for name in VISIBLE_DEVICE_VARS:
+        raw = user_env.get(name, "")
+        if raw.strip():
+            return name, [d.strip() for d in raw.split(",")]
+    return None, None
+
+
+def device_id(info: RankInfo, opts: FrameworkOpts, user_env: Mapping[str, str]) -> str:
+    source, devices = device_list(opts, user_env)
+    if devices is None:
+        return str(info.local_rank)
+    if any(not d for d in devices):
+        raise UsageError(f"{source}={','.join(devices)!r} has an empty entry")
+    if len(devices) < info.local_size:
+        raise UsageError(
+            f"{source}={','.join(devices)!r} lists {len(devices)} device(s) but "
+            f"{info.local_size} ranks run on this node")
+    return devices[info.local_rank]
+
+
+def framework_env(info: RankInfo, sched_addr: str, sched_port: int, opts: FrameworkOpts,
+                  user_env: Mapping[str, str], role: str = "worker") -> Dict[str, str]:
+    """The full environment for the worker (``role="worker"``) or the scheduler."""
+    if role not in ("worker", "scheduler"):
+        raise ValueError(f"role must be worker or scheduler, not {role!r}")
+    if not info.complete:
+        raise ValueError("framework_env needs a complete RankInfo (size and local rank known)")
+    env = dict(user_env)
+    rank, size = str(info.rank), str(info.size)
+    if opts.cluster_time_out is not None:
+        topo = str(opts.cluster_time_out)
+    else:
+        topo = user_env.get("MS_TOPO_TIMEOUT") or str(DEFAULT_TOPO_TIMEOUT)
+    ours = {
+        # MindSpore dynamic cluster
+        "MS_ROLE": "MS_WORKER" if role == "worker" else "MS_SCHED",
+        "MS_WORKER_NUM": size,
+        "MS_SCHED_HOST": sched_addr,
+        "MS_SCHED_PORT": str(sched_port),
+        "MS_NODE_ID": rank,
+        "MS_TOPO_TIMEOUT": topo,
+        "RANK_ID": rank,
+        "RANK_SIZE": size,
+        "DEVICE_ID": device_id(info, opts, user_env),
+        # PyTorch (torchrun's names)
+        "MASTER_ADDR": sched_addr,
+        "MASTER_PORT": str(sched_port),
+        "RANK": rank,
+        "WORLD_SIZE": size,
+        "LOCAL_RANK": str(info.local_rank),
+        "LOCAL_WORLD_SIZE": str(info.local_size),
+    }
+    env.update(ours)
+    if info.node_index is not None:
+        env["GROUP_RANK"] = env["NODE_RANK"] = str(info.node_index)
+    else:
+        env.pop("GROUP_RANK", None)
+        env.pop("NODE_RANK", None)
+    if role == "scheduler":
+        env.pop("MS_NODE_ID", None)
+    return env
+

@@ -1,0 +1,36 @@
+"""Status lines, adapter -> launcher (ARCHITECTURE.md): one ``@@mpilaunch {json}`` line on
+stderr per terminal event, written with a single ``write`` so lines from ranks never mix."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import List, Optional
+
+PREFIX = "@@mpilaunch "
+
+
+def status_line(rank: Optional[int], host: str, role: str, event: str, code: Optional[int],
+                signal: Optional[int], cause: str, log: Optional[str],
+                tail: Optional[List[str]] = None, message: Optional[str] = None,
+                t: Optional[float] = None) -> str:
+    obj = {"v": 1, "rank": rank, "host": host, "role": role, "event": event, "code": code,
+           "signal": signal, "cause": cause, "log": log, "tail": list(tail or []),
+           "t": round(time.time() if t is None else t, 3)}
+    if message is not None:
+        obj["message"] = message
+    return PREFIX + json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def write_stderr(text: str) -> None:
+    data = text.encode("utf-8", "replace")
+    try:
+        while data:
+            n = os.write(2, data)
+            data = data[n:]
+    except OSError:
+        pass
+
+
+def emit(*args, **kwargs) -> None:
+    write_stderr(status_line(*args, **kwargs))

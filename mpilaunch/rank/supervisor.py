@@ -1,0 +1,411 @@
+"""Start and watch this rank's children: the worker, and on rank 0 the scheduler.
+
+* One thread per child forks it and waits on it, and lives as long as the child: children
+  get ``PR_SET_PDEATHSIG(SIGKILL)`` in a pre-exec hook, and the kernel fires that when the
+  *forking thread* exits. Children stay in the rank's process group (Open MPI's teardown
+  signals the group; a child in its own session would escape it).
+* Events (child exits, signals to the adapter) arrive on one ``queue.SimpleQueue``; the main
+  thread blocks on it. Helper threads block SIGTERM/SIGINT/SIGHUP so the kernel delivers
+  those to the main thread, whose blocking ``get`` they interrupt. Nothing polls.
+* Output: a non-tailed child writes straight to its log file (zero copy). A tailed worker
+  writes to a pipe (1 MiB); a relay thread copies large chunks to the log and whole lines,
+  each prefixed ``[rank<R>] ``, to the adapter's stdout (a partial line is shown after
+  0.1 s of silence, so prompts such as pdb's appear). Like msrun's file logs, and unlike
+  plain mpirun (which gives ranks a pty), the worker's stdout is therefore not a terminal
+  and Python block-buffers ``print``; set ``PYTHONUNBUFFERED=1`` for live prints. A pty was
+  measured and rejected: 200 MB of lines took 2-3x as long as through a pipe.
+* A child failing (non-zero status or signal) -> status line ``cause: self``, the other
+  child is terminated (SIGTERM, SIGKILL after ``kill_grace`` s), exit with the child's
+  status (128+N for signal N). SIGTERM/SIGINT/SIGHUP to the adapter -> the same teardown,
+  status lines ``cause: terminated``, exit 128+N. Rank 0's worker exiting 0 -> wait for the
+  scheduler to leave on its own for at most ``scheduler_grace`` s, then terminate it (status
+  line ``event: grace-expired``, exit status stays 0). The scheduler exiting 0 first ->
+  keep waiting for the worker.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import queue
+import select
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+from mpilaunch.rank import logs, status
+
+PR_SET_PDEATHSIG = 1
+F_SETPIPE_SZ = 1031
+TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+READ_CHUNK = 1 << 20
+# Pipe capacity for the relay (worker -> adapter -> mpirun): 1 MiB cuts the relay's CPU by
+# more than half against the default 64 KiB (measured: 200 MB of 100-byte lines, 0.75 s ->
+# 0.3 s of adapter CPU). Pipe pages count against a per-user soft limit (64 MiB by default
+# for non-root), so nodes with many ranks use less.
+PIPE_SIZE = 1 << 20
+PIPE_SIZE_MANY_RANKS = 256 << 10
+
+_libc = None
+
+
+def _prctl():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc.prctl
+
+
+def set_parent_death_signal(sig: int) -> None:
+    _prctl()(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def exit_status(returncode: int) -> int:
+    """Popen returncode -> shell-style status (128+N for death by signal N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+@dataclass
+class ChildSpec:
+    role: str                       # "worker" | "scheduler"
+    argv: List[str]
+    env: Dict[str, str]
+    log_path: str
+    tail_prefix: Optional[bytes] = None   # bytes -> relay to stdout with this prefix
+    cpus: Optional[List[int]] = None
+    inherit_stdin: bool = False
+
+
+@dataclass
+class _Child:
+    spec: ChildSpec
+    thread: Optional[threading.Thread] = None
+    relay: Optional[threading.Thread] = None
+    proc: Optional[subprocess.Popen] = None
+    status: Optional[int] = None          # shell-style, once exited
+    signal: Optional[int] = None
+    start_error: Optional[str] = None
+    terminated_by_us: bool = False
+    reported: bool = False
+    descendants: list = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(self, children: Sequence[ChildSpec], rank: int, host: str,
+                 scheduler_grace: float = 30.0, kill_grace: float = 2.0,
+                 stdout_fd: int = 1, pipe_size: int = PIPE_SIZE):
+        self.children: Dict[str, _Child] = {c.role: _Child(c) for c in children}
+        self.rank, self.host = rank, host
+        self.scheduler_grace, self.kill_grace = scheduler_grace, kill_grace
+        self.stdout_fd = stdout_fd
+        self.pipe_size = pipe_size
+        self.events: "queue.SimpleQueue" = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.parent_pid = os.getpid()
+
+    # ------------------------------------------------------------ child threads
+    def _preexec(self, cpus: Optional[List[int]]):
+        prctl = _prctl()
+        parent = self.parent_pid
+
+        def hook():
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            if os.getppid() != parent:      # the adapter died before prctl took effect
+                os._exit(137)
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+        return hook
+
+    def _run_child(self, child: _Child) -> None:
+        spec = child.spec
+        log_fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        read_fd = write_fd = None
+        try:
+            if spec.tail_prefix is not None:
+                read_fd, write_fd = os.pipe()
+                _grow_pipe(read_fd, self.pipe_size)
+            with self.lock:
+                if self.stopping:
+                    child.start_error = "not started: the rank is being torn down"
+                    self.events.put(("exit", spec.role))
+                    return
+                try:
+                    child.proc = subprocess.Popen(
+                        spec.argv, env=spec.env,
+                        stdin=None if spec.inherit_stdin else subprocess.DEVNULL,
+                        stdout=write_fd if write_fd is not None else log_fd,
+                        stderr=subprocess.STDOUT, close_fds=True,
+                        preexec_fn=self._preexec(spec.cpus))
+                except OSError as exc:
+                    child.start_error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
+                    child.status = 126 if exc.errno in (errno.EACCES, errno.ENOEXEC) else 127
+                    self.events.put(("exit", spec.role))
+                    return
+        finally:
+            if write_fd is not None:
+                os.close(write_fd)
+            if read_fd is None or child.proc is None:
+                os.close(log_fd)
+                if read_fd is not None:
+                    os.close(read_fd)
+        if read_fd is not None:
+            child.relay = threading.Thread(
+                target=relay, args=(read_fd, log_fd, spec.tail_prefix, self.stdout_fd, 0.1,
+                                   self.pipe_size),
+                name=f"relay-{spec.role}", daemon=True)
+            child.relay.start()
+        rc = child.proc.wait()
+        child.status = exit_status(rc)
+        child.signal = -rc if rc < 0 else None
+        self.events.put(("exit", spec.role))
+
+    # ------------------------------------------------------------ main thread
+    def _on_signal(self, signum, frame):  # runs in the main thread; SimpleQueue is reentrant
+        self.events.put(("signal", signum))
+
+    def run(self) -> int:
+        for s in TEARDOWN_SIGNALS:
+            signal.signal(s, self._on_signal)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, TEARDOWN_SIGNALS)
+        try:
+            for child in self.children.values():
+                child.thread = threading.Thread(target=self._run_child, args=(child,),
+                                                name=f"child-{child.spec.role}", daemon=True)
+                child.thread.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return self._loop()
+
+    def _running(self) -> List[_Child]:
+        return [c for c in self.children.values() if c.status is None and c.start_error is None]
+
+    def _loop(self) -> int:
+        deadline = None
+        while True:
+            try:
+                if deadline is None:
+                    ev = self.events.get()
+                else:
+                    ev = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                sched = self.children.get("scheduler")
+                status.write_stderr(
+                    f"mpilaunch.rank: the scheduler did not exit within {self.scheduler_grace:g} s "
+                    f"after the worker finished; terminating it\n")
+                self._terminate([sched], cause="terminated", event="grace-expired")
+                return 0
+            if ev[0] == "signal":
+                return self._teardown(ev[1])
+            child = self.children[ev[1]]
+            if child.reported:
+                continue
+            if child.start_error is None and child.status == 0:
+                child.reported = True
+                self._finish_relay(child)
+                if not self._running():
+                    return 0
+                if child.spec.role == "worker" and "scheduler" in self.children:
+                    deadline = time.monotonic() + self.scheduler_grace
+                continue
+            # a child failed
+            if child.signal in TEARDOWN_SIGNALS:
+                # mpirun signals the whole process group: our own SIGTERM may be right behind.
+                sig = self._pending_signal(0.3)
+                if sig is not None:
+                    return self._teardown(sig)
+            self._report(child, cause="self")
+            others = [c for c in self._running() if c is not child]
+            self._terminate(others, cause="terminated")
+            return child.status
+
+    def _pending_signal(self, wait: float) -> Optional[int]:
+        end = time.monotonic() + wait
+        held = []
+        found = None
+        while True:
+            try:
+                ev = self.events.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                break
+            if ev[0] == "signal":
+                found = ev[1]
+                break
+            held.append(ev)
+        for ev in held:
+            self.events.put(ev)
+        return found
+
+    def _teardown(self, signum: int) -> int:
+        self._terminate(list(self.children.values()), cause="terminated")
+        return 128 + int(signum)
+
+    def _terminate(self, targets: List[_Child], cause: str, event: str = "exit") -> None:
+        with self.lock:
+            self.stopping = True
+        targets = [c for c in targets if c is not None and not c.reported]
+        live = [c for c in targets if c.proc is not None and c.status is None]
+        import psutil
+
+        for c in live:
+            try:
+                c.descendants = psutil.Process(c.proc.pid).children(recursive=True)
+            except psutil.Error:
+                c.descendants = []
+            c.terminated_by_us = True
+            _signal(c.proc, signal.SIGTERM)
+        self._wait_for(live, self.kill_grace)
+        stragglers = []
+        for c in live:
+            procs = list(c.descendants)
+            try:
+                procs += psutil.Process(c.proc.pid).children(recursive=True)
+            except psutil.Error:
+                pass
+            if c.status is None:
+                _signal(c.proc, signal.SIGKILL)
+            for p in procs:
+                try:
+                    p.kill()
+                    stragglers.append(p)
+                except psutil.Error:
+                    pass
+        self._wait_for(live, 5.0)
+        if stragglers:
+            psutil.wait_procs(stragglers, timeout=1.0)
+        for c in targets:
+            if c.status is not None or c.start_error is not None:
+                self._report(c, cause=cause, event=event)
+
+    def _wait_for(self, children: List[_Child], timeout: float) -> None:
+        """Wait until each child's exit event has arrived, or ``timeout``; other events stay."""
+        end = time.monotonic() + timeout
+        held = []
+        while any(c.status is None and c.start_error is None for c in children):
+            try:
+                ev = self.events.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                break
+            if ev[0] != "exit":
+                held.append(ev)
+        for ev in held:
+            self.events.put(ev)
+
+    def _finish_relay(self, child: _Child, timeout: float = 2.0) -> None:
+        if child.relay is not None:
+            child.relay.join(timeout)
+
+    def _report(self, child: _Child, cause: str, event: str = "exit") -> None:
+        if child.reported:
+            return
+        child.reported = True
+        self._finish_relay(child)
+        spec = child.spec
+        if child.start_error is not None:
+            tail, message, ev = [], child.start_error, "start-failed"
+        else:
+            tail = logs.mask_secrets(logs.read_tail(spec.log_path), spec.env)
+            message, ev = None, event
+        status.emit(self.rank, self.host, spec.role, ev, child.status, child.signal, cause,
+                    os.path.abspath(spec.log_path), tail, message=message)
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        proc.send_signal(sig)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- output relay
+
+def _write_all(fd: int, *parts) -> bool:
+    """Write every part (bytes or memoryview) with as few syscalls as possible."""
+    views = [memoryview(p) for p in parts if len(p)]
+    while views:
+        try:
+            n = os.writev(fd, views)
+        except InterruptedError:
+            continue
+        except OSError:
+            return False
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
+    return True
+
+
+def _grow_pipe(fd: int, size: int) -> None:
+    """Best effort: a bigger pipe means fewer wake-ups per megabyte."""
+    try:
+        import fcntl
+        import stat
+
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, F_SETPIPE_SZ, size)
+    except OSError:
+        pass
+
+
+def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
+          partial_delay: float = 0.1, pipe_size: int = PIPE_SIZE) -> None:
+    """Copy ``read_fd`` to ``log_fd`` verbatim and to ``out_fd`` with ``prefix`` on each line.
+
+    Per chunk (up to 1 MiB): one ``write`` to the log, one ``bytes.replace`` and one
+    ``writev`` to the console; only complete lines go to the console, so lines from
+    different ranks never interleave mid-line in mpirun's output.
+    """
+    nl_prefix = b"\n" + prefix
+    at_line_start = True
+    pending = b""
+    console = True
+    _grow_pipe(out_fd, pipe_size)
+    try:
+        while True:
+            if pending:
+                ready, _, _ = select.select([read_fd], [], [], partial_delay)
+                if not ready:          # quiet: show the partial line (a prompt, a progress bar)
+                    if console:
+                        console = _write_all(out_fd, prefix if at_line_start else b"", pending)
+                    at_line_start, pending = False, b""
+                    continue
+            try:
+                chunk = os.read(read_fd, READ_CHUNK)
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            _write_all(log_fd, chunk)
+            if not console:
+                continue
+            cut = chunk.rfind(b"\n")
+            if cut < 0:
+                pending += chunk
+                if len(pending) >= READ_CHUNK:
+                    console = _write_all(out_fd, prefix if at_line_start else b"", pending)
+                    at_line_start, pending = False, b""
+                continue
+            body = chunk.replace(b"\n", nl_prefix)
+            end = len(body) - (len(chunk) - cut - 1) - len(prefix)  # just past the last \n
+            head = prefix if at_line_start else b""
+            console = _write_all(out_fd, head, pending, memoryview(body)[:end])
+            pending = chunk[cut + 1:]
+            at_line_start = True
+        if console and (pending or not at_line_start):   # end the rank's last line
+            _write_all(out_fd, prefix if at_line_start and pending else b"", pending, b"\n")
+    finally:
+        os.close(read_fd)
+        os.close(log_fd)
+
+
+def supervise(children: Sequence[ChildSpec], rank: int, host: str,
+              scheduler_grace: float = 30.0, local_size: int = 1) -> int:
+    pipe_size = PIPE_SIZE if local_size <= 8 else PIPE_SIZE_MANY_RANKS
+    return Supervisor(children, rank, host, scheduler_grace=scheduler_grace,
+                      pipe_size=pipe_size).run()
