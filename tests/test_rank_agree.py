@@ -24,6 +24,26 @@ def test_nodes_ordered_by_lowest_rank():
     assert [[p.rank for p in n] for n in nodes] == [[0, 2], [1, 3]]
 
 
+def test_nodes_by_hostname_even_if_shared_memory_leaders_disagree():
+    # seen under Open MPI 4.1's mpirun with mpi4py's Open MPI 5 library: ranks 2 and 3 of
+    # host b each alone in their COMM_TYPE_SHARED communicator
+    peers = [Peer(0, "a", (), 0, 0, 2), Peer(1, "a", (), 0, 1, 2),
+             Peer(2, "b", (), 2, 0, 2), Peer(3, "b", (), 3, 1, 2)]
+    assert [[p.rank for p in n] for n in nodes_of(peers)] == [[0, 1], [2, 3]]
+
+
+def test_same_hostname_on_two_nodes_split_by_leader():
+    peers = [Peer(0, "dup", (), 0, 0, 2), Peer(1, "dup", (), 0, 1, 2),
+             Peer(2, "dup", (), 2, 0, 2), Peer(3, "dup", (), 2, 1, 2)]
+    assert [[p.rank for p in n] for n in nodes_of(peers)] == [[0, 1], [2, 3]]
+
+
+def test_inconsistent_nodes_are_a_usage_error():
+    peers = [Peer(0, "a", (), 0, 0, 2), Peer(1, "a", (), 1, 0, 2)]
+    with pytest.raises(UsageError, match="cannot tell which ranks share a node"):
+        nodes_of(peers)
+
+
 def test_complete_info_sets_node_index():
     info = read_identity(OMPI_2NODES, "b")          # rank 3
     done = complete_info(info, peers_two_nodes())

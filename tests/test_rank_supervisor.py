@@ -245,3 +245,23 @@ def test_startup_does_not_import_mpi4py(tmp_path):
             "print('mpi4py' in sys.modules, 'psutil' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert p.stdout.strip().splitlines()[-1] == "False False"
+
+
+def test_unwritable_log_dir_is_a_usage_error(tmp_path):
+    logs_file = tmp_path / "logs"
+    logs_file.write_text("a file, not a directory")
+    p, _, out = run_adapter(tmp_path)
+    assert p.returncode == 2 and "--log-dir" in p.stderr and infos(out) == {}
+
+
+def test_missing_mpi4py_when_mpi_is_needed_is_a_usage_error(tmp_path):
+    # a python path entry that shadows mpi4py with an unimportable module
+    shadow = tmp_path / "shadow" / "mpi4py"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no mpi4py here')\n")
+    env = fake_rank_env()
+    env["PYTHONPATH"] = f"{tmp_path / 'shadow'}{os.pathsep}{REPO}"
+    p, _, out = run_adapter(tmp_path, "--master-port", "0", env=env)
+    assert p.returncode == 2, p.stderr
+    assert "mpi4py is needed because --master-port 0 was asked" in p.stderr
+    assert "Traceback" not in p.stderr and infos(out) == {}

@@ -188,6 +188,8 @@ def run(opts: Options, info, user_env: dict, hostname: str) -> int:
         os.makedirs(opts.log_dir, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--log-dir {opts.log_dir!r} cannot be created: {exc.strerror}") from None
+    if not os.access(opts.log_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"--log-dir {opts.log_dir!r} is not writable")
 
     from mpilaunch.rank.agree import agree
 

@@ -5,10 +5,10 @@ ranks span nodes (node index or rank 0's address unknown), ``--master-port 0`` w
 (rank 0 picks, everyone must learn it), or the launcher gave only ``PMIX_RANK``.
 
 With MPI, every rank allgathers ``(hostname, non-loopback IPv4s, node leader, local rank,
-local size)`` where the node leader is the lowest world rank in the rank's shared-memory
-communicator (``COMM_TYPE_SHARED``: same node by the MPI runtime's own account, even if two
-hosts share a hostname). Node index = order of nodes by their lowest rank, so node 0 is
-rank 0's node. Rank 0 then chooses the scheduler address and port and broadcasts the
+local size)``. A node is a hostname, checked against the launcher's local ranks; the node
+leader (lowest world rank in the ``COMM_TYPE_SHARED`` communicator) only separates two
+hosts that share a hostname (see :func:`nodes_of`). Node index = order of nodes by their
+lowest rank, so node 0 is rank 0's node. Rank 0 then chooses the scheduler address and port and broadcasts the
 result (or its error), and **every rank calls ``MPI_Finalize`` at once**: a rank that
 exits after ``MPI_Init`` without finalising would otherwise make the job wait ~62 s
 (FIELD_NOTES). Measured on Open MPI 5.0.11 and 4.1.4: after Finalize, one rank exiting
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from typing import Callable, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
 from mpilaunch.errors import UsageError
@@ -139,19 +139,43 @@ class Peer:
     local_size: int
 
 
-def nodes_of(peers: Sequence[Peer]) -> List[List[Peer]]:
-    """Peers grouped by node, nodes ordered by their lowest rank, ranks sorted in each."""
-    by_leader: dict = {}
+def _group(peers: Sequence[Peer], key) -> List[List[Peer]]:
+    groups: dict = {}
     for p in sorted(peers, key=lambda p: p.rank):
-        by_leader.setdefault(p.leader, []).append(p)
-    return [by_leader[k] for k in sorted(by_leader)]
+        groups.setdefault(key(p), []).append(p)
+    return sorted(groups.values(), key=lambda g: g[0].rank)
+
+
+def _consistent(nodes: List[List[Peer]]) -> bool:
+    """Each node's local ranks are exactly 0..n-1 and every member says local size n."""
+    return all(sorted(p.local_rank for p in n) == list(range(len(n)))
+               and all(p.local_size == len(n) for p in n) for n in nodes)
+
+
+def nodes_of(peers: Sequence[Peer]) -> List[List[Peer]]:
+    """Peers grouped by node, nodes ordered by their lowest rank, ranks sorted in each.
+
+    A node is a hostname, checked against the launcher's local ranks/sizes; if two nodes
+    share a hostname, the MPI shared-memory leader tells them apart. (The leader alone is
+    not trusted: mpi4py's Open MPI 5 library under Open MPI 4.1's mpirun put two ranks of
+    one remote host in different shared-memory communicators.)
+    """
+    for key in (lambda p: p.hostname, lambda p: (p.hostname, p.leader)):
+        nodes = _group(peers, key)
+        if _consistent(nodes):
+            return nodes
+    raise UsageError(
+        "cannot tell which ranks share a node: hostnames and the launcher's local ranks "
+        "disagree (" + "; ".join(f"rank {p.rank} on {p.hostname} local {p.local_rank}/"
+                                 f"{p.local_size}" for p in sorted(peers, key=lambda p: p.rank))
+        + ")")
 
 
 def complete_info(info: RankInfo, peers: Sequence[Peer]) -> RankInfo:
     """Fill node index/count (and, for PMIx-only, size/local rank/local size) from peers."""
     nodes = nodes_of(peers)
     me = next(p for p in peers if p.rank == info.rank)
-    index = next(i for i, n in enumerate(nodes) if n[0].leader == me.leader)
+    index = next(i for i, n in enumerate(nodes) if me in n)
     changes = dict(node_index=index, num_nodes=len(nodes))
     if info.size is None:
         changes["size"] = len(peers)
@@ -235,20 +259,29 @@ def _agree_mpi(info: RankInfo, master_addr: Optional[str], master_port: int,
     tweak = mca_tweak(environ)
     if tweak is not None:
         environ["OMPI_MCA_btl"] = tweak
-    import mpi4py
+    try:
+        import mpi4py
 
-    mpi4py.rc.finalize = False   # we finalise ourselves, right after the agreement
-    from mpi4py import MPI
+        mpi4py.rc.finalize = False   # we finalise ourselves, right after the agreement
+        from mpi4py import MPI
+    except (ImportError, RuntimeError) as exc:
+        why = ("the ranks span several nodes" if info.complete and not info.single_node
+               else "--master-port 0 was asked" if master_port == 0
+               else f"the {info.launcher} launcher gives only the rank")
+        raise UsageError(f"mpi4py is needed because {why}, but it cannot be loaded: "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
 
     comm = MPI.COMM_WORLD
     try:
         rank, size = comm.Get_rank(), comm.Get_size()
         shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
         leader = shared.allreduce(rank, op=MPI.MIN)
-        me = Peer(rank, info.hostname, tuple(local_ipv4s()), leader, shared.Get_rank(),
-                  shared.Get_size())
+        # the launcher's local rank/size when it gave them, else MPI's shared-memory view
+        me = Peer(rank, info.hostname, tuple(local_ipv4s()), leader,
+                  shared.Get_rank() if info.local_rank is None else info.local_rank,
+                  shared.Get_size() if info.local_size is None else info.local_size)
         shared.Free()
-        peers = [Peer(*p) for p in comm.allgather(tuple(me.__dict__.values()))]
+        peers = [Peer(*p) for p in comm.allgather(astuple(me))]
         result: Tuple[str, object, object]
         if rank == 0:
             try:

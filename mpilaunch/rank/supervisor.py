@@ -88,7 +88,6 @@ class _Child:
     status: Optional[int] = None          # shell-style, once exited
     signal: Optional[int] = None
     start_error: Optional[str] = None
-    terminated_by_us: bool = False
     reported: bool = False
     descendants: list = field(default_factory=list)
 
@@ -122,6 +121,16 @@ class Supervisor:
         return hook
 
     def _run_child(self, child: _Child) -> None:
+        try:
+            self._start_and_wait(child)
+        except BaseException as exc:     # never leave the main thread waiting for an event
+            if child.status is None:
+                child.start_error = child.start_error or f"cannot start {child.spec.role}: {exc}"
+                child.status = 127
+                self.events.put(("exit", child.spec.role))
+            raise
+
+    def _start_and_wait(self, child: _Child) -> None:
         spec = child.spec
         log_fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         read_fd = write_fd = None
@@ -256,7 +265,6 @@ class Supervisor:
                 c.descendants = psutil.Process(c.proc.pid).children(recursive=True)
             except psutil.Error:
                 c.descendants = []
-            c.terminated_by_us = True
             _signal(c.proc, signal.SIGTERM)
         self._wait_for(live, self.kill_grace)
         stragglers = []
@@ -278,7 +286,7 @@ class Supervisor:
         if stragglers:
             psutil.wait_procs(stragglers, timeout=1.0)
         for c in targets:
-            if c.status is not None or c.start_error is not None:
+            if c.proc is not None and c.status is not None:   # never-started ones: no event
                 self._report(c, cause=cause, event=event)
 
     def _wait_for(self, children: List[_Child], timeout: float) -> None:
