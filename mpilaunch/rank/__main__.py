@@ -227,7 +227,15 @@ def run(opts: Options, info, user_env: dict, hostname: str) -> int:
 
 
 def exec_script(opts: Options, info, user_env: dict, fw, bind, argv: List[str]) -> int:
-    """``--exec``: no MPI, no scheduler, no supervision. Needs what the env alone can tell."""
+    """``--exec``: no MPI, no scheduler, no supervision, no log files: derive the env and
+    ``execvpe`` the script (it inherits the adapter's PDEATHSIG, so losing mpirun ends it).
+
+    Only what the environment alone tells is available: single node -> node index 0 and
+    ``127.0.0.1``; Slurm -> node index from ``SLURM_NODEID``, ``--master-addr`` required;
+    Open MPI / Hydra across nodes -> ``--master-addr`` required and ``NODE_RANK`` /
+    ``GROUP_RANK`` are left unset (no node index without MPI). ``--master-port 0`` and a
+    PMIx-only launcher are usage errors. Rank 0 still checks the port is free.
+    """
     from mpilaunch.rank import affinity
     from mpilaunch.rank.agree import LOOPBACK, check_port, resolve_ipv4
     from mpilaunch.rank.frameworkenv import framework_env
