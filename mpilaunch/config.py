@@ -24,7 +24,6 @@ DEFAULT_X_ARGS = (
 DEFAULT_MCA_ARGS = "-mca pml ob1 -mca btl ^openib -mca plm_rsh_no_tree_spawn true"
 DEFAULT_EXTRA_ARGS = ""
 DEFAULT_MASTER_PORT = 8118
-DEFAULT_CLUSTER_TIME_OUT = 600
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class LaunchConfig:
     tail_worker_log: str
     master_addr: Optional[str]
     master_port: int
-    cluster_time_out: int
+    cluster_time_out: Optional[int]   # None: the rank keeps the user's MS_TOPO_TIMEOUT, else 600
     bind_core: Optional[str]
     scheduler: bool
     exec_mode: bool
@@ -182,8 +181,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     if 0 < master_port < 1024:
         raise UsageError(f"--master_port={master_port}: must be 0 (pick a free port) or 1024-65535")
     cluster_time_out = (
-        _int(args.cluster_time_out, "--cluster_time_out", 1) if args.cluster_time_out is not None
-        else DEFAULT_CLUSTER_TIME_OUT
+        _int(args.cluster_time_out, "--cluster_time_out", 1) if args.cluster_time_out is not None else None
     )
 
     python = args.python or sys.executable

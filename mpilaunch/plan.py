@@ -51,7 +51,8 @@ def rank_command(cfg: LaunchConfig) -> List[str]:
     if cfg.master_addr:
         cmd += ["--master-addr", cfg.master_addr]
     cmd += ["--master-port", str(cfg.master_port)]
-    cmd += ["--cluster-time-out", str(cfg.cluster_time_out)]
+    if cfg.cluster_time_out is not None:
+        cmd += ["--cluster-time-out", str(cfg.cluster_time_out)]
     if cfg.bind_core:
         cmd += ["--bind-core", cfg.bind_core]
     if cfg.visible_devices:

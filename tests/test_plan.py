@@ -21,7 +21,7 @@ def make(argv, env, mpi, tmp_path, euid=1000):
 
 def rank_cmd(script, extra=()):
     return [PY, "-m", "mpilaunch.rank", "--log-dir", ".", "--tail-worker-log", "-1",
-            "--master-port", "8118", "--cluster-time-out", "600", *extra, "--python", PY,
+            "--master-port", "8118", *extra, "--python", PY,
             "--", script, "--lr", "0.1"]
 
 

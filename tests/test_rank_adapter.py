@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from test_rank_helpers import (REPO, adapter_cmd, alive, infos, kill_leftovers, status_lines,
+from rankutil import (REPO, adapter_cmd, alive, infos, kill_leftovers, status_lines,
                                wait_for, write_worker)
 
 MPIRUNS = {

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from test_rank_helpers import REPO, alive, infos, status_lines, wait_for, write_worker
+from rankutil import REPO, alive, infos, status_lines, wait_for, write_worker
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
 

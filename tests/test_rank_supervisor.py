@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from test_rank_helpers import (REPO, adapter_cmd, alive, fake_rank_env, infos, kill_leftovers,
+from rankutil import (REPO, adapter_cmd, alive, fake_rank_env, infos, kill_leftovers,
                                status_lines, wait_for, write_worker)
 
 PORT = 28180  # this file uses 28180-28189

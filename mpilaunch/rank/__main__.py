@@ -45,8 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bind-core", default=None,
                    help="True, False, or msrun's JSON dict {\"scheduler\":[\"0-1\"],\"device0\":[...]}")
     p.add_argument("--visible-devices", default=None, help="comma list: DEVICE_ID = list[local rank]")
-    p.add_argument("--scheduler-grace", default="30",
-                   help="seconds rank 0 waits for the scheduler after its worker exits 0 (default 30)")
+    p.add_argument("--scheduler-grace", default="300",
+                   help="seconds rank 0 waits for the scheduler after its worker exits 0 (default 300: other nodes may still be finishing)")
     p.add_argument("--exec", action="store_true", dest="exec_",
                    help="no MPI, scheduler or supervision: set the env and exec the script")
     p.add_argument("--no-python", action="store_true", help="SCRIPT is an executable")
