@@ -164,3 +164,24 @@ def test_readme_example_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for r in range(4):
         assert f"[rank{r}] hello rank={r} size=4 " in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("mpirun", MPIRUNS)
+def test_exec_mode_mpi_program_failing_after_mpi_init_ends_the_job(mpirun, tmp_path):
+    """--exec: the script is an MPI program. Rank 1 exits 3 after MPI_Init while the others wait
+    in a barrier; under mpi4py's runner that aborts the job instead of hanging in MPI_Finalize."""
+    script = tmp_path / "mpiprog.py"
+    script.write_text(
+        "import os, sys\n"
+        "from mpi4py import MPI\n"
+        "comm = MPI.COMM_WORLD\n"
+        "assert os.environ['RANK_ID'] == str(comm.Get_rank())\n"
+        "if comm.Get_rank() == 1:\n"
+        "    sys.exit(3)\n"
+        "comm.Barrier()\n"
+    )
+    start = time.monotonic()
+    proc = run(["--mpirun", mpirun, "-np", "3", "--exec", str(script)], env=clean_env(), timeout=120)
+    took = time.monotonic() - start
+    assert proc.returncode == 3, proc.stderr
+    assert took < 30, f"took {took:.1f}s"

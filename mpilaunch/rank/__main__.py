@@ -258,6 +258,11 @@ def exec_script(opts: Options, info, user_env: dict, fw, bind, argv: List[str]) 
                                      info.local_rank, info.local_size, False, env["DEVICE_ID"])
         if cpus:
             os.sched_setaffinity(0, cpus)
+    if not opts.no_python and os.path.realpath(argv[0]) == os.path.realpath(sys.executable):
+        # Run the MPI program under mpi4py's runner: an exception or a non-zero sys.exit then
+        # calls MPI_Abort, instead of waiting in MPI_Finalize for ranks that will never come
+        # (62 s measured). Only for our own interpreter, which is known to have mpi4py.
+        argv = [argv[0], "-m", "mpi4py"] + list(argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()
     try:
