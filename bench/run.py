@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""mpilaunch benchmark suite: one command runs everything and writes the report.
+
+    python3 bench/run.py [--smoke] [--runs N] [--only NAME,...] [--out bench/report]
+
+Sections (NAME for --only): launch, msstart, teardown, plan, relay, cpu. Writes
+``<out>/REPORT.md``, ``<out>/chart.png`` (if matplotlib is importable) and
+``<out>/results.json``. ``--smoke``: tiny sizes, 1 run, MindSpore baselines skipped (the
+CI test, tests/test_bench_smoke.py). See bench/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+REPO = os.path.dirname(HERE)
+if REPO not in sys.path:  # mpilaunch from this checkout even when not installed
+    sys.path.insert(1, REPO)
+
+import common as C  # noqa: E402
+import report as R  # noqa: E402
+
+SMOKE_BUDGET_S = 85      # tests/test_bench_smoke.py requires the smoke run to end within 90 s
+SMOKE_MS_COST_S = 30     # what one MindSpore smoke section costs on a loaded 2-core machine
+SECTIONS = ["launch", "msstart", "teardown", "plan", "relay", "cpu"]
+MODULES = {"launch": "bench_launch", "msstart": "bench_msstart", "teardown": "bench_teardown",
+           "plan": "bench_plan", "relay": "bench_relay", "cpu": "bench_cpu"}
+TITLES = {"launch": "1. Launch overhead (exit_at_once.py, N ranks)",
+          "msstart": "2. MindSpore cluster start (2 workers, init() only)",
+          "teardown": "3. Failure teardown (SIGKILL of one of 2 MindSpore workers)",
+          "plan": "4. Planning at scale (in-process)",
+          "relay": "5. Log relay (200 MB of lines through the supervisor)",
+          "cpu": "6. Per-rank CPU cost (user + sys)"}
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description="Run the mpilaunch benchmark suite and write the report.")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, 1 run each, MindSpore baselines skipped")
+    ap.add_argument("--runs", type=int, default=None, help="measured runs per variant (default 5; smoke 1)")
+    ap.add_argument("--only", default=None, help="comma list of sections: " + ",".join(SECTIONS))
+    ap.add_argument("--out", default=os.path.join("bench", "report"), help="report directory (default bench/report)")
+    ap.add_argument("--no-chart", action="store_true", help="do not draw chart.png")
+    ap.add_argument("--render-only", metavar="RESULTS_JSON", default=None,
+                    help="measure nothing: re-render REPORT.md/chart.png from a results.json")
+    a = ap.parse_args(argv)
+    if a.runs is None:
+        a.runs = 1 if a.smoke else 5
+    if a.runs < 1:
+        ap.error("--runs must be at least 1")
+    a.sections = SECTIONS if not a.only else [s.strip() for s in a.only.split(",") if s.strip()]
+    bad = [s for s in a.sections if s not in SECTIONS]
+    if bad:
+        ap.error(f"unknown section(s) {bad}; choose from {SECTIONS}")
+    return a
+
+
+def main(argv=None) -> int:
+    raw_argv = sys.argv[1:] if argv is None else list(argv)
+    opts = parse_args(raw_argv)
+    out = os.path.abspath(opts.out)
+    os.makedirs(out, exist_ok=True)
+    os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    command = "python3 bench/run.py" + ("" if not raw_argv else " " + shlex.join(raw_argv))
+
+    def log(msg):
+        print(msg, flush=True)
+
+    t_start = time.time()
+    meta = {
+        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "machine": C.machine(), "load_start": C.loadavg(), "command": command, "smoke": opts.smoke,
+        "runs": opts.runs, "warmup": "none" if opts.smoke else "1 round per benchmark (discarded)",
+        "commit": C.git_commit(),
+        "versions": {"Open MPI 5": C.mpi_version(C.OMPI5), "Open MPI 4.1": C.mpi_version(C.OMPI4),
+                     "MindSpore": C.ms_version(), "msrun": C.MSRUN if C.ms_available() else None},
+    }
+    log(f"mpilaunch bench: {', '.join(opts.sections)}; runs={opts.runs}{' (smoke)' if opts.smoke else ''}; "
+        f"load {meta['load_start']}; report -> {out}")
+    if opts.render_only:
+        with open(opts.render_only) as fh:
+            saved = json.load(fh)
+        return write_report(saved["meta"], saved["sections"], out, opts, log)
+    sections = []
+    # smoke (CI): cheap sections first, then the MindSpore ones while the time budget lasts
+    order = sorted(opts.sections, key=lambda n: n in ("msstart", "teardown")) if opts.smoke else opts.sections
+    for name in order:
+        if opts.smoke and name in ("msstart", "teardown") and time.time() - t_start > SMOKE_BUDGET_S - SMOKE_MS_COST_S:
+            sections.append(_skipped_for_budget(name))
+            log(f"[{name}] skipped: smoke time budget")
+            continue
+        mod = __import__(MODULES[name])
+        l0, t0 = C.loadavg(), time.time()
+        try:
+            sec = mod.run(opts, log)
+        except Exception as exc:  # the report still gets written, with the failure in it
+            traceback.print_exc()
+            sec = {"key": name, "title": TITLES[name], "method": [], "tables": [], "verdicts": [
+                {"figure": TITLES[name], "value": "section failed", "target": "—", "met": None}],
+                   "chart": None, "profile": [], "error": f"{type(exc).__name__}: {exc}", "raw": {}}
+        sec["load"] = (l0, C.loadavg())
+        sec["duration_s"] = time.time() - t0
+        sections.append(sec)
+        log(f"[{name}] done in {sec['duration_s']:.0f} s")
+    sections.sort(key=lambda s: SECTIONS.index(s["key"]))
+    meta["load_end"] = C.loadavg()
+    meta["duration_s"] = time.time() - t_start
+    meta["loaded"] = max(meta["load_start"][:1] + meta["load_end"][:1] + [0]) > 0.5 * (os.cpu_count() or 1)
+    with open(os.path.join(out, "results.json"), "w") as fh:
+        json.dump({"meta": meta, "sections": sections}, fh, indent=1, default=_jsonable)
+    rc = write_report(meta, sections, out, opts, log)
+    failed = [s["key"] for s in sections if s.get("error")]
+    return 1 if failed else rc
+
+
+def write_report(meta, sections, out, opts, log) -> int:
+    import analysis
+    notes = analysis.explain(sections, meta)
+    chart = None
+    if not opts.no_chart:
+        chart = R.render_chart(sections, os.path.join(out, "chart.png"),
+                               f"mpilaunch vs baselines, {meta['date']}, {meta['machine']['cores']} cores"
+                               + (" (SMOKE)" if opts.smoke else ""))
+        if chart is None:
+            log("chart.png not drawn: matplotlib is not installed (pip install matplotlib)")
+    text = R.render_markdown(meta, sections, notes, chart)
+    with open(os.path.join(out, "REPORT.md"), "w") as fh:
+        fh.write(text)
+    log(f"wrote {os.path.join(out, 'REPORT.md')}" + (f" and {chart}" if chart else "")
+        + f" ({meta['duration_s']:.0f} s of measuring)")
+    return 0
+
+
+def _skipped_for_budget(name):
+    return {"key": name, "title": TITLES[name], "method": [], "tables": [], "chart": None, "profile": [],
+            "notes": [f"Skipped: the smoke run's time budget ({SMOKE_BUDGET_S} s) would be exceeded."],
+            "verdicts": [{"figure": TITLES[name], "value": "skipped (smoke budget)", "target": "—", "met": None}],
+            "raw": {}}
+
+
+def _jsonable(x):
+    if hasattr(x, "__dict__"):
+        return x.__dict__
+    return str(x)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
