@@ -167,11 +167,25 @@ def test_is_local():
     assert not pf.is_local("192.0.2.1", ["192.0.2.1"])     # TEST-NET-1: never ours
 
 
-def test_resolve_times_out_and_fails_cleanly():
-    addrs, why = pf.resolve("localhost", 5)
+def test_resolve_times_out_and_fails_cleanly(monkeypatch):
+    addrs, why = pf.resolve("localhost", 5)              # /etc/hosts: no DNS query
     assert addrs and why is None
-    addrs, why = pf.resolve("no-such-host.invalid", 5)
-    assert addrs is None and why
+
+    def refuse(*a, **kw):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(pf.socket, "getaddrinfo", refuse)
+    assert pf.resolve("node-zz", 5) == (None, "Name or service not known")
+
+    def hang(*a, **kw):
+        time.sleep(3)
+        return []
+
+    monkeypatch.setattr(pf.socket, "getaddrinfo", hang)
+    t0 = time.monotonic()
+    addrs, why = pf.resolve("node-zz", 0.3)
+    assert addrs is None and "name lookup took more than 0.3s" in why
+    assert time.monotonic() - t0 < 1.5
 
 
 # --------------------------------------------------------------------------- command, this machine
@@ -188,9 +202,18 @@ def test_check_localhost_passes_without_ssh(tmp_path):
     assert row[2:] == ["ok", "-", "-", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok"], p.stdout
 
 
+def _no_network(argv):
+    """argv in a new, empty network namespace: a DNS lookup fails at once and sends nothing."""
+    if os.geteuid() != 0 or subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs root and unshare -n")
+    return ["unshare", "-n"] + argv
+
+
 def test_check_names_np_beyond_slots_and_unresolvable_host():
     t0 = time.monotonic()
-    p = check_cli(["-H", "localhost:2,no-such-host.invalid:1", "-np", "5", "--timeout", "5"])
+    p = subprocess.run(_no_network(mpilaunch_argv("check", "-H", "localhost:2,no-such-host.invalid:1", "-np", "5",
+                                                  "--timeout", "5")),
+                       env=clean_env(), capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
     took = time.monotonic() - t0
     assert p.returncode == 1, p.stdout + p.stderr
     fails = [ln for ln in p.stdout.splitlines() if ln.startswith("FAIL ")]
@@ -276,7 +299,9 @@ def test_killed_sshd_is_named_within_its_time_out(testhosts_healthy):
 def test_unresolvable_host_and_np_beyond_slots_among_real_hosts(testhosts, tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("".join(f"{h.addr} slots=1\n" for h in testhosts.hosts) + "node-zz.invalid slots=1\n")
-    p = check_cli(_args(testhosts, str(hosts), "-np", "6", "--timeout", "5"))
+    # from inside host 1 (no route out): the failed lookup of node-zz stays on this machine
+    p = testhosts.run_in(0, mpilaunch_argv("check", *_args(testhosts, str(hosts), "-np", "6", "--timeout", "5")),
+                         timeout=90, env=clean_env())
     assert p.returncode == 1, p.stdout + p.stderr
     fails = _fails(p.stdout)
     assert len(fails) == 2, p.stdout
