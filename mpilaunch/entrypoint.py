@@ -65,6 +65,7 @@ ROUND_EVERY = 1.0             # worker-0: at most one readiness round (and one s
 REPEAT_STATUS_EVERY = 10.0    # worker-0: repeat an unchanged status line this often
 PEER_TIMEOUT = 10.0           # per host: resolve / connect / ssh log-in bound for hello and done
 LOST_STATUS = 1
+USAGE_TELL_WITHIN = 60.0      # worker-0: after a usage error, how long to try to tell the others
 PEER_MARK = "@@mpilaunch-peer "
 JOB_OPTIONS = ("--wait-hosts", "--lost-after")
 
@@ -337,20 +338,30 @@ def wait_for_peers(spec: JobSpec, python: str, wait_s: float, parallel: int = pf
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
 
 
-def notify_peers(spec: JobSpec, status: int, python: str, parallel: int = pf.DEFAULT_PARALLEL,
-                 call: Callable = peer_call) -> Dict[int, str]:
-    """Worker-0: tell every other host the job's exit status. -> {index: why} for failures."""
-    order = [i for i in range(len(spec.hosts)) if i != spec.index]
-    replies = pf.parallel_map(
-        lambda i: call(spec, i, {"op": "done", "status": status, "key": spec.key}, python, PEER_TIMEOUT),
-        order, parallel)
-    failed = {}
-    for i, rep in zip(order, replies):
-        if isinstance(rep, BaseException):
-            failed[i] = repr(rep)
-        elif not rep.ok:
-            failed[i] = rep.why
-    return failed
+def notify_peers(spec: JobSpec, status: int, python: str, within: float = PEER_TIMEOUT,
+                 parallel: int = pf.DEFAULT_PARALLEL, call: Callable = peer_call) -> Dict[int, str]:
+    """Worker-0: tell every other host the job's exit status, retrying (one round a second)
+    the hosts not reached yet for up to ``within`` seconds. -> {index: why} for failures."""
+    pending = {i: "" for i in range(len(spec.hosts)) if i != spec.index}
+    deadline = time.monotonic() + within
+    while pending:
+        started = time.monotonic()
+        each = max(1.0, min(PEER_TIMEOUT, deadline - started))
+        order = sorted(pending)
+        replies = pf.parallel_map(
+            lambda i: call(spec, i, {"op": "done", "status": status, "key": spec.key}, python, each),
+            order, parallel)
+        for i, rep in zip(order, replies):
+            if isinstance(rep, BaseException):
+                pending[i] = repr(rep)
+            elif rep.ok:
+                del pending[i]
+            else:
+                pending[i] = rep.why
+        if not pending or time.monotonic() + ROUND_EVERY > deadline:
+            break
+        time.sleep(max(0.0, ROUND_EVERY - (time.monotonic() - started)))
+    return pending
 
 
 # --------------------------------------------------------------------------- the other hosts
@@ -518,6 +529,7 @@ def run_worker0(spec: JobSpec, args, launcher_argv: List[str], env: Mapping[str,
     run_dir = tempfile.mkdtemp(prefix="mpilaunch-job-")
     os.chmod(run_dir, 0o700)
     status = 1
+    tell_within = PEER_TIMEOUT        # after a launch every peer was ready: one short round
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         try:
@@ -537,9 +549,12 @@ def run_worker0(spec: JobSpec, args, launcher_argv: List[str], env: Mapping[str,
                 signal.signal(s, h)
             status = cli.cmd_run(run_argv)
             return status
-        except UsageError:
+        except UsageError as exc:
+            # Shown now; then the waiting hosts (some maybe not up yet) learn status 2.
             status = 2
-            raise
+            print(f"mpilaunch: error: {exc}", file=sys.stderr, flush=True)
+            tell_within = min(wait_s, USAGE_TELL_WITHIN)
+            return status
         except KeyboardInterrupt:
             status = 130
             raise
@@ -552,7 +567,7 @@ def run_worker0(spec: JobSpec, args, launcher_argv: List[str], env: Mapping[str,
             signal.signal(s, signal.SIG_IGN)   # one notification round, not interrupted
         try:
             if len(spec.hosts) > 1:
-                failed = notify_peers(spec, status, python)
+                failed = notify_peers(spec, status, python, within=tell_within)
                 for i, why in sorted(failed.items())[:pf.MAX_LINES_PER_CHECK]:
                     _log(f"job: could not tell {spec.hosts[i]} that the job ended ({why}); it stops by "
                          "itself when worker-0 is gone (--lost-after)")

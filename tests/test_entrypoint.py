@@ -117,6 +117,24 @@ def test_wait_for_peers_rounds_are_paced_and_bounded(capsys):
     assert "mpilaunch: 2/3 hosts ready (waiting for never: not yet)" in err
 
 
+def test_notify_peers_retries_hosts_not_up_yet():
+    spec = ep.JobSpec(("w0", "slow", "gone"), 0, 1, None, (), "k")
+    calls = []
+
+    def call(spec_, i, msg, python, timeout):
+        calls.append((i, msg))
+        if i == 1 and sum(1 for c in calls if c[0] == 1) >= 2:
+            return ep.PeerReply(True, {"ok": True}, "")
+        return ep.PeerReply(False, None, "ssh works, but no `mpilaunch job` is waiting there yet")
+
+    t0 = time.monotonic()
+    failed = ep.notify_peers(spec, 2, sys.executable, within=2.5, call=call)
+    assert failed == {2: "ssh works, but no `mpilaunch job` is waiting there yet"}
+    assert time.monotonic() - t0 < 4
+    assert {m["op"] for _, m in calls} == {"done"} and {m["status"] for _, m in calls} == {2}
+    assert sum(1 for i, _ in calls if i == 2) <= 3        # one round a second
+
+
 def _peer(spec, index, message):
     """Run the peer one-liner locally (what worker-0 runs over ssh)."""
     p = subprocess.run([sys.executable, "-c", ep.PEER_CODE, spec.socket_name(index), json.dumps(message)],
@@ -278,6 +296,24 @@ def test_failing_job_ends_every_entrypoint_with_its_status(testhosts, tmp_path):
     assert "mpilaunch: job failed (exit status 3)" in logs[0]
     assert "root cause: rank 1" in logs[0]
     assert wait_for(lambda: not _job_processes(str(script)), 15)
+
+
+@pytest.mark.multinode
+def test_usage_error_on_worker0_reaches_every_host(testhosts, tmp_path):
+    """Only worker-0 validates the whole launch (--master_port 80); it says so at once and
+    the waiting hosts exit 2 too."""
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    procs = [_start(testhosts, i, i, ["--master_port", "80", str(script), str(tmp_path)], tmp_path)
+             for i in range(3)]
+    codes = _finish(procs, 60)
+    logs = [open(tmp_path / f"entry{i}.log").read() for i in range(3)]
+    assert codes == [2, 2, 2], "\n----\n".join(logs)
+    assert logs[0].splitlines()[1] == \
+        "mpilaunch: error: --master_port=80: must be 0 (pick a free port) or 1024-65535"
+    for i in (1, 2):
+        assert "reports the job ended with status 2" in logs[i]
+    assert not list(tmp_path.glob("rank*.json"))             # nothing started
 
 
 @pytest.mark.multinode

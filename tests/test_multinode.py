@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from launchutil import MPIRUNS, OMPI4, OMPI5, REPO, clean_env, wait_for
+from launchutil import MPIRUNS, OMPI4, REPO, clean_env, wait_for
 
 pytestmark = pytest.mark.multinode
 

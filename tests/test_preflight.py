@@ -14,7 +14,6 @@ import pytest
 import mpilaunch
 from mpilaunch import hostfile as hf
 from mpilaunch import preflight as pf
-from mpilaunch.errors import UsageError
 
 from launchutil import clean_env, mpilaunch_argv
 
