@@ -26,9 +26,10 @@ tells every other host the job's exit status, then exits with it.
   and relays one JSON line. ``hello`` is the readiness probe ("ready" = ssh login works *and*
   this host's ``mpilaunch job`` is waiting, so the final status cannot be missed); ``done``
   carries the exit status, with which the waiting entrypoint exits.
-* If worker-0 disappears: every 5 s (no busy polling) the waiting host connects to
-  worker-0's sshd port; once worker-0 has been in touch, ``--lost-after`` seconds (default
-  60) without an answer end the wait with status 1. If worker-0 never gets in touch within
+* If worker-0 disappears: every 5 s (no busy polling; stretched for big jobs so that all
+  hosts together make at most 20 connects a second, and ``--lost-after`` raised to 3 such
+  intervals) the waiting host connects to worker-0's sshd port; once worker-0 has been in
+  touch, ``--lost-after`` seconds (default 60) without an answer end the wait with status 1. If worker-0 never gets in touch within
   ``2 x --wait-hosts`` (or its sshd, once seen, stops answering for ``--lost-after``), the
   wait ends with status 1 too. (On a platform worker-0's container -- and its sshd -- end
   with its entrypoint, so a lost worker-0 always shows as a silent sshd port.)
@@ -41,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import select
 import shutil
 import signal
@@ -60,7 +62,8 @@ from mpilaunch.errors import UsageError
 
 DEFAULT_WAIT_HOSTS = 300.0
 DEFAULT_LOST_AFTER = 60.0
-LIVENESS_EVERY = 5.0          # waiting hosts: seconds between checks of worker-0's sshd port
+LIVENESS_EVERY = 5.0          # waiting hosts: seconds between checks of worker-0's sshd port ...
+LIVENESS_MAX_RATE = 20.0      # ... but all of them together at most this many connects a second
 ROUND_EVERY = 1.0             # worker-0: at most one readiness round (and one status line) per second
 REPEAT_STATUS_EVERY = 10.0    # worker-0: repeat an unchanged status line this often
 PEER_TIMEOUT = 10.0           # per host: resolve / connect / ssh log-in bound for hello and done
@@ -395,6 +398,9 @@ class Waiter:
         self.sock = sock
 
     def _liveness(self) -> None:
+        # spread the first probes of many hosts started at once over one interval
+        if self._stop.wait(random.uniform(0, self.liveness_every) if self.liveness_every > 1 else 0):
+            return
         while not self._stop.is_set():
             try:
                 ok = bool(self.alive())
@@ -481,6 +487,13 @@ class Waiter:
         finally:
             self._stop.set()
             self.sock.close()
+
+
+def liveness_every(n_hosts: int) -> float:
+    """Seconds between a waiting host's probes of worker-0's sshd: LIVENESS_EVERY, stretched
+    so that all waiting hosts together stay under LIVENESS_MAX_RATE connects a second (each
+    probe makes worker-0's sshd fork a pre-auth child)."""
+    return max(LIVENESS_EVERY, (n_hosts - 1) / LIVENESS_MAX_RATE)
 
 
 def worker0_alive_probe(spec: JobSpec) -> Callable[[], bool]:
@@ -591,7 +604,12 @@ def main(argv: Sequence[str]) -> int:
         return cli.cmd_run(launcher_argv)
     if spec.index == 0:
         return run_worker0(spec, args, launcher_argv, env, wait_s)
-    waiter = Waiter(spec, worker0_alive_probe(spec), lost_after, contact_within=2 * wait_s)
+    every = liveness_every(len(spec.hosts))
+    if every > LIVENESS_EVERY and lost_after < 3 * every:
+        _log(f"job: --lost-after raised from {lost_after:g}s to {3 * every:g}s: {len(spec.hosts)} hosts probe "
+             f"worker-0 every {every:g}s each")
+        lost_after = 3 * every
+    waiter = Waiter(spec, worker0_alive_probe(spec), lost_after, contact_within=2 * wait_s, liveness_every=every)
     waiter.bind()
     _log(f"job: host {spec.index} of {len(spec.hosts)} ({spec.hosts[spec.index]}); worker-0 "
          f"({spec.worker0}) runs the job, waiting for it to end")

@@ -183,6 +183,11 @@ def test_waiter_gives_up_when_worker0_is_lost():
     assert box["status"] == ep.LOST_STATUS and time.monotonic() - t0 < 4
 
 
+def test_liveness_probes_scale_with_the_job():
+    assert ep.liveness_every(3) == ep.LIVENESS_EVERY
+    assert ep.liveness_every(10001) == 10000 / ep.LIVENESS_MAX_RATE   # 500 s: 20 connects/s at worker-0
+
+
 def test_waiter_gives_up_when_worker0_never_gets_in_touch():
     spec = ep.JobSpec(("w0", "me"), 1, 1, None, (), "never%d" % os.getpid())
     waiter = ep.Waiter(spec, alive=lambda: False, lost_after=60, contact_within=1.0, liveness_every=0.2)
