@@ -179,9 +179,9 @@ def _parser():
     p.description = ("ModelArts-like entrypoint: run the same command on every host of a job "
                      "(VC_WORKER_HOSTS, VC_TASK_INDEX, MA_NUM_GPUS, SSHD_PORT); worker-0 launches.")
     g = p.add_argument_group("job")
-    g.add_argument("--wait-hosts", dest="wait_hosts", default=None,
+    g.add_argument("--wait-hosts", dest="wait_hosts", default=None, metavar="SECONDS",
                    help=f"worker-0: seconds to wait for every host to be ready (default {DEFAULT_WAIT_HOSTS:g})")
-    g.add_argument("--lost-after", dest="lost_after", default=None,
+    g.add_argument("--lost-after", dest="lost_after", default=None, metavar="SECONDS",
                    help="other hosts: give up after worker-0's sshd has not answered this long "
                         f"(default {DEFAULT_LOST_AFTER:g})")
     return p

@@ -729,9 +729,9 @@ def _parser():
     p.description = ("Preflight a multi-node launch: same options as a launch (SCRIPT optional); "
                      "exit 0 all passed, 1 a check failed, 2 usage error.")
     g = p.add_argument_group("check")
-    g.add_argument("--timeout", dest="check_timeout", default=None,
+    g.add_argument("--timeout", dest="check_timeout", default=None, metavar="SECONDS",
                    help=f"seconds per check and host (default {DEFAULT_TIMEOUT:g}; ssh gets twice: log in, run)")
-    g.add_argument("--parallel", dest="check_parallel", default=None,
+    g.add_argument("--parallel", dest="check_parallel", default=None, metavar="N",
                    help=f"hosts checked at once (default {DEFAULT_PARALLEL})")
     g.add_argument("--ssh-only", dest="check_ssh_only", action="store_true",
                    help="only resolve, ssh port and ssh login (what the launcher checks)")
