@@ -63,7 +63,7 @@ def run(opts, log) -> dict:
     out = {}
     try:
         for mname, mpath in mpis:
-            work = os.path.join(work_root, os.path.basename(os.path.dirname(mpath)))
+            work = os.path.join(work_root, L._slug(mname))
             os.makedirs(work, exist_ok=True)
             cmds = L.commands(mpath, np, work)
             from mpilaunch import plan as planmod  # noqa: F401  (commands() imported it)

@@ -11,38 +11,46 @@ flags cannot drift apart. Variants, interleaved in this order every round:
   rank 0, every rank tailed to the console);
 * ``mpilaunch --no-scheduler --tail_worker_log none``;
 * ``mpirun + adapter``: mpilaunch's default argv started directly, without the front-end
-  (so front-end cost = default - this, adapter cost = this - bare).
+  (so front-end cost = default - this, adapter cost = this - bare);
+* ``mpirun + minimal interposer``: ``workloads/min_interposer.py`` (posix_spawn + wait) in
+  place of the adapter: the floor of any design with a process between mpirun and the worker.
 
 Every variant gets ``--master_port 48199`` (nothing listens there: the script exits before a
 scheduler would bind) so that the rank-0 port check cannot collide with other jobs on 8118.
+With a clean-site interpreter available (common.CLEAN_PY), N=4 is measured again with it.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import statistics
 import subprocess
 import tempfile
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import common as C
 
 SCRIPT = os.path.join(C.EXAMPLES, "exit_at_once.py")
+MIN_INTERPOSER = os.path.join(C.WORKLOADS, "min_interposer.py")
 TARGET_N = 4
 TARGET_ADDED = 0.3
 V_BARE = "bare mpirun"
 V_DEFAULT = "mpilaunch (default)"
 V_LEAN = "mpilaunch --no-scheduler --tail_worker_log none"
 V_ADAPTER = "mpirun + adapter (no front-end)"
+V_MIN = "mpirun + minimal interposer (floor)"
+VARIANTS = (V_BARE, V_DEFAULT, V_LEAN, V_ADAPTER, V_MIN)
 
 
-def _plan(mpirun: str, np: int, log_dir: str, run_dir: str, extra: List[str], env: Dict[str, str]):
+def _plan(mpirun: str, np: int, log_dir: str, run_dir: str, extra: List[str], env: Dict[str, str],
+          py: str = C.PY):
     from mpilaunch import cli, config, launcher, mpi
     from mpilaunch import plan as planmod
 
     args = cli.run_parser().parse_args(
         ["--mpirun", mpirun, "-np", str(np), "--master_port", str(C.QUIET_PORT),
-         "--log_dir", log_dir, *extra, SCRIPT])
+         "--log_dir", log_dir, "--python", py, *extra, SCRIPT])
     cfg = config.build(args, env)
     info = mpi.detect(cfg.mpirun, env)
     plan = planmod.make_plan(cfg, env, info, run_dir, os.geteuid())
@@ -50,186 +58,248 @@ def _plan(mpirun: str, np: int, log_dir: str, run_dir: str, extra: List[str], en
     return plan, info
 
 
-def commands(mpirun: str, np: int, work: str) -> dict:
-    """argv of every variant for one (mpirun, N); files written under ``work``."""
+def commands(mpirun: str, np: int, work: str, py: str = C.PY) -> dict:
+    """argv of every variant for one (mpirun, N, interpreter); files written under ``work``."""
     from mpilaunch import plan as planmod
 
     env = C.base_env()
     log_dir = os.path.join(work, "logs")
     run_dir = os.path.join(work, "run")
     os.makedirs(run_dir, exist_ok=True)
-    plan, info = _plan(mpirun, np, log_dir, run_dir, [], env)
-    bare = planmod.argv(dataclasses.replace(plan, rank_command=(C.PY, SCRIPT)))
-    front = [C.PY, "-m", "mpilaunch", "--mpirun", mpirun, "-np", str(np),
+    plan, info = _plan(mpirun, np, log_dir, run_dir, [], env, py)
+    front = [py, "-m", "mpilaunch", "--mpirun", mpirun, "-np", str(np),
              "--master_port", str(C.QUIET_PORT), "--log_dir", log_dir]
     return {
         "env": {**env, **plan.extra_env},
         "version": info.version_str,
-        V_BARE: bare,
+        V_BARE: planmod.argv(dataclasses.replace(plan, rank_command=(py, SCRIPT))),
         V_DEFAULT: front + [SCRIPT],
         V_LEAN: front + ["--no-scheduler", "--tail_worker_log", "none", SCRIPT],
         V_ADAPTER: planmod.argv(plan),
+        V_MIN: planmod.argv(dataclasses.replace(plan, rank_command=(py, MIN_INTERPOSER, "--", py, SCRIPT))),
     }
 
 
 def _traced(argv, env, cwd, proc_log) -> dict:
     """One run with the accounting hook: when each kind of process started and ended."""
+    import time
     env = {**env, "PYTHONPATH": C.HOOK_DIR, "BENCH_PROC_LOG": proc_log}
-    t0 = __import__("time").time()
+    t0 = time.time()
     r = C.timed_run(argv, env=env, cwd=cwd)
-    recs = C.read_proc_log(proc_log)
     by = {}
-    for rec in recs:
+    for rec in C.read_proc_log(proc_log):
         by.setdefault(C.classify(rec), []).append(rec)
     out = {"wall": r.wall, "rc": r.rc, "job_cpu": r.cpu}
-
-    def rel(x):
-        return x - t0 if x is not None else None
-
     for kind, rs in by.items():
         out[kind] = {
             "count": len(rs),
-            "first_start": min(rel(x["t_start"]) for x in rs),
-            "last_start": max(rel(x["t_start"]) for x in rs),
-            "first_exit": min(rel(x["t_exit"]) for x in rs),
-            "last_exit": max(rel(x["t_exit"]) for x in rs),
+            "first_start": min(x["t_start"] - t0 for x in rs),
+            "last_start": max(x["t_start"] - t0 for x in rs),
+            "last_exit": max(x["t_exit"] - t0 for x in rs),
             "cpu_each": statistics.median(x["utime"] + x["stime"] for x in rs),
-            "startup_each": statistics.median(x["t_site"] - x["t_start"] for x in rs),
         }
     return out
 
 
+_IMPORT_RE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
+
+
+def import_profile(argv: List[str], env: Dict[str, str], cwd: str, runs: int, stream: str) -> dict:
+    """Median cumulative import time (us) per top-level import of one process, from
+    ``PYTHONPROFILEIMPORTTIME`` output on ``stream`` (stderr of the front-end, or the adapter's
+    stderr as relayed by mpirun)."""
+    per: Dict[str, List[int]] = {}
+    selfs: Dict[str, List[int]] = {}
+    totals = []
+    for _ in range(runs):
+        p = subprocess.run(argv, env={**env, "PYTHONPROFILEIMPORTTIME": "1"}, cwd=cwd,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+        seen: Dict[str, int] = {}
+        total = 0
+        for line in p.stderr.splitlines():
+            m = _IMPORT_RE.search(line)
+            if not m:
+                continue
+            if len(m.group(3)) == 1:       # top level: one space of indentation
+                seen[m.group(4)] = seen.get(m.group(4), 0) + int(m.group(2))
+                total += int(m.group(2))
+            selfs.setdefault(m.group(4), []).append(int(m.group(1)))
+        totals.append(total)
+        for k, v in seen.items():
+            per.setdefault(k, []).append(v)
+    med = {k: statistics.median(v + [0] * (runs - len(v))) for k, v in per.items()}
+    top = sorted(med.items(), key=lambda kv: -kv[1])[:10]
+    med_self = {k: statistics.median(v + [0] * (runs - len(v))) for k, v in selfs.items()}
+    top_self = sorted(med_self.items(), key=lambda kv: -kv[1])[:12]
+    return {"total_us": statistics.median(totals) if totals else 0, "top": top, "top_self": top_self}
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
 def run(opts, log) -> dict:
-    mpis = [("Open MPI 5", C.OMPI5), ("Open MPI 4.1", C.OMPI4)]
-    mpis = [(n, p) for n, p in mpis if C.mpi_available(p)]
+    mpis = [(n, p) for n, p in (("Open MPI 5", C.OMPI5), ("Open MPI 4.1", C.OMPI4)) if C.mpi_available(p)]
     sizes = [1, 2] if opts.smoke else [1, 2, 4, 8]
     if opts.smoke:
         mpis = mpis[:1]
+    pys = [("python", C.PY)]
+    if C.CLEAN_PY and not opts.smoke:
+        pys.append(("clean-site python", C.CLEAN_PY))
     runs, warmup = opts.runs, (0 if opts.smoke else 1)
     work_root = tempfile.mkdtemp(prefix="bench-launch-")
-    results = {}
-    shown_cmds = {}
-    versions = {}
-    for mname, mpath in mpis:
-        for np in sizes:
-            work = os.path.join(work_root, f"{os.path.basename(os.path.dirname(mpath))}-{np}")
-            os.makedirs(work, exist_ok=True)
-            cmds = commands(mpath, np, work)
-            versions[mname] = cmds["version"]
-            label = f"{mname} {cmds['version']}"
-            env = cmds["env"]
-            variants = [(v, (lambda rnd, a=cmds[v]: C.timed_run(a, env=env, cwd=work)))
-                        for v in (V_BARE, V_DEFAULT, V_LEAN, V_ADAPTER)]
-            log(f"[launch] {label}, N={np}")
-            res = C.interleave(variants, runs, warmup, log)
-            results[(mname, np)] = res
-            if np == (TARGET_N if TARGET_N in sizes else sizes[-1]):
-                shown_cmds[mname] = {v: cmds[v] for v in (V_BARE, V_DEFAULT, V_LEAN, V_ADAPTER)}
-    # profile: one traced run per variant per MPI at the target size (hook on), and the
-    # cost of the front-end's `mpirun --version` probe
-    profile = {}
-    np_p = TARGET_N if TARGET_N in sizes else sizes[-1]
-    for mname, mpath in mpis:
-        work = os.path.join(work_root, f"profile-{os.path.basename(os.path.dirname(mpath))}")
-        os.makedirs(work, exist_ok=True)
-        cmds = commands(mpath, np_p, work)
-        prof = {}
-        for v in (V_BARE, V_DEFAULT, V_LEAN, V_ADAPTER):
-            prof[v] = _traced(cmds[v], cmds["env"], work, os.path.join(work, f"proc-{len(prof)}.jsonl"))
-        probes = [C.timed_run([mpath, "--version"]).wall for _ in range(3 if opts.smoke else 7)]
-        prof["mpirun --version"] = statistics.median(probes)
-        dry = [C.timed_run(cmds[V_DEFAULT][:3] + ["--dry-run"] + cmds[V_DEFAULT][3:], env=cmds["env"], cwd=work).wall
-               for _ in range(3 if opts.smoke else 7)]
-        prof["mpilaunch --dry-run"] = statistics.median(dry)
-        py_start = [C.timed_run([C.PY, "-c", "pass"]).wall for _ in range(3 if opts.smoke else 7)]
-        prof["python -c pass"] = statistics.median(py_start)
-        profile[mname] = prof
-    subprocess.run(["rm", "-rf", work_root])
-    return summarize(results, shown_cmds, profile, sizes, mpis, versions, opts)
+    results, shown_cmds, versions = {}, {}, {}
+    np_t = TARGET_N if TARGET_N in sizes else sizes[-1]
+    try:
+        for pname, py in pys:
+            for mname, mpath in mpis:
+                for np in (sizes if py == C.PY else [np_t]):
+                    work = os.path.join(work_root, f"{_slug(pname)}-{_slug(mname)}-{np}")
+                    os.makedirs(work, exist_ok=True)
+                    cmds = commands(mpath, np, work, py)
+                    versions[mname] = cmds["version"]
+                    env = cmds["env"]
+                    variants = [(v, (lambda rnd, a=cmds[v]: C.timed_run(a, env=env, cwd=work))) for v in VARIANTS]
+                    log(f"[launch] {pname}, {mname} {cmds['version']}, N={np}")
+                    results[(pname, mname, np)] = C.interleave(variants, runs, warmup, log)
+                    if np == np_t and py == C.PY:
+                        shown_cmds[mname] = {v: cmds[v] for v in VARIANTS}
+        profile = {}
+        for pname, py in pys:
+            for mname, mpath in mpis:
+                if py != C.PY and mname != mpis[0][0]:
+                    continue
+                work = os.path.join(work_root, f"profile-{_slug(pname)}-{_slug(mname)}")
+                os.makedirs(work, exist_ok=True)
+                cmds = commands(mpath, np_t, work, py)
+                prof = {"traced": {}}
+                for i, v in enumerate(VARIANTS):
+                    prof["traced"][v] = _traced(cmds[v], cmds["env"], work, os.path.join(work, f"proc-{i}.jsonl"))
+                k = 3 if opts.smoke else 7
+                prof["mpirun --version"] = statistics.median(C.timed_run([mpath, "--version"]).wall for _ in range(k))
+                dry = cmds[V_DEFAULT][:3] + ["--dry-run"] + cmds[V_DEFAULT][3:]
+                prof["mpilaunch --dry-run"] = statistics.median(
+                    C.timed_run(dry, env=cmds["env"], cwd=work).wall for _ in range(k))
+                prof["python -c pass"] = statistics.median(C.timed_run([py, "-c", "pass"]).wall for _ in range(k))
+                if mname == mpis[0][0]:
+                    one = commands(mpath, 1, os.path.join(work, "one"), py)
+                    prof["imports front-end"] = import_profile(dry, cmds["env"], work, k, "stderr")
+                    prof["imports adapter"] = import_profile(
+                        one[V_ADAPTER], one["env"], work, k, "stderr")
+                    prof["imports bare python"] = import_profile([py, "-c", "pass"], cmds["env"], work, k, "stderr")
+                profile[(pname, mname)] = prof
+    finally:
+        subprocess.run(["rm", "-rf", work_root])
+    return summarize(results, shown_cmds, profile, sizes, mpis, pys, versions, opts, np_t)
 
 
-def summarize(results, shown_cmds, profile, sizes, mpis, versions, opts) -> dict:
+def summarize(results, shown_cmds, profile, sizes, mpis, pys, versions, opts, np_t) -> dict:
     rows, verdicts = [], []
-    chart_groups, chart_series = [], {v: [] for v in (V_BARE, V_DEFAULT, V_LEAN, V_ADAPTER)}
-    for mname, _ in mpis:
-        for np in sizes:
-            res = results[(mname, np)]
-            base = C.stats(C.ok_values(res[V_BARE]))
-            chart_groups.append(f"{mname.replace('Open MPI ', 'OMPI ')}\nN={np}")
-            for v in (V_BARE, V_DEFAULT, V_LEAN, V_ADAPTER):
-                s = C.stats(C.ok_values(res[v]))
-                d = C.stats(C.paired_deltas(res[v], res[V_BARE])) if v != V_BARE else {"n": 0}
-                rows.append([f"{mname} {versions[mname]}", np, v, *_msm(s), s.get("n", 0),
-                             res[v]["failed"],
-                             "—" if v == V_BARE else _ratio(C.ratio(s, base)),
-                             "—" if v == V_BARE else _delta(d)])
-                chart_series[v].append(_tri(s))
-                at_target = np == TARGET_N
-                if (at_target or (TARGET_N not in sizes and np == sizes[-1])) and v in (V_DEFAULT, V_LEAN):
-                    val = d.get("median")
-                    verdicts.append({
-                        "figure": f"launch overhead, {mname}, N={np}: {v} - bare mpirun (median of paired differences)",
-                        "value": "—" if val is None else f"{val:+.3f} s",
-                        "target": f"<= +{TARGET_ADDED} s" + ("" if at_target else f" (at N={TARGET_N}; not run)"),
-                        "met": None if val is None or not at_target else val <= TARGET_ADDED})
-    prof_lines = _profile_lines(profile, versions)
+    chart_groups, chart_series = [], {v: [] for v in VARIANTS}
+    for pname, py in pys:
+        for mname, _ in mpis:
+            for np in (sizes if py == C.PY else [np_t]):
+                res = results[(pname, mname, np)]
+                base = C.stats(C.ok_values(res[V_BARE]))
+                short = mname.replace("Open MPI ", "OMPI ")
+                chart_groups.append(f"{short} N={np}" + ("\nclean-site" if py != C.PY else ""))
+                for v in VARIANTS:
+                    s = C.stats(C.ok_values(res[v]))
+                    d = C.stats(C.paired_deltas(res[v], res[V_BARE])) if v != V_BARE else {"n": 0}
+                    rows.append([pname, f"{mname} {versions[mname]}", np, v, *_msm(s), s.get("n", 0),
+                                 res[v]["failed"], "—" if v == V_BARE else _ratio(C.ratio(s, base)),
+                                 "—" if v == V_BARE else _delta(d)])
+                    chart_series[v].append(_tri(s))
+                    at_target = np == TARGET_N
+                    if (at_target or (TARGET_N not in sizes and np == sizes[-1])) and v in (V_DEFAULT, V_LEAN):
+                        val = d.get("median")
+                        clean = py != C.PY
+                        verdicts.append({
+                            "figure": f"launch overhead, {mname}, N={np}: {v} - bare mpirun"
+                                      + (" [clean-site interpreter: without the sandbox's .pth start-up tax; informational]" if clean else ""),
+                            "value": "—" if val is None else f"{val:+.3f} s",
+                            "target": f"<= +{TARGET_ADDED} s" + ("" if at_target else f" (at N={TARGET_N}; not run)"),
+                            "met": None if val is None or not at_target or clean else val <= TARGET_ADDED,
+                            "informational_met": None if val is None else val <= TARGET_ADDED})
     return {
         "key": "launch",
         "title": "1. Launch overhead (exit_at_once.py, N ranks)",
         "method": [
             "Wall time from spawning the launcher to its exit (`os.wait4`), stdout/stderr to /dev/null, "
             "run from a scratch directory. Baseline: bare mpirun with **the argv mpilaunch builds** "
-            "(taken from `mpilaunch.plan.argv`, identical hostfile `localhost slots=N`, tune file, "
+            "(taken from `mpilaunch.plan.argv`: identical hostfile `localhost slots=N`, tune file, "
             "`--bind-to none --map-by slot`, the ModelArts `--mca`/`-x` args, `--allow-run-as-root`, same "
-            "interpreter `" + C.PY + "`) with the rank command replaced by `python exit_at_once.py`.",
+            "interpreter) with the rank command replaced by `python exit_at_once.py`.",
             "mpilaunch runs as `python -m mpilaunch --mpirun M -np N --master_port 48199 --log_dir D SCRIPT` "
             "(the default: scheduler on rank 0, all ranks tailed) and with `--no-scheduler --tail_worker_log none`. "
-            "`mpirun + adapter` is the default mpilaunch argv started without the front-end (separates "
-            "front-end cost from rank-side cost).",
-            f"Rounds interleaved in the order bare, default, lean, adapter; {'no warm-up (smoke)' if opts.smoke else '1 warm-up round discarded'}; "
-            f"{opts.runs} measured round(s). Added time = median over rounds of (variant - bare) in the same round.",
+            "`mpirun + adapter` is the default mpilaunch argv started without the front-end (front-end cost = "
+            "default - adapter; rank-side cost = adapter - bare). `mpirun + minimal interposer` replaces the "
+            "adapter by `bench/workloads/min_interposer.py` (posix_spawn + waitpid): the floor of any design "
+            "that puts a process between mpirun and the worker.",
+            f"Rounds interleaved in the order bare, default, lean, adapter, interposer; "
+            f"{'no warm-up (smoke)' if opts.smoke else '1 warm-up round discarded'}; {opts.runs} measured round(s). "
+            "Added time = median over rounds of (variant - bare) in the same round."
+            + (" `clean-site python` rows: the same at N=4 with an interpreter that skips the machine's "
+               "start-up .pth files (see the header); the target verdict uses the normal interpreter." if len(pys) > 1 else ""),
         ],
         "tables": [{
             "title": "Wall time (s)",
-            "columns": ["MPI", "N", "variant", "median", "min", "max", "n", "failed", "ratio vs bare", "added vs bare (median [min, max])"],
+            "columns": ["interpreter", "MPI", "N", "variant", "median", "min", "max", "n", "failed",
+                        "ratio vs bare", "added vs bare (median [min, max])"],
             "rows": rows}],
-        "commands": {f"{m} (N={TARGET_N if TARGET_N in sizes else sizes[-1]})": c for m, c in shown_cmds.items()},
+        "commands": {f"{m} (N={np_t})": c for m, c in shown_cmds.items()},
         "verdicts": verdicts,
         "chart": {"title": "Launch: exit_at_once.py wall time", "unit": "s", "groups": chart_groups,
                   "series": chart_series},
-        "profile": prof_lines,
-        "raw": {"profile": profile},
+        "profile": _profile_lines(profile, versions, np_t),
+        "raw": {"profile": {f"{k[0]} / {k[1]}": v for k, v in profile.items()},
+                "added": {f"{k[0]} / {k[1]} / N={k[2]}": {v: C.stats(C.paired_deltas(r[v], r[V_BARE]))
+                                                           for v in VARIANTS if v != V_BARE}
+                          for k, r in results.items()}},
     }
 
 
-def _profile_lines(profile, versions) -> List[str]:
+def _profile_lines(profile, versions, np_t) -> List[str]:
     lines = []
-    for mname, p in profile.items():
-        lines.append(f"**{mname} {versions.get(mname, '')}, one traced run per variant at N={TARGET_N}** "
-                     "(bench/hook/sitecustomize.py records each Python process's start, exit and own CPU; "
-                     "times in s after the launcher was spawned; the hook itself slows start-up slightly):")
+    for (pname, mname), p in profile.items():
+        lines.append(f"**{pname}, {mname} {versions.get(mname, '')}: one traced run per variant at N={np_t}** "
+                     "(`bench/hook/sitecustomize.py` records each Python process's start, exit and own CPU; "
+                     "seconds after the launcher was spawned; start times have 10 ms resolution):")
         lines.append("")
-        lines.append("| variant | wall | front-end start→exit (CPU) | adapters start (first–last) | adapter CPU each | workers start (first–last) | workers exit (last) | worker CPU each | launcher exit |")
-        lines.append("|---|---|---|---|---|---|---|---|---|")
-        for v in (V_BARE, V_DEFAULT, V_LEAN, V_ADAPTER):
-            t = p.get(v)
-            if not isinstance(t, dict):
+        lines.append("| variant | wall | front-end CPU | adapters started | adapter CPU each | workers started | "
+                     "last worker exit | worker CPU each |")
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for v in VARIANTS:
+            t = p["traced"].get(v)
+            if not t:
                 continue
             fe, ad, wk = t.get("front-end"), t.get("adapter"), t.get("worker")
+            interposer = None
+            if v == V_MIN and wk:   # the interposer is a Python process classified as worker
+                interposer = True
             lines.append("| " + " | ".join([
                 v, f"{t['wall']:.3f}",
-                f"{fe['first_start']:.3f}→{fe['last_exit']:.3f} ({fe['cpu_each']:.3f})" if fe else "—",
+                f"{fe['cpu_each']:.3f}" if fe else "—",
                 f"{ad['first_start']:.3f}–{ad['last_start']:.3f}" if ad else "—",
                 f"{ad['cpu_each']:.3f}" if ad else "—",
-                f"{wk['first_start']:.3f}–{wk['last_start']:.3f}" if wk else "—",
+                f"{wk['first_start']:.3f}–{wk['last_start']:.3f}" + (" (incl. interposers)" if interposer else "") if wk else "—",
                 f"{wk['last_exit']:.3f}" if wk else "—",
-                f"{wk['cpu_each']:.3f}" if wk else "—",
-                f"{t['wall']:.3f}"]) + " |")
+                f"{wk['cpu_each']:.3f}" if wk else "—"]) + " |")
         lines.append("")
-        lines.append(f"Front-end pieces (medians of repeated runs): `python -c pass` {p['python -c pass']:.3f} s, "
-                     f"`mpirun --version` (mpilaunch probes it on every launch) {p['mpirun --version']:.3f} s, "
-                     f"`mpilaunch --dry-run` (start-up, imports, probe, planning; nothing launched) {p['mpilaunch --dry-run']:.3f} s.")
+        lines.append(f"Pieces (medians): `python -c pass` {p['python -c pass']:.3f} s; `mpirun --version` (probed by "
+                     f"mpilaunch on every launch) {p['mpirun --version']:.3f} s; `mpilaunch --dry-run` (start-up, "
+                     f"imports, probe, planning; nothing launched) {p['mpilaunch --dry-run']:.3f} s.")
         lines.append("")
+        if "imports front-end" in p:
+            lines.append("Import time (`PYTHONPROFILEIMPORTTIME`, median cumulative ms per top-level import, heaviest first):")
+            lines.append("")
+            for who in ("bare python", "front-end", "adapter"):
+                ip = p[f"imports {who}"]
+                lines.append(f"- {who}: total {ip['total_us'] / 1e3:.1f} ms: " + ", ".join(
+                    f"`{m}` {us / 1e3:.1f}" for m, us in ip["top"])
+                    + ". Heaviest modules by own time: " + ", ".join(
+                    f"`{m}` {us / 1e3:.1f}" for m, us in ip.get("top_self", [])))
+            lines.append("")
     return lines
 
 

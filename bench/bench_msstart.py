@@ -54,6 +54,10 @@ def ms_env() -> Dict[str, str]:
     import msrun_baseline as MB
     env = MB.msrun_env(C.MSRUN, C.base_env())
     env.pop("PYTHONPATH", None)
+    # MindSpore's own bytecode is in its install's __pycache__: a PYTHONPYCACHEPREFIX (set by
+    # run.py for the other sections) would make every process recompile mindspore from source.
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"   # never write into the venv or the source tree
     return env
 
 

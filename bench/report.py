@@ -16,7 +16,9 @@ def _table(columns: List[str], rows: List[list]) -> List[str]:
     return out
 
 
-def _met(m: Optional[bool]) -> str:
+def _met(m: Optional[bool], info: Optional[bool] = None) -> str:
+    if m is None and info is not None:
+        return "informational: " + ("within" if info else "above") + " the figure"
     return {True: "**met**", False: "**MISSED**", None: "n/a"}[m]
 
 
@@ -36,13 +38,24 @@ def render_markdown(meta: dict, sections: List[dict], analysis: List[str], chart
              f"{meta['runs']} measured run(s) per variant, interleaved; warm-up: {meta['warmup']}")
     L.append(f"- **Software**: mpilaunch at {meta['commit']}; Python {m['python']} (`{m['python_path']}`); "
              + "; ".join(f"{k}: {v}" for k, v in meta["versions"].items() if v))
+    env = meta.get("environment")
+    if env:
+        ps = env.get("python_start", {})
+        L.append(f"- **Interpreter start-up on this machine** (median CPU): "
+                 + ", ".join(f"`{k}` {v['cpu'] * 1e3:.0f} ms" for k, v in ps.items())
+                 + (f". Site-packages .pth files that run code at every start and are not part of a normal "
+                    f"install: {', '.join('`' + os.path.basename(p) + '`' for p in env['skipped_pth'])}; section 1 "
+                    f"is also measured with a clean-site interpreter that skips them (`{env['clean_python']}`)."
+                    if env.get("skipped_pth") else ""))
+        L.append(f"- **Bytecode**: {env['bytecode']}.")
     L.append("")
     L.append("## Summary: every figure against its target")
     L.append("")
     rows = []
     for s in sections:
         for v in s.get("verdicts", []):
-            rows.append([s["title"].split(" ", 1)[0].rstrip("."), v["figure"], v["value"], v["target"], _met(v["met"])])
+            rows.append([s["title"].split(" ", 1)[0].rstrip("."), v["figure"], v["value"], v["target"],
+                         _met(v["met"], v.get("informational_met"))])
     L += _table(["#", "figure", "measured", "target", "verdict"], rows)
     L.append("")
     if chart_name:
@@ -81,7 +94,8 @@ def render_markdown(meta: dict, sections: List[dict], analysis: List[str], chart
             L.append("")
         if s.get("verdicts"):
             L += _table(["figure", "measured", "target", "verdict"],
-                        [[v["figure"], v["value"], v["target"], _met(v["met"])] for v in s["verdicts"]])
+                        [[v["figure"], v["value"], v["target"], _met(v["met"], v.get("informational_met"))]
+                         for v in s["verdicts"]])
             L.append("")
         if s.get("profile"):
             L.append("**Profile.**")

@@ -16,6 +16,7 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 import time
 import traceback
 
@@ -75,11 +76,22 @@ def main(argv=None) -> int:
         print(msg, flush=True)
 
     t_start = time.time()
+    suite_tmp = tempfile.mkdtemp(prefix="mpilaunch-bench-")
+    env_before = C.setup_bytecode_cache(suite_tmp)
+    C.CLEAN_PY = C.make_clean_python(suite_tmp) if "launch" in opts.sections and not opts.smoke else None
+    C.prewarm([C.PY, C.CLEAN_PY, C.MS_PY if C.ms_available() else None])
     meta = {
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "machine": C.machine(), "load_start": C.loadavg(), "command": command, "smoke": opts.smoke,
         "runs": opts.runs, "warmup": "none" if opts.smoke else "1 round per benchmark (discarded)",
         "commit": C.git_commit(),
+        "environment": {
+            "bytecode": "cached (PYTHONPYCACHEPREFIX under the suite's temp dir, warmed before measuring); "
+                        f"caller's PYTHONDONTWRITEBYTECODE={env_before['PYTHONDONTWRITEBYTECODE']!r} ignored",
+            "skipped_pth": C.skipped_pth_files(),
+            "clean_python": C.CLEAN_PY,
+            "python_start": _python_start(),
+        },
         "versions": {"Open MPI 5": C.mpi_version(C.OMPI5), "Open MPI 4.1": C.mpi_version(C.OMPI4),
                      "MindSpore": C.ms_version(), "msrun": C.MSRUN if C.ms_available() else None},
     }
@@ -111,6 +123,7 @@ def main(argv=None) -> int:
         sections.append(sec)
         log(f"[{name}] done in {sec['duration_s']:.0f} s")
     sections.sort(key=lambda s: SECTIONS.index(s["key"]))
+    __import__("shutil").rmtree(suite_tmp, ignore_errors=True)
     meta["load_end"] = C.loadavg()
     meta["duration_s"] = time.time() - t_start
     meta["loaded"] = max(meta["load_start"][:1] + meta["load_end"][:1] + [0]) > 0.5 * (os.cpu_count() or 1)
@@ -137,6 +150,19 @@ def write_report(meta, sections, out, opts, log) -> int:
     log(f"wrote {os.path.join(out, 'REPORT.md')}" + (f" and {chart}" if chart else "")
         + f" ({meta['duration_s']:.0f} s of measuring)")
     return 0
+
+
+def _python_start() -> dict:
+    """Median CPU of an empty interpreter start, with and without site (and the clean one)."""
+    import statistics
+    out = {}
+    cands = [("python -c pass", [C.PY, "-c", "pass"]), ("python -S -c pass", [C.PY, "-S", "-c", "pass"])]
+    if C.CLEAN_PY:
+        cands.append(("clean-site python -c pass", [C.CLEAN_PY, "-c", "pass"]))
+    for name, argv in cands:
+        runs = [C.timed_run(argv) for _ in range(7)]
+        out[name] = {"wall": statistics.median(r.wall for r in runs), "cpu": statistics.median(r.cpu for r in runs)}
+    return out
 
 
 def _skipped_for_budget(name):
