@@ -136,3 +136,15 @@ def test_unsupported_mpi(text, message):
     with pytest.raises(UsageError) as err:
         parse_version_output(text)
     assert str(err.value).startswith(message)
+
+
+def test_own_interpreter_starts_the_adapter_without_site(tmp_path):
+    import sys
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    args = run_parser().parse_args(["--python", sys.executable, "-np", "1", str(script)])
+    cfg = config.build(args, {})
+    cmd = plan.rank_command(cfg)
+    assert cmd[:3] == [sys.executable, "-S", plan.BOOT]
+    assert plan.BOOT.endswith("mpilaunch/rank/_boot.py")
+    assert plan.rank_command(cfg, launcher_python="/other/python")[:3] == [sys.executable, "-m", "mpilaunch.rank"]

@@ -91,9 +91,16 @@ def test_address_multi_node_never_loopback():
         choose_sched_addr(None, True, [], [["10.0.0.2"]], lambda ip: None)
 
 
-def test_resolve_ipv4():
+def test_resolve_ipv4(monkeypatch):
     assert resolve_ipv4("127.0.0.1") == "127.0.0.1"
     assert resolve_ipv4("localhost").startswith("127.")
+    import socket
+
+    import mpilaunch.rank.agree as agree_mod
+
+    def no_such_host(name, *args, **kwargs):  # never ask a real resolver from a test
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    monkeypatch.setattr(agree_mod.socket, "getaddrinfo", no_such_host)
     with pytest.raises(UsageError, match="--master-addr"):
         resolve_ipv4("no-such-host.invalid")
 

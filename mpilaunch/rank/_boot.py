@@ -1,0 +1,28 @@
+"""Start the rank adapter without ``site`` processing (``python -S _boot.py ...``).
+
+``site`` runs every ``.pth`` file of the interpreter at start-up; on some machines that is
+most of Python's start time (measured here: 57 ms with, 10 ms without), and every rank pays
+it before the user's script even starts. The adapter needs only this package and the
+site-packages directories (mpi4py, psutil), so it adds exactly those to ``sys.path``.
+The worker and the scheduler are started normally, with full ``site`` processing.
+"""
+import os
+import sys
+
+
+def _paths():
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.dirname(os.path.dirname(here))     # the directory holding the mpilaunch package
+    import site
+    for path in site.getsitepackages():
+        yield path
+    user = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
+    if user and os.path.isdir(user):
+        yield user
+
+
+if __name__ == "__main__":
+    sys.path[1:1] = [p for p in _paths() if p not in sys.path]
+    from mpilaunch.rank.__main__ import main
+
+    sys.exit(main())
