@@ -50,6 +50,8 @@ def run_parser() -> argparse.ArgumentParser:
     g.add_argument("--extra-args", default=None, help="[OPENMPI_EXTRA_ARGS]")
     g.add_argument("--python", default=None, help="absolute interpreter path for ranks (default: this one)")
     g.add_argument("--dry-run", action="store_true", help="print the mpirun command and tune file; start nothing")
+    g.add_argument("--no-preflight", action="store_true",
+                   help="skip the ssh preflight run before a multi-host launch (see `mpilaunch check`)")
     g.add_argument("-v", "--verbose", action="store_true")
     g = p.add_argument_group("inside every rank (msrun names)")
     g.add_argument("--log_dir", "--log-dir", dest="log_dir", default=".", help="worker and scheduler logs (default: .)")
@@ -102,6 +104,22 @@ def _show_plan(plan, env) -> None:
         print("# dropped (unset here): " + " ".join(f"-x {n}" for n in plan.dropped_x))
 
 
+def _preflight_fails(cfg) -> bool:
+    """Before a multi-host launch: every host resolves, its ssh port answers, ssh logs in
+    without a prompt. One line per failure naming the host, instead of Open MPI's
+    "daemon failed to report back" after its own time-out."""
+    from mpilaunch import preflight
+
+    if not preflight.hosts_needing_ssh(cfg.hosts):
+        return False
+    bad = preflight.failed(preflight.run_checks(cfg, timeout=preflight.DEFAULT_TIMEOUT))
+    for result in bad:
+        print(f"mpilaunch: preflight: {result.line()}", file=sys.stderr)
+    if bad:
+        print("mpilaunch: not started (details: mpilaunch check ...; --no-preflight skips this)", file=sys.stderr)
+    return bool(bad)
+
+
 def cmd_run(argv: Sequence[str]) -> int:
     from mpilaunch import config, launcher, mpi
     from mpilaunch import plan as planmod
@@ -116,6 +134,8 @@ def cmd_run(argv: Sequence[str]) -> int:
         plan = planmod.make_plan(cfg, env, info, "<run-dir>", os.geteuid())
         _show_plan(plan, env)
         return 0
+    if not args.no_preflight and _preflight_fails(cfg):
+        return 1
     run_dir = launcher.make_run_dir()
     try:
         plan = planmod.make_plan(cfg, env, info, run_dir, os.geteuid())

@@ -560,7 +560,8 @@ def run_worker0(spec: JobSpec, args, launcher_argv: List[str], env: Mapping[str,
                     return status
             for s, h in previous.items():   # the launcher handles signals itself from here
                 signal.signal(s, h)
-            status = cli.cmd_run(run_argv)
+            # every host was just seen ready over ssh: no second preflight
+            status = cli.cmd_run(["--no-preflight"] + run_argv if len(spec.hosts) > 1 else run_argv)
             return status
         except UsageError as exc:
             # Shown now; then the waiting hosts (some maybe not up yet) learn status 2.

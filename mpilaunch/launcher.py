@@ -5,7 +5,8 @@
   with PR_SET_PDEATHSIG, so it is told to stop if we are killed.
 * If mpirun has not ended ``ESCALATE_AFTER`` seconds after the forwarded signal, it is
   SIGKILLed; the rank adapters notice the loss of their parent (PDEATHSIG) and end too.
-* stdout of the job passes straight through; stderr is relayed line by line so the adapters'
+* stdout is relayed in large chunks (a bounded tail is kept for Open MPI's own messages,
+  which 5.x prints there); stderr is relayed line by line so the adapters'
   status lines can be collected for the failure summary.
 """
 from __future__ import annotations
@@ -80,7 +81,7 @@ class _Relay(threading.Thread):
         self.collector = collector
 
     def run(self) -> None:
-        out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
+        out = sys.stderr.buffer
         marker = STATUS_PREFIX.encode()
         for raw in iter(self.stream.readline, b""):
             if marker in raw:
@@ -88,15 +89,38 @@ class _Relay(threading.Thread):
                 event = parse_status_line(STATUS_PREFIX + rest.decode("utf-8", "replace").rstrip("\r\n"))
                 if event is not None:
                     self.collector.feed_status(event)
-                    raw = head + (b"\n" if head.strip() else b"")
                     if not head.strip():
                         continue
-            self.collector.feed_text(raw.decode("utf-8", "replace"))
-            if out is not None:
-                out.write(raw)
-                out.flush()
-            else:  # pragma: no cover
-                sys.stderr.write(raw.decode("utf-8", "replace"))
+                    raw = head + b"\n"
+            self.collector.feed_text(raw.decode("utf-8", "replace"), "stderr")
+            _write_all(out, raw)
+
+
+class _StdoutRelay(threading.Thread):
+    """mpirun's stdout -> our stdout in large chunks. Only a bounded tail is kept, for the
+    messages Open MPI 5 prints there (a lost daemon, a rank killed by a signal)."""
+
+    def __init__(self, stream, collector: Collector):
+        super().__init__(name="stdout-relay", daemon=True)
+        self.fd = stream.fileno()
+        self.collector = collector
+
+    def run(self) -> None:
+        out = sys.stdout.buffer
+        while True:
+            data = os.read(self.fd, 1 << 20)
+            if not data:
+                return
+            _write_all(out, data)
+            self.collector.feed_text(data.decode("utf-8", "replace"), "stdout")
+
+
+def _write_all(out, data: bytes) -> None:
+    try:
+        out.write(data)
+        out.flush()
+    except (BrokenPipeError, ValueError, OSError):
+        pass  # our reader went away; keep draining so mpirun never blocks on a full pipe
 
 
 def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool) -> int:
@@ -131,13 +155,15 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool)
     try:
         write_files(plan)
         proc = subprocess.Popen(
-            cmd, env={**env, **plan.extra_env}, stdin=subprocess.DEVNULL, stdout=None, stderr=subprocess.PIPE,
+            cmd, env={**env, **plan.extra_env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             preexec_fn=_child_setup, close_fds=True,
         )
-        relay = _Relay(proc.stderr, collector)
-        relay.start()
+        relays = [_Relay(proc.stderr, collector), _StdoutRelay(proc.stdout, collector)]
+        for relay in relays:
+            relay.start()
         rc = proc.wait()
-        relay.join(timeout=5)
+        for relay in relays:
+            relay.join(timeout=5)
     finally:
         for timer in timers:
             timer.cancel()
@@ -149,6 +175,8 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool)
         remove_files(plan, run_dir, keep_tune)
 
     status = 128 - rc if rc < 0 else rc
+    if status == 0 and collector.lost_hosts():
+        status = 255  # Open MPI 5 sometimes exits 0 after losing a host: that job did not succeed
     if stop["first"] is not None:  # interrupted by the user: report the signal, as a shell would
         status = 128 + stop["first"]
     if status != 0:

@@ -13,6 +13,7 @@ from mpilaunch.errors import UsageError
 from mpilaunch.mpi import OMPI4, MpiInfo
 
 SYSTEM_BIN_DIRS = ("/usr/bin", "/bin", "/usr/local/bin")
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: 
             "the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
             "plm_rsh_args in the MCA/extra args; keep one"
         )
+
+    if any(h.name not in LOCAL_NAMES for h in cfg.hosts):
+        tokens += render.keepalive_tokens(dialect, tokens)
 
     broadcast = tune.split(tune.select(env, cfg.env_prefixes))
     tune_path = cfg.tune_path or os.path.join(run_dir, "tune.env")

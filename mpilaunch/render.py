@@ -120,6 +120,21 @@ def ssh_tokens(ssh_args: Sequence[str], dialect: str) -> List[str]:
     return ["--mca", "plm_rsh_args", joined]
 
 
+KEEPALIVE = (("oob_tcp_keepalive_time", "10"), ("oob_tcp_keepalive_intvl", "3"),
+             ("oob_tcp_keepalive_probes", "3"))
+
+
+def keepalive_tokens(dialect: str, tokens: Sequence[str]) -> List[str]:
+    """TCP keepalive on the daemons' links, so a host that vanishes (power, link) is noticed in
+    ~20 s instead of never; parameters the user set are left alone."""
+    option = "--prtemca" if dialect == OMPI5 else "--mca"
+    out: List[str] = []
+    for name, value in KEEPALIVE:
+        if not has_param(tokens, (name,)):
+            out += [option, name, value]
+    return out
+
+
 def has_param(tokens: Sequence[str], names: Sequence[str]) -> bool:
     for i, token in enumerate(tokens[:-1]):
         if token in ("--mca", "--prtemca", "-mca") and tokens[i + 1] in names:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import re
 import signal
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass
 from typing import List, Optional
 
 STATUS_PREFIX = "@@mpilaunch "
@@ -18,7 +19,12 @@ STATUS_PREFIX = "@@mpilaunch "
 _MPIRUN_NOTICE = re.compile(
     r"noticed that process rank (\d+) with PID (\d+) on node (\S+?)\.? exited on signal (\d+)"
 )
-_MPIRUN_EXIT = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)", re.S)
+# Open MPI's words for a host whose daemon is gone (crashed, powered off, link down).
+_LOST_HOST = [
+    re.compile(r"(?:ORTE|PRTE) has lost communication with a remote daemon.*?Remote daemon:\s*\S+ on node (\S+)", re.S),
+    re.compile(r"A daemon failed to report back.*?Remote host:\s+(\S+)", re.S),
+    re.compile(r"Connection to (\S+) closed by remote host"),
+]
 
 
 @dataclass
@@ -56,29 +62,72 @@ def parse_status_line(line: str) -> Optional[Event]:
         return None
 
 
-@dataclass
+class _Tail:
+    """The last ``limit`` characters of a stream, kept as chunks (no quadratic copying)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.size = limit, 0
+        self.chunks: "deque[str]" = deque()
+
+    def add(self, text: str) -> None:
+        self.chunks.append(text)
+        self.size += len(text)
+        while self.size - len(self.chunks[0]) >= self.limit:
+            self.size -= len(self.chunks.popleft())
+
+    def text(self) -> str:
+        return "".join(self.chunks)[-self.limit:]
+
+
 class Collector:
-    events: List[Event] = field(default_factory=list)
-    notices: List[Event] = field(default_factory=list)
-    _text: str = ""
+    """What the launcher learns from mpirun's two streams: the adapters' status lines, and
+    Open MPI's own messages (which PRRTE prints on stdout, ORTE mostly on stderr)."""
+
+    TAIL = 256 * 1024
+
+    def __init__(self) -> None:
+        self.events: List[Event] = []
+        self._streams = {"stdout": _Tail(self.TAIL), "stderr": _Tail(self.TAIL)}
 
     def feed_status(self, event: Event) -> None:
         self.events.append(event)
 
-    def feed_text(self, text: str) -> None:
-        """mpirun's own messages (kept short: only what the regexes need)."""
-        self._text = (self._text + text)[-20000:]
-        for m in _MPIRUN_NOTICE.finditer(text):
+    def feed_text(self, text: str, stream: str = "stderr") -> None:
+        self._streams[stream].add(text)
+
+    @property
+    def _text(self) -> str:
+        return "\n".join(t.text() for t in self._streams.values())
+
+    @property
+    def notices(self) -> List[Event]:
+        """mpirun's "noticed that process rank N ... exited on signal S" (adapter killed)."""
+        out = []
+        for m in _MPIRUN_NOTICE.finditer(self._text):
             sig = int(m.group(4))
-            self.notices.append(Event(int(m.group(1)), m.group(3), "rank", "exit", 128 + sig, sig,
-                                      "self", None, [], float("inf")))
+            out.append(Event(int(m.group(1)), m.group(3), "rank", "exit", 128 + sig, sig,
+                             "self", None, [], float("inf")))
+        return out
+
+    def lost_hosts(self) -> List[str]:
+        """Hosts Open MPI reported as lost, in the order first seen."""
+        found: List[tuple] = []
+        for pattern in _LOST_HOST:
+            for m in pattern.finditer(self._text):
+                found.append((m.start(), m.group(1).rstrip(".,")))
+        out: List[str] = []
+        for _, host in sorted(found):
+            if host not in out:
+                out.append(host)
+        return out
 
     def root_cause(self) -> Optional[Event]:
         own = [e for e in self.events if e.cause == "self" and (e.code or e.signal)]
         if own:
             return min(own, key=lambda e: e.t)
-        if self.notices:
-            return self.notices[0]
+        notices = self.notices
+        if notices:
+            return notices[0]
         failed = [e for e in self.events if e.code or e.signal]
         return min(failed, key=lambda e: e.t) if failed else None
 
@@ -95,6 +144,14 @@ def describe_status(code: Optional[int], sig: Optional[int]) -> str:
 
 def render_summary(collector: Collector, status: int, tail_lines: int = 10) -> str:
     lines = [f"mpilaunch: job failed (exit status {status})"]
+    lost = collector.lost_hosts()
+    if lost:
+        lines.append(f"  root cause: host {lost[0]} lost: Open MPI lost its daemon there "
+                     "(host down, crashed or unreachable)")
+        if len(lost) > 1:
+            lines.append("  also lost: " + ", ".join(lost[1:]))
+        lines.append("  check it with: mpilaunch check --hostfile ... (same options as the launch)")
+        return "\n".join(lines) + "\n"
     root = collector.root_cause()
     if root is None:
         lines.append("  no rank reported a failure; see mpirun's messages above")

@@ -51,6 +51,8 @@ def test_ompi4_defaults_multi_node_with_ssh_port_as_root(tmp_path):
         "--mca", "plm_rsh_args", "-p 2222", "--tune", "/run/tune.env",
         "--bind-to", "none", "--map-by", "slot", *DEFAULT_X,
         "--mca", "pml", "ob1", "--mca", "btl", "^openib", "--mca", "plm_rsh_no_tree_spawn", "true",
+        "--mca", "oob_tcp_keepalive_time", "10", "--mca", "oob_tcp_keepalive_intvl", "3",
+        "--mca", "oob_tcp_keepalive_probes", "3",
         "--allow-run-as-root", *rank_cmd(script),
     ]
     assert p.tune_text == "-x MA_JOB=7\n"
@@ -74,7 +76,9 @@ def test_overrides_flag_beats_variable_beats_default(tmp_path):
         "/venv/bin/mpirun", "-np", "2", "--hostfile", "/run/hostfile",
         "--prtemca", "plm_ssh_args", "-p 22", "--tune", "/run/tune.env",
         "--bind-to", "core", "--map-by", "ppr:1:node", "-x", "FOO=1", "--mca", "btl", "self",
-        "--report-bindings", "--tag-output", "--oversubscribe", *rank_cmd(script),
+        "--report-bindings", "--tag-output",
+        "--prtemca", "oob_tcp_keepalive_time", "10", "--prtemca", "oob_tcp_keepalive_intvl", "3",
+        "--prtemca", "oob_tcp_keepalive_probes", "3", "--oversubscribe", *rank_cmd(script),
     ]
 
 
@@ -148,3 +152,13 @@ def test_own_interpreter_starts_the_adapter_without_site(tmp_path):
     assert cmd[:3] == [sys.executable, "-S", plan.BOOT]
     assert plan.BOOT.endswith("mpilaunch/rank/_boot.py")
     assert plan.rank_command(cfg, launcher_python="/other/python")[:3] == [sys.executable, "-m", "mpilaunch.rank"]
+
+
+def test_keepalive_only_for_remote_hosts_and_not_twice(tmp_path):
+    local, _ = make(["-np", "2"], {}, M5, tmp_path)
+    assert "oob_tcp_keepalive_time" not in plan.argv(local)
+    mine, _ = make(["-H", "a:1,b:1", "--mca-args", "-mca oob_tcp_keepalive_time 60"], {}, M4, tmp_path)
+    argv = plan.argv(mine)
+    assert argv.count("oob_tcp_keepalive_time") == 1
+    assert argv[argv.index("oob_tcp_keepalive_time") + 1] == "60"
+    assert "oob_tcp_keepalive_probes" in argv
