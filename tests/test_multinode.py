@@ -120,10 +120,9 @@ def test_pytorch_ddp_gloo_across_two_hosts(testhosts, mpirun, tmp_path):
     th = testhosts
     out = tmp_path / "out"
     hf = th.hostfile(slots_per_host=1, n_hosts=2)
-    # The namespace hosts' names resolve nowhere, so gloo would fall back to loopback: name the
-    # interface, as one names NCCL_SOCKET_IFNAME on a cluster (travels to every rank with -x).
+    # The namespace hosts' names resolve nowhere, so gloo alone would fall back to loopback;
+    # the adapter sets GLOO_SOCKET_IFNAME to the interface that routes to rank 0 (eth0 here).
     p = _in_host1(th, ["--mpirun", mpirun, "--hostfile", hf, *_ssh(th), "--no-scheduler",
-                       "--extra-args", "-x GLOO_SOCKET_IFNAME=eth0",
                        "--master_port", "38131", "--log_dir", str(tmp_path / "logs"),
                        os.path.join(EXAMPLES, "torch_train.py"), "--steps", "5", "--out", str(out)],
                   clean_env(), timeout=180)

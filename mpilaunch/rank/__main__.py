@@ -163,6 +163,17 @@ def _local_ip(sched_addr: str) -> str:
     return ips[0] if ips else "127.0.0.1"
 
 
+def _interface_towards(addr: str) -> Optional[str]:
+    """Name of the local interface holding the address the kernel uses to reach ``addr``."""
+    import psutil
+
+    src = _local_ip(addr)
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == src for a in addrs):
+            return None if name == "lo" else name
+    return None
+
+
 def run(opts: Options, info, user_env: dict, hostname: str) -> int:
     from mpilaunch.rank import affinity, logs
     from mpilaunch.rank.frameworkenv import FrameworkOpts, device_id, framework_env
@@ -197,6 +208,13 @@ def run(opts: Options, info, user_env: dict, hostname: str) -> int:
     info = ag.info
     worker_env = framework_env(info, ag.sched_addr, ag.sched_port, fw, user_env)
     with_scheduler = info.rank == 0 and not opts.no_scheduler
+    if not info.single_node and not user_env.get("GLOO_SOCKET_IFNAME"):
+        # Gloo picks its interface by resolving this host's name, and falls back to loopback
+        # when the name does not resolve: then no rank reaches another. Use the interface that
+        # routes to rank 0's address instead (a user's own GLOO_SOCKET_IFNAME wins).
+        ifname = _interface_towards(ag.sched_addr)
+        if ifname:
+            worker_env["GLOO_SOCKET_IFNAME"] = ifname
 
     ip = _local_ip(ag.sched_addr) if "{ip}" in opts.worker_log_name else ""
     worker_log = os.path.join(opts.log_dir, logs.worker_log_name(

@@ -41,6 +41,9 @@ from mpilaunch.rank import logs, status
 PR_SET_PDEATHSIG = 1
 F_SETPIPE_SZ = 1031
 TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# A child killed by SIGTERM is usually Open MPI's teardown signalling the whole process group;
+# our own copy of the signal can arrive later than the child's exit (seen >0.3 s on 4.1).
+TEARDOWN_SIGNAL_WINDOW = 1.5
 READ_CHUNK = 1 << 20
 # Pipe capacity for the relay (worker -> adapter -> mpirun): 1 MiB cuts the relay's CPU by
 # more than half against the default 64 KiB (measured: 200 MB of 100-byte lines, 0.75 s ->
@@ -224,7 +227,7 @@ class Supervisor:
             # a child failed
             if child.signal in TEARDOWN_SIGNALS:
                 # mpirun signals the whole process group: our own SIGTERM may be right behind.
-                sig = self._pending_signal(0.3)
+                sig = self._pending_signal(TEARDOWN_SIGNAL_WINDOW)
                 if sig is not None:
                     return self._teardown(sig)
             self._report(child, cause="self")
