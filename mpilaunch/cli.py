@@ -8,7 +8,7 @@ import argparse
 import logging
 import os
 import sys
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 from mpilaunch.errors import UsageError
 

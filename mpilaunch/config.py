@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
-from typing import List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Mapping, Optional, Tuple
 
 from mpilaunch import hostfile as hf
 from mpilaunch.errors import UsageError

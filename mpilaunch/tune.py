@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, List, Mapping, Sequence, Tuple
 
 DEFAULT_PREFIXES: Tuple[str, ...] = ("MA_", "AWS_", "S3_", "PATH", "VC_WORKER_", "SCC", "CRED")

@@ -19,15 +19,18 @@ Bad JSON, keys or ranges: :class:`UsageError` naming ``--bind-core``.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from mpilaunch.errors import UsageError
 
 AUTO = "auto"
-Spec = Union[None, str, Dict[str, List[int]]]
+if TYPE_CHECKING:
+    Spec = Union[None, str, Dict[str, List[int]]]
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 _KEY = re.compile(r"^(scheduler|device\S+)$")
@@ -61,6 +64,8 @@ def parse_bind_core(raw: Optional[str], cpu_count: Optional[int] = None) -> Spec
     if text.lower() in ("true", "1", "yes", "on"):
         return AUTO
     try:
+        import json
+
         data = json.loads(text)
     except ValueError as exc:
         raise UsageError(f"--bind-core {raw!r} is neither True/False nor a JSON dict ({exc})") from None

@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import astuple, dataclass, replace
-from typing import Callable, List, Mapping, MutableMapping, Optional, Sequence, Tuple
+from collections import namedtuple
+
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from typing import Callable, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
 from mpilaunch.errors import UsageError
 from mpilaunch.rank.identity import RankInfo
@@ -49,12 +52,8 @@ class PeerFailed(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class Agreement:
-    info: RankInfo          # complete, with node_index/num_nodes when MPI was used
-    sched_addr: str
-    sched_port: int
-    used_mpi: bool
+# info: RankInfo, complete, with node_index/num_nodes when MPI was used
+Agreement = namedtuple("Agreement", "info sched_addr sched_port used_mpi")
 
 
 # ---------------------------------------------------------------- network helpers (impure)
@@ -129,14 +128,8 @@ def check_port(addr: str, port: int, hostname: str, check_addr: bool = True) -> 
 
 # ---------------------------------------------------------------- pure decisions
 
-@dataclass(frozen=True)
-class Peer:
-    rank: int
-    hostname: str
-    ipv4s: Tuple[str, ...]
-    leader: int          # lowest world rank on the same node
-    local_rank: int
-    local_size: int
+# leader: lowest world rank on the same node
+Peer = namedtuple("Peer", "rank hostname ipv4s leader local_rank local_size")
 
 
 def _group(peers: Sequence[Peer], key) -> List[List[Peer]]:
@@ -183,7 +176,7 @@ def complete_info(info: RankInfo, peers: Sequence[Peer]) -> RankInfo:
         changes["local_rank"] = me.local_rank
     if info.local_size is None:
         changes["local_size"] = me.local_size
-    return replace(info, **changes)
+    return info._replace(**changes)
 
 
 def choose_sched_addr(master_addr: Optional[str], spans_nodes: bool, own_ipv4s: Sequence[str],
@@ -281,7 +274,7 @@ def _agree_mpi(info: RankInfo, master_addr: Optional[str], master_port: int,
                   shared.Get_rank() if info.local_rank is None else info.local_rank,
                   shared.Get_size() if info.local_size is None else info.local_size)
         shared.Free()
-        peers = [Peer(*p) for p in comm.allgather(astuple(me))]
+        peers = [Peer(*p) for p in comm.allgather(tuple(me))]
         result: Tuple[str, object, object]
         if rank == 0:
             try:

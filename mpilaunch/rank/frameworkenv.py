@@ -30,8 +30,11 @@ scheduler too, finds what it reads.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Tuple
+from collections import namedtuple
+
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from typing import Dict, Mapping, Optional, Tuple
 
 from mpilaunch.errors import UsageError
 from mpilaunch.rank.identity import RankInfo
@@ -41,10 +44,11 @@ DEFAULT_TOPO_TIMEOUT = 600
 VISIBLE_DEVICE_VARS = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 
-@dataclass(frozen=True)
-class FrameworkOpts:
-    cluster_time_out: Optional[int] = None      # --cluster-time-out, None = not given
-    visible_devices: Optional[Tuple[str, ...]] = None  # --visible-devices, None = not given
+class FrameworkOpts(namedtuple("FrameworkOpts", "cluster_time_out visible_devices", defaults=(None, None))):
+    """cluster_time_out: --cluster-time-out (None = not given); visible_devices: tuple of
+    --visible-devices entries (None = not given)."""
+
+    __slots__ = ()
 
 
 def device_list(opts: FrameworkOpts, user_env: Mapping[str, str]) -> Tuple[Optional[str], Optional[list]]:

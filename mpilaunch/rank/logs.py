@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 import string
-from typing import FrozenSet, List, Mapping, Optional, Sequence
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from typing import FrozenSet, List, Mapping, Optional, Sequence
 
 from mpilaunch.errors import UsageError
 

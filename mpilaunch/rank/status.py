@@ -2,10 +2,12 @@
 stderr per terminal event, written with a single ``write`` so lines from ranks never mix."""
 from __future__ import annotations
 
-import json
 import os
 import time
-from typing import List, Optional
+
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from typing import List, Optional
 
 PREFIX = "@@mpilaunch "
 
@@ -19,6 +21,8 @@ def status_line(rank: Optional[int], host: str, role: str, event: str, code: Opt
            "t": round(time.time() if t is None else t, 3)}
     if message is not None:
         obj["message"] = message
+    import json  # only when a status line is written (a failure), not at every start
+
     return PREFIX + json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 

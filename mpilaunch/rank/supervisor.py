@@ -33,8 +33,9 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Sequence
 
 from mpilaunch.rank import logs, status
 
@@ -71,28 +72,28 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-@dataclass
 class ChildSpec:
-    role: str                       # "worker" | "scheduler"
-    argv: List[str]
-    env: Dict[str, str]
-    log_path: str
-    tail_prefix: Optional[bytes] = None   # bytes -> relay to stdout with this prefix
-    cpus: Optional[List[int]] = None
-    inherit_stdin: bool = False
+    """What to start: role "worker" | "scheduler"; tail_prefix: bytes -> relay the output to
+    stdout with this prefix; cpus: affinity list."""
+
+    def __init__(self, role: str, argv: List[str], env: Dict[str, str], log_path: str,
+                 tail_prefix: Optional[bytes] = None, cpus: Optional[List[int]] = None,
+                 inherit_stdin: bool = False):
+        self.role, self.argv, self.env, self.log_path = role, argv, env, log_path
+        self.tail_prefix, self.cpus, self.inherit_stdin = tail_prefix, cpus, inherit_stdin
 
 
-@dataclass
 class _Child:
-    spec: ChildSpec
-    thread: Optional[threading.Thread] = None
-    relay: Optional[threading.Thread] = None
-    proc: Optional[subprocess.Popen] = None
-    status: Optional[int] = None          # shell-style, once exited
-    signal: Optional[int] = None
-    start_error: Optional[str] = None
-    reported: bool = False
-    descendants: list = field(default_factory=list)
+    def __init__(self, spec: ChildSpec):
+        self.spec = spec
+        self.thread: Optional[threading.Thread] = None
+        self.relay: Optional[threading.Thread] = None
+        self.proc: Optional[subprocess.Popen] = None
+        self.status: Optional[int] = None          # shell-style, once exited
+        self.signal: Optional[int] = None
+        self.start_error: Optional[str] = None
+        self.reported = False
+        self.descendants: list = []
 
 
 class Supervisor:
