@@ -93,8 +93,12 @@ def _explain_launch(sec, meta, sections) -> List[str]:
                 f"{ps['clean-site python -c pass']['cpu'] * 1e3:.0f} ms without the sandbox's "
                 f"`{', '.join(p.rsplit('/', 1)[-1] for p in meta['environment'].get('skipped_pth', []))}` "
                 f"(it imports certifi at every start): {tax * 1e3:.0f} ms per interpreter. " if tax is not None else "")
-            + "mpilaunch starts 2N+2 interpreters (front-end, N adapters, N workers, scheduler) where bare mpirun "
-            f"starts N, so the tax lands mostly on mpilaunch's side. Measured with the clean-site interpreter "
+            + ("mpilaunch starts 2N+2 interpreters (front-end, N adapters, N workers, scheduler) where bare mpirun "
+               "starts N; its adapters already skip site (`python -S`), so the front-end and rank 0's scheduler are "
+               "the taxed extras. " if _grep("plan.py", r"_boot\.py") else
+               "mpilaunch starts 2N+2 interpreters (front-end, N adapters, N workers, scheduler) where bare mpirun "
+               "starts N, so the tax lands mostly on mpilaunch's side. ")
+            + f"Measured with the clean-site interpreter "
             f"(same Python, same packages, only that .pth skipped): default {_f(c_def, '{:+.3f}')} s, "
             f"`--no-scheduler --tail_worker_log none` {_f(c_lean, '{:+.3f}')} s at N=4 "
             f"({'within' if c_def is not None and c_def <= 0.3 else 'still above'} the +0.3 s target for the default).")
@@ -110,11 +114,7 @@ def _explain_launch(sec, meta, sections) -> List[str]:
             f"{(imp_fe['total_us'] - base) / 1e3:.0f} ms and {(imp_ad['total_us'] - base) / 1e3:.0f} ms of mpilaunch's own "
             "imports, on every launch and in every rank. Heaviest in the adapter: "
             + ", ".join(f"`{m}` {us / 1e3:.1f} ms" for m, us in imp_ad["top"] if m not in ("site", "encodings", "_frozen_importlib_external", "io", "zipimport", "encodings.utf_8", "_signal", "runpy", "locale"))[:400]
-            + ". `dataclasses` alone pulls in `inspect` (and `ast`, `dis`, `tokenize`): measured by hand on this "
-              "machine, `python -c 'import dataclasses'` costs ~25 ms CPU more than `python -c pass` (clean-site "
-              "interpreter, cached bytecode), and importing the adapter's whole module set costs ~67 ms where the "
-              "standard-library modules it really needs (os, signal, subprocess, threading, queue, select, json, "
-              "ctypes, errno, time, re) cost ~30 ms.")
+            + ".")
         L.append("")
     cpu = next((s for s in sections if s["key"] == "cpu"), None)
     if cpu:
@@ -124,27 +124,8 @@ def _explain_launch(sec, meta, sections) -> List[str]:
             L.append(f"Section 6 agrees: each adapter spends {_med(r['adapter']):.3f} s CPU, a `python -c pass` "
                      f"{_med(b['worker']):.3f} s; the front-end {_f(_med(r.get('front')))} s.")
             L.append("")
-    L.append("**Proposed changes in mpilaunch** (not made here: this work may only touch `bench/`; line numbers as of 2026-11-29):")
-    L.append("")
-    L.append("1. *Adapter start-up* (`mpilaunch/rank/`): stop importing `dataclasses` on the rank path: "
-             "`rank/__main__.py:17,58` (`Options`), `rank/supervisor.py:36,71,82` (`ChildSpec`, `_Child`), "
-             "`rank/identity.py:28,34` (`RankInfo`), `rank/agree.py:35,52,132` (`Agreement`, `Peer`; `astuple`), "
-             "`rank/frameworkenv.py:33,44` (`FrameworkOpts`): use `typing.NamedTuple` or small `__slots__` classes "
-             "(`replace()` -> `NamedTuple._replace`). Import `socket` only where used (`rank/__main__.py:15`: "
-             "`socket.gethostname()` -> `os.uname().nodename`; `agree.py:34` lazily in `check_port`/`route_source`), "
-             "and parse the adapter's machine-written command line (docs/ARCHITECTURE.md contract) without "
-             "building an `argparse` parser on every start (`rank/__main__.py:31-53`). Expected: ~35-40 ms CPU "
-             "less per rank (the measured import difference above), ~0.07 s less wall at N=4 on 2 cores.")
-    L.append("2. *Front-end start-up* (`mpilaunch/`): the same for `config.py:10,29,36` (`LaunchConfig` has 30 "
-             "fields; its dataclass processing alone is the largest own-time import), `plan.py:5,17`, `tune.py:20,61`, "
-             "`mpi.py:13,22`, `summary.py:13,24,59`; import `logging` (`cli.py:8`) only with `-v`, and "
-             "`summary`/`ctypes`/`tempfile` in `launcher.py:13-26` only when `run()` needs them. Cache the "
-             "`mpirun --version` probe (`mpi.py:77-86`) per (path, mtime, size) under `$XDG_CACHE_HOME`: "
-             "it is a fork+exec of mpirun on every launch. Expected: ~30-40 ms less per launch.")
-    L.append("3. *Not worth it*: the two `fsync`s in `tune.write_atomic` (measured 0.9 ms per file on this disk); "
-             "planning itself (section 4: ~5 ms with 1,000 variables).")
-    L.append("")
-    L.append("Even with 1 and 2 the architecture keeps a floor: the minimal-interposer row (one extra "
+    L += _launch_proposals(imp_ad, imp_fe)
+    L.append("Even with all of that the architecture keeps a floor: the minimal-interposer row (one extra "
              f"interpreter per rank, nothing else) already adds {_f(d_min, '{:+.3f}')} s at N=4 on this machine, "
              "and rank 0's scheduler one more interpreter. `--exec` (no adapter process) is the way to get bare "
              "mpirun's start time when supervision is not wanted.")
@@ -272,4 +253,99 @@ def _explain_relay(sec, meta, sections) -> List[str]:
              "If console speed matters, the log-first prototype is the design to adopt in "
              "`mpilaunch/rank/supervisor.py` (`Supervisor._run_child`: worker stdout -> log fd; `relay()` -> "
              "follow the log file instead of a pipe).")
+    return L
+
+
+# --------------------------------------------------------------------------- source scan
+
+import os as _os
+import re as _re
+
+_REPO = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+RANK_PATH = ["rank/__main__.py", "rank/_boot.py", "rank/supervisor.py", "rank/identity.py", "rank/agree.py",
+             "rank/frameworkenv.py", "rank/logs.py", "rank/status.py", "rank/affinity.py"]
+FRONT_PATH = ["__main__.py", "cli.py", "config.py", "hostfile.py", "mpi.py", "plan.py", "render.py", "tune.py",
+              "launcher.py", "summary.py", "errors.py"]
+
+
+def _grep(rel: str, pattern: str, top_level_only: bool = True):
+    """[(line number, text)] of ``pattern`` in mpilaunch/<rel> (module-level lines only)."""
+    path = _os.path.join(_REPO, "mpilaunch", rel)
+    out = []
+    try:
+        with open(path) as fh:
+            for n, line in enumerate(fh, 1):
+                if top_level_only and line[:1].isspace():
+                    continue
+                if _re.search(pattern, line):
+                    out.append((n, line.strip()))
+    except OSError:
+        pass
+    return out
+
+
+def _where(files, pattern) -> str:
+    hits = []
+    for rel in files:
+        lines = [str(n) for n, _ in _grep(rel, pattern)]
+        if lines:
+            hits.append(f"`mpilaunch/{rel}:{','.join(lines)}`")
+    return ", ".join(hits)
+
+
+def _launch_proposals(imp_ad, imp_fe) -> List[str]:
+    """What is still worth changing, read from the current mpilaunch source (so the text
+    stays true when mpilaunch changes between runs)."""
+    L = ["**What to change in mpilaunch** (read from the source measured; not changed here, this work may only "
+         "touch `bench/`):", ""]
+    n = 1
+    boot = _grep("plan.py", r"_boot\.py")
+    if boot:
+        L.append(f"- Already done: the adapter starts with `python -S rank/_boot.py` (no site/.pth processing; "
+                 f"`mpilaunch/plan.py:{boot[0][0]}`) when it uses the launcher's interpreter.")
+    dc_rank = _where(RANK_PATH, r"^(from dataclasses|import dataclasses)")
+    if not dc_rank:
+        L.append("- Already done: no `dataclasses` on the rank path (namedtuples).")
+    L.append("")
+    adapter_items = []
+    if dc_rank:
+        adapter_items.append(f"drop `dataclasses` ({dc_rank}): it imports `inspect`, `ast`, `dis`, `tokenize`")
+    sock = _where(["rank/__main__.py"], r"^import socket")
+    if sock:
+        adapter_items.append(f"import `socket` only where an address is needed ({sock}; `socket.gethostname()` "
+                             "-> `os.uname().nodename`; `agree.check_port` is the only user on a single node)")
+    argp = _where(["rank/__main__.py"], r"^import argparse")
+    if argp:
+        adapter_items.append(f"parse the adapter's machine-written command line (the docs/ARCHITECTURE.md contract) "
+                             f"without building an `argparse` parser at every start ({argp}; `argparse` also pulls "
+                             "`gettext`/`locale`)")
+    shut = _where(["rank/__main__.py", "rank/supervisor.py"], r"^import shutil")
+    if shut:
+        adapter_items.append(f"import `shutil` lazily ({shut}; used for `which` only)")
+    if adapter_items:
+        heavy = ", ".join(f"`{m}` {us / 1e3:.1f} ms" for m, us in (imp_ad or {}).get("top_self", [])[:6])
+        L.append(f"{n}. *Adapter start-up*, paid by every rank before its worker starts: " + "; ".join(adapter_items)
+                 + (f". Heaviest adapter imports by own time in this run: {heavy}." if heavy else "."))
+        n += 1
+    fe_items = []
+    dc_fe = _where(FRONT_PATH, r"^(from dataclasses|import dataclasses)|^@dataclass")
+    if dc_fe:
+        fe_items.append(f"the same `dataclasses` -> namedtuple change in the front-end ({dc_fe}; `LaunchConfig` "
+                        "has ~30 fields, and `mpilaunch.config` is the heaviest own-time import of the front-end)")
+    lg = _where(["cli.py"], r"^import logging")
+    if lg:
+        fe_items.append(f"import `logging` only with `-v` ({lg})")
+    lz = _where(["launcher.py"], r"^import (ctypes|tempfile)|^from mpilaunch.summary")
+    if lz:
+        fe_items.append(f"import `ctypes`, `tempfile` and `summary` when `run()` needs them ({lz})")
+    if _grep("mpi.py", r"^def detect") and not _grep("mpi.py", r"cache", top_level_only=False):
+        d = _grep("mpi.py", r"^def detect")[0][0]
+        fe_items.append(f"cache the `mpirun --version` probe per (path, size, mtime) (`mpilaunch/mpi.py:{d}` runs "
+                        "mpirun on every launch)")
+    if fe_items:
+        L.append(f"{n}. *Front-end start-up*, paid once per launch: " + "; ".join(fe_items) + ".")
+        n += 1
+    L.append(f"{n}. *Not worth it*: the two `fsync`s of `tune.write_atomic` (measured 0.9 ms per file on this disk); "
+             "planning itself (section 4: a few ms at the sizes used here).")
+    L.append("")
     return L

@@ -48,6 +48,7 @@ def _plan(mpirun: str, np: int, log_dir: str, run_dir: str, extra: List[str], en
     from mpilaunch import cli, config, launcher, mpi
     from mpilaunch import plan as planmod
 
+    os.makedirs(run_dir, exist_ok=True)
     args = cli.run_parser().parse_args(
         ["--mpirun", mpirun, "-np", str(np), "--master_port", str(C.QUIET_PORT),
          "--log_dir", log_dir, "--python", py, *extra, SCRIPT])
@@ -90,6 +91,17 @@ def _traced(argv, env, cwd, proc_log) -> dict:
     for rec in C.read_proc_log(proc_log):
         by.setdefault(C.classify(rec), []).append(rec)
     out = {"wall": r.wall, "rc": r.rc, "job_cpu": r.cpu}
+    if "adapter" not in by:   # the adapter runs with python -S (no hook): learn it from its children
+        parents = {}
+        for rec in by.get("worker", []):
+            if C.is_adapter_argv(rec.get("parent_argv", [])) and rec.get("parent_start"):
+                parents.setdefault(rec["ppid"], rec)
+        if parents:
+            ps = list(parents.values())
+            out["adapter"] = {"count": len(ps), "first_start": min(x["parent_start"] - t0 for x in ps),
+                              "last_start": max(x["parent_start"] - t0 for x in ps), "last_exit": None,
+                              "cpu_each": statistics.median(x["parent_cpu_so_far"] for x in ps),
+                              "from_children": True}
     for kind, rs in by.items():
         out[kind] = {
             "count": len(rs),
@@ -281,7 +293,7 @@ def _profile_lines(profile, versions, np_t) -> List[str]:
                 v, f"{t['wall']:.3f}",
                 f"{fe['cpu_each']:.3f}" if fe else "—",
                 f"{ad['first_start']:.3f}–{ad['last_start']:.3f}" if ad else "—",
-                f"{ad['cpu_each']:.3f}" if ad else "—",
+                (f"{ad['cpu_each']:.2f} (until its worker's exit)" if ad.get("from_children") else f"{ad['cpu_each']:.3f}") if ad else "—",
                 f"{wk['first_start']:.3f}–{wk['last_start']:.3f}" + (" (incl. interposers)" if interposer else "") if wk else "—",
                 f"{wk['last_exit']:.3f}" if wk else "—",
                 f"{wk['cpu_each']:.3f}" if wk else "—"]) + " |")

@@ -368,11 +368,16 @@ def classify(rec: dict) -> str:
     """Which part of a job a hook record belongs to."""
     argv = rec.get("argv", [])
     text = " ".join(argv)
-    if "mpilaunch.rank" in text or any(a.endswith("mpilaunch/rank/__main__.py") for a in argv):
+    if "mpilaunch.rank" in text or any(a.endswith(("mpilaunch/rank/__main__.py", "mpilaunch/rank/_boot.py"))
+                                        for a in argv):
         return "adapter"
     if any(a.endswith("mpilaunch/__main__.py") for a in argv) or (len(argv) > 2 and argv[1:3] == ["-m", "mpilaunch"]):
         return "front-end"
     return "worker"
+
+
+def is_adapter_argv(argv: Sequence[str]) -> bool:
+    return classify({"argv": list(argv)}) == "adapter"
 
 
 def fmt_s(v: Optional[float], digits: int = 3) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import List, Optional
 
 
@@ -114,7 +115,8 @@ def render_chart(sections: List[dict], path: str, title: str) -> Optional[str]:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:
+    except ImportError as exc:
+        print(f"chart.png not drawn: {exc}", file=sys.stderr)
         return None
     panels = [s for s in sections if s.get("chart")]
     if not panels:
