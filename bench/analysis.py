@@ -51,34 +51,39 @@ def _explain_launch(sec, meta, sections) -> List[str]:
     added = raw.get("added", {})
     prof = raw.get("profile", {})
     L: List[str] = []
-    key = next((k for k in added if k.startswith("python / ") and k.endswith("N=4")), None)
-    if key is None:
+    keys = [k for k in added if k.startswith("python / ") and k.endswith("N=4")]
+    if not keys:
         return ["No N=4 figures in this run."]
-    a = added[key]
-    d_def = _med(a.get("mpilaunch (default)"))
-    d_lean = _med(a.get("mpilaunch --no-scheduler --tail_worker_log none"))
-    d_ad = _med(a.get("mpirun + adapter (no front-end)"))
-    d_min = _med(a.get("mpirun + minimal interposer (floor)"))
-    mpi = key.split(" / ")[1]
-    L.append(f"Where the added time goes ({mpi}, N=4, medians of paired differences against bare mpirun in "
-             "the same round; 2 cores, so N=4 already has 2 processes per core):")
-    L.append("")
-    rows = [
-        ("whole launch, default", d_def),
-        ("front-end (`python -m mpilaunch`: interpreter, imports, `mpirun --version` probe, planning, files) = default - `mpirun + adapter`",
-         None if d_def is None or d_ad is None else d_def - d_ad),
-        ("rank side: adapter between mpirun and each worker = `mpirun + adapter` - bare", d_ad),
-        ("... of which any interposer costs (one more interpreter per rank that spawns and waits) = `minimal interposer` - bare", d_min),
+    mpis = [k.split(" / ")[1] for k in keys]
+    parts = [
+        ("whole launch, default", lambda a: _med(a.get("mpilaunch (default)"))),
+        ("front-end (`python -m mpilaunch`: interpreter, imports, `mpirun --version` probe, planning, files) "
+         "= default - `mpirun + adapter`",
+         lambda a: None if _med(a.get("mpilaunch (default)")) is None or _med(a.get("mpirun + adapter (no front-end)")) is None
+         else _med(a["mpilaunch (default)"]) - _med(a["mpirun + adapter (no front-end)"])),
+        ("rank side: the adapter between mpirun and each worker = `mpirun + adapter` - bare",
+         lambda a: _med(a.get("mpirun + adapter (no front-end)"))),
+        ("... of which any interposer costs (one more interpreter per rank that spawns and waits) = "
+         "`minimal interposer` - bare", lambda a: _med(a.get("mpirun + minimal interposer (floor)"))),
         ("... of which is mpilaunch's adapter itself (its imports and work) = `mpirun + adapter` - `minimal interposer`",
-         None if d_ad is None or d_min is None else d_ad - d_min),
-        ("default vs `--no-scheduler --tail_worker_log none` (rank 0's scheduler process + relay threads)",
-         None if d_def is None or d_lean is None else d_def - d_lean),
+         lambda a: None if _med(a.get("mpirun + adapter (no front-end)")) is None or _med(a.get("mpirun + minimal interposer (floor)")) is None
+         else _med(a["mpirun + adapter (no front-end)"]) - _med(a["mpirun + minimal interposer (floor)"])),
+        ("default - `--no-scheduler --tail_worker_log none` (rank 0's scheduler process, relay threads)",
+         lambda a: None if _med(a.get("mpilaunch (default)")) is None or _med(a.get("mpilaunch --no-scheduler --tail_worker_log none")) is None
+         else _med(a["mpilaunch (default)"]) - _med(a["mpilaunch --no-scheduler --tail_worker_log none"])),
     ]
-    L.append("| part | added (s) |")
-    L.append("|---|---|")
-    L += [f"| {name} | {_f(v, '{:+.3f}')} |" for name, v in rows]
+    L.append("Where the added time goes at N=4 (medians of paired differences against bare mpirun in the same round; "
+             "2 cores, so N=4 already puts 2 ranks on each core):")
     L.append("")
+    L.append("| part | " + " | ".join(mpis) + " |")
+    L.append("|---|" + "---|" * len(mpis))
+    for name, fn in parts:
+        L.append(f"| {name} | " + " | ".join(_f(fn(added[k]), "{:+.3f}") for k in keys) + " |")
+    L.append("")
+    d_min = _med(added[keys[0]].get("mpirun + minimal interposer (floor)"))
+    mpi = mpis[0]
     ckey = next((k for k in added if k.startswith("clean-site python / ") and k.split(" / ")[1] == mpi), None)
+    ckeys = [k for k in added if k.startswith("clean-site python / ")]
     ps = (meta.get("environment") or {}).get("python_start", {})
     if ckey:
         c = added[ckey]
@@ -98,20 +103,24 @@ def _explain_launch(sec, meta, sections) -> List[str]:
                "the taxed extras. " if _grep("plan.py", r"_boot\.py") else
                "mpilaunch starts 2N+2 interpreters (front-end, N adapters, N workers, scheduler) where bare mpirun "
                "starts N, so the tax lands mostly on mpilaunch's side. ")
-            + f"Measured with the clean-site interpreter "
-            f"(same Python, same packages, only that .pth skipped): default {_f(c_def, '{:+.3f}')} s, "
-            f"`--no-scheduler --tail_worker_log none` {_f(c_lean, '{:+.3f}')} s at N=4 "
-            f"({'within' if c_def is not None and c_def <= 0.3 else 'still above'} the +0.3 s target for the default).")
+            + "Measured in the same rounds with the clean-site interpreter (same Python, same packages, only that "
+            ".pth skipped), added time of the default / lean launch at N=4: "
+            + "; ".join(f"{k.split(' / ')[1]} {_f(_med(added[k].get('mpilaunch (default)')), '{:+.3f}')} / "
+                        f"{_f(_med(added[k].get('mpilaunch --no-scheduler --tail_worker_log none')), '{:+.3f}')} s"
+                        for k in ckeys) + ".")
         L.append("")
     pk = next((k for k in prof if k.startswith("python / ")), None)
     p = prof.get(pk, {}) if pk else {}
     imp_fe, imp_ad, imp_py = p.get("imports front-end"), p.get("imports adapter"), p.get("imports bare python")
     if imp_fe and imp_ad and imp_py:
         base = imp_py["total_us"]
+        imp_s = p.get("imports bare python -S")
+        base_ad = imp_s["total_us"] if (p.get("adapter uses -S") and imp_s) else base
         L.append(
-            f"**Imports.** `PYTHONPROFILEIMPORTTIME`: an empty interpreter imports {base / 1e3:.0f} ms (site), the "
-            f"front-end {imp_fe['total_us'] / 1e3:.0f} ms, each adapter {imp_ad['total_us'] / 1e3:.0f} ms, i.e. "
-            f"{(imp_fe['total_us'] - base) / 1e3:.0f} ms and {(imp_ad['total_us'] - base) / 1e3:.0f} ms of mpilaunch's own "
+            f"**Imports.** `PYTHONPROFILEIMPORTTIME`: an empty interpreter imports {base / 1e3:.0f} ms (site)"
+            + (f", {base_ad / 1e3:.0f} ms with `-S` as the adapter starts" if base_ad != base else "")
+            + f"; the front-end {imp_fe['total_us'] / 1e3:.0f} ms, each adapter {imp_ad['total_us'] / 1e3:.0f} ms, i.e. "
+            f"{(imp_fe['total_us'] - base) / 1e3:.0f} ms and {(imp_ad['total_us'] - base_ad) / 1e3:.0f} ms of mpilaunch's own "
             "imports, on every launch and in every rank. Heaviest in the adapter: "
             + ", ".join(f"`{m}` {us / 1e3:.1f} ms" for m, us in imp_ad["top"] if m not in ("site", "encodings", "_frozen_importlib_external", "io", "zipimport", "encodings.utf_8", "_signal", "runpy", "locale"))[:400]
             + ".")

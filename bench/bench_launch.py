@@ -13,7 +13,8 @@ flags cannot drift apart. Variants, interleaved in this order every round:
 * ``mpirun + adapter``: mpilaunch's default argv started directly, without the front-end
   (so front-end cost = default - this, adapter cost = this - bare);
 * ``mpirun + minimal interposer``: ``workloads/min_interposer.py`` (posix_spawn + wait) in
-  place of the adapter: the floor of any design with a process between mpirun and the worker.
+  place of the adapter, started as mpilaunch starts its adapter (``python -S`` if it does):
+  the floor of any design with a process between mpirun and the worker.
 
 Every variant gets ``--master_port 48199`` (nothing listens there: the script exits before a
 scheduler would bind) so that the rank-0 port check cannot collide with other jobs on 8118.
@@ -41,6 +42,8 @@ V_LEAN = "mpilaunch --no-scheduler --tail_worker_log none"
 V_ADAPTER = "mpirun + adapter (no front-end)"
 V_MIN = "mpirun + minimal interposer (floor)"
 VARIANTS = (V_BARE, V_DEFAULT, V_LEAN, V_ADAPTER, V_MIN)
+CLEAN = " [clean-site]"
+CLEAN_VARIANTS = (V_BARE, V_DEFAULT, V_LEAN)
 
 
 def _plan(mpirun: str, np: int, log_dir: str, run_dir: str, extra: List[str], env: Dict[str, str],
@@ -77,7 +80,9 @@ def commands(mpirun: str, np: int, work: str, py: str = C.PY) -> dict:
         V_DEFAULT: front + [SCRIPT],
         V_LEAN: front + ["--no-scheduler", "--tail_worker_log", "none", SCRIPT],
         V_ADAPTER: planmod.argv(plan),
-        V_MIN: planmod.argv(dataclasses.replace(plan, rank_command=(py, MIN_INTERPOSER, "--", py, SCRIPT))),
+        # started the way mpilaunch starts its adapter (with -S when mpilaunch uses -S)
+        V_MIN: planmod.argv(dataclasses.replace(plan, rank_command=(
+            (py, "-S") if "-S" in plan.rank_command[1:2] else (py,)) + (MIN_INTERPOSER, "--", py, SCRIPT))),
     }
 
 
@@ -163,24 +168,31 @@ def run(opts, log) -> dict:
     results, shown_cmds, versions = {}, {}, {}
     np_t = TARGET_N if TARGET_N in sizes else sizes[-1]
     try:
-        for pname, py in pys:
-            for mname, mpath in mpis:
-                for np in (sizes if py == C.PY else [np_t]):
-                    work = os.path.join(work_root, f"{_slug(pname)}-{_slug(mname)}-{np}")
-                    os.makedirs(work, exist_ok=True)
-                    cmds = commands(mpath, np, work, py)
-                    versions[mname] = cmds["version"]
-                    env = cmds["env"]
-                    variants = [(v, (lambda rnd, a=cmds[v]: C.timed_run(a, env=env, cwd=work))) for v in VARIANTS]
-                    log(f"[launch] {pname}, {mname} {cmds['version']}, N={np}")
-                    results[(pname, mname, np)] = C.interleave(variants, runs, warmup, log)
-                    if np == np_t and py == C.PY:
-                        shown_cmds[mname] = {v: cmds[v] for v in VARIANTS}
+        for mname, mpath in mpis:
+            for np in sizes:
+                work = os.path.join(work_root, f"{_slug(mname)}-{np}")
+                os.makedirs(work, exist_ok=True)
+                cmds = commands(mpath, np, work, C.PY)
+                versions[mname] = cmds["version"]
+                env = cmds["env"]
+                variants = [(v, (lambda rnd, a=cmds[v]: C.timed_run(a, env=env, cwd=work))) for v in VARIANTS]
+                clean = len(pys) > 1 and np == np_t
+                if clean:   # the clean-site interpreter in the same rounds (same load), N=4 only
+                    cwork = os.path.join(work_root, f"clean-{_slug(mname)}-{np}")
+                    os.makedirs(cwork, exist_ok=True)
+                    ccmds = commands(mpath, np, cwork, C.CLEAN_PY)
+                    variants += [(v + CLEAN, (lambda rnd, a=ccmds[v], e=ccmds["env"]: C.timed_run(a, env=e, cwd=cwork)))
+                                 for v in CLEAN_VARIANTS]
+                log(f"[launch] {mname} {cmds['version']}, N={np}" + (" (+ clean-site interpreter)" if clean else ""))
+                res = C.interleave(variants, runs, warmup, log)
+                results[("python", mname, np)] = {v: res[v] for v in VARIANTS}
+                if clean:
+                    results[("clean-site python", mname, np)] = {v: res[v + CLEAN] for v in CLEAN_VARIANTS}
+                if np == np_t:
+                    shown_cmds[mname] = {v: cmds[v] for v in VARIANTS}
         profile = {}
-        for pname, py in pys:
+        for pname, py in pys[:1]:
             for mname, mpath in mpis:
-                if py != C.PY and mname != mpis[0][0]:
-                    continue
                 work = os.path.join(work_root, f"profile-{_slug(pname)}-{_slug(mname)}")
                 os.makedirs(work, exist_ok=True)
                 cmds = commands(mpath, np_t, work, py)
@@ -199,6 +211,8 @@ def run(opts, log) -> dict:
                     prof["imports adapter"] = import_profile(
                         one[V_ADAPTER], one["env"], work, k, "stderr")
                     prof["imports bare python"] = import_profile([py, "-c", "pass"], cmds["env"], work, k, "stderr")
+                    prof["imports bare python -S"] = import_profile([py, "-S", "-c", "pass"], cmds["env"], work, k, "stderr")
+                    prof["adapter uses -S"] = any(a.endswith("_boot.py") for a in one[V_ADAPTER])
                 profile[(pname, mname)] = prof
     finally:
         subprocess.run(["rm", "-rf", work_root])
@@ -216,6 +230,9 @@ def summarize(results, shown_cmds, profile, sizes, mpis, pys, versions, opts, np
                 short = mname.replace("Open MPI ", "OMPI ")
                 chart_groups.append(f"{short} N={np}" + ("\nclean-site" if py != C.PY else ""))
                 for v in VARIANTS:
+                    if v not in res:
+                        chart_series[v].append(None)
+                        continue
                     s = C.stats(C.ok_values(res[v]))
                     d = C.stats(C.paired_deltas(res[v], res[V_BARE])) if v != V_BARE else {"n": 0}
                     rows.append([pname, f"{mname} {versions[mname]}", np, v, *_msm(s), s.get("n", 0),
@@ -251,8 +268,9 @@ def summarize(results, shown_cmds, profile, sizes, mpis, pys, versions, opts, np
             f"Rounds interleaved in the order bare, default, lean, adapter, interposer; "
             f"{'no warm-up (smoke)' if opts.smoke else '1 warm-up round discarded'}; {opts.runs} measured round(s). "
             "Added time = median over rounds of (variant - bare) in the same round."
-            + (" `clean-site python` rows: the same at N=4 with an interpreter that skips the machine's "
-               "start-up .pth files (see the header); the target verdict uses the normal interpreter." if len(pys) > 1 else ""),
+            + (" `clean-site python` rows: bare, default and lean again at N=4, in the same rounds, with an interpreter "
+               "that skips the machine's start-up .pth files (see the header); the target verdict uses the normal "
+               "interpreter." if len(pys) > 1 else ""),
         ],
         "tables": [{
             "title": "Wall time (s)",
@@ -266,7 +284,7 @@ def summarize(results, shown_cmds, profile, sizes, mpis, pys, versions, opts, np
         "profile": _profile_lines(profile, versions, np_t),
         "raw": {"profile": {f"{k[0]} / {k[1]}": v for k, v in profile.items()},
                 "added": {f"{k[0]} / {k[1]} / N={k[2]}": {v: C.stats(C.paired_deltas(r[v], r[V_BARE]))
-                                                           for v in VARIANTS if v != V_BARE}
+                                                           for v in VARIANTS if v != V_BARE and v in r}
                           for k, r in results.items()}},
     }
 
@@ -305,7 +323,9 @@ def _profile_lines(profile, versions, np_t) -> List[str]:
         if "imports front-end" in p:
             lines.append("Import time (`PYTHONPROFILEIMPORTTIME`, median cumulative ms per top-level import, heaviest first):")
             lines.append("")
-            for who in ("bare python", "front-end", "adapter"):
+            for who in ("bare python", "bare python -S", "front-end", "adapter"):
+                if f"imports {who}" not in p:
+                    continue
                 ip = p[f"imports {who}"]
                 lines.append(f"- {who}: total {ip['total_us'] / 1e3:.1f} ms: " + ", ".join(
                     f"`{m}` {us / 1e3:.1f}" for m, us in ip["top"])
