@@ -5,7 +5,6 @@ User errors print one line ``mpilaunch: error: ...`` and exit 2, before anything
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from typing import Optional, Sequence
@@ -120,13 +119,18 @@ def _preflight_fails(cfg) -> bool:
     return bool(bad)
 
 
+def render_show(plan) -> str:
+    from mpilaunch import plan as planmod
+    from mpilaunch import render
+
+    return render.show(planmod.argv(plan))
+
+
 def cmd_run(argv: Sequence[str]) -> int:
     from mpilaunch import config, launcher, mpi
     from mpilaunch import plan as planmod
 
     args = run_parser().parse_args(list(argv))
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="mpilaunch: %(message)s")
     env = dict(os.environ)
     cfg = config.build(args, env)
     info = mpi.detect(cfg.mpirun, env)
@@ -142,8 +146,10 @@ def cmd_run(argv: Sequence[str]) -> int:
     except BaseException:
         os.rmdir(run_dir)
         raise
-    for name in plan.dropped_x:
-        logging.getLogger("mpilaunch").info("-x %s dropped: %s is not set here", name, name)
+    if args.verbose:
+        for name in plan.dropped_x:
+            print(f"mpilaunch: -x {name} dropped: {name} is not set here", file=sys.stderr)
+        print(f"mpilaunch: {render_show(plan)}", file=sys.stderr)
     return launcher.run(plan, env, run_dir, cfg.keep_tune_file)
 
 

@@ -11,7 +11,7 @@ import json
 import re
 import signal
 from collections import deque
-from dataclasses import dataclass
+from collections import namedtuple
 from typing import List, Optional
 
 STATUS_PREFIX = "@@mpilaunch "
@@ -27,19 +27,21 @@ _LOST_HOST = [
 ]
 
 
-@dataclass
-class Event:
-    rank: Optional[int]
-    host: str
-    role: str
-    event: str
-    code: Optional[int]
-    signal: Optional[int]
-    cause: str
-    log: Optional[str]
-    tail: List[str]
-    t: float
-    message: Optional[str] = None
+class Event(namedtuple("Event", "rank host role event code signal cause log tail t message", defaults=(None,))):
+    """rank: Optional[int];
+    host: str;
+    role: str;
+    event: str;
+    code: Optional[int];
+    signal: Optional[int];
+    cause: str;
+    log: Optional[str];
+    tail: List[str];
+    t: float;
+    message: Optional[str].
+    (A namedtuple: ``dataclasses`` costs ~12 ms of start-up at every launch.)"""
+
+    __slots__ = ()
 
     @classmethod
     def from_json(cls, payload: dict) -> "Event":
