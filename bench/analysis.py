@@ -12,6 +12,7 @@ from typing import List, Optional
 
 
 def explain(sections: List[dict], meta: dict) -> List[str]:
+    use_snapshot(meta.get("mpilaunch_source"))
     out: List[str] = []
     for sec in sections:
         vs = sec.get("verdicts", [])
@@ -277,19 +278,43 @@ FRONT_PATH = ["__main__.py", "cli.py", "config.py", "hostfile.py", "mpi.py", "pl
               "launcher.py", "summary.py", "errors.py"]
 
 
+_SNAPSHOT: dict = {}
+
+
+def snapshot_source() -> dict:
+    """The text of the mpilaunch modules the proposals look at, taken when the measuring
+    starts (mpilaunch may change while the suite runs); stored in the results."""
+    out = {}
+    for rel in RANK_PATH + FRONT_PATH:
+        try:
+            with open(_os.path.join(_REPO, "mpilaunch", rel)) as fh:
+                out[rel] = fh.read()
+        except OSError:
+            pass
+    return out
+
+
+def use_snapshot(snap: Optional[dict]) -> None:
+    _SNAPSHOT.clear()
+    _SNAPSHOT.update(snap or {})
+
+
 def _grep(rel: str, pattern: str, top_level_only: bool = True):
-    """[(line number, text)] of ``pattern`` in mpilaunch/<rel> (module-level lines only)."""
-    path = _os.path.join(_REPO, "mpilaunch", rel)
+    """[(line number, text)] of ``pattern`` in mpilaunch/<rel> (module-level lines only), in
+    the source as it was when measuring started (else as it is now)."""
+    text = _SNAPSHOT.get(rel)
+    if text is None:
+        try:
+            with open(_os.path.join(_REPO, "mpilaunch", rel)) as fh:
+                text = fh.read()
+        except OSError:
+            return []
     out = []
-    try:
-        with open(path) as fh:
-            for n, line in enumerate(fh, 1):
-                if top_level_only and line[:1].isspace():
-                    continue
-                if _re.search(pattern, line):
-                    out.append((n, line.strip()))
-    except OSError:
-        pass
+    for n, line in enumerate(text.splitlines(), 1):
+        if top_level_only and line[:1].isspace():
+            continue
+        if _re.search(pattern, line):
+            out.append((n, line.strip()))
     return out
 
 
@@ -305,8 +330,8 @@ def _where(files, pattern) -> str:
 def _launch_proposals(imp_ad, imp_fe) -> List[str]:
     """What is still worth changing, read from the current mpilaunch source (so the text
     stays true when mpilaunch changes between runs)."""
-    L = ["**What to change in mpilaunch** (read from the source measured; not changed here, this work may only "
-         "touch `bench/`):", ""]
+    L = ["**What to change in mpilaunch** (read from the mpilaunch source as it was when this run started; not "
+         "changed here, this work may only touch `bench/`):", ""]
     n = 1
     boot = _grep("plan.py", r"_boot\.py")
     if boot:

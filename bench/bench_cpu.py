@@ -18,7 +18,6 @@ Baseline: bare mpirun (the argv mpilaunch builds) running ``python -c pass`` in 
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import statistics
 import subprocess
@@ -87,7 +86,7 @@ def run(opts, log) -> dict:
             from mpilaunch import plan as planmod
 
             def wrapped(plan):
-                return planmod.argv(dataclasses.replace(
+                return planmod.argv(C.replace_plan(
                     plan, rank_command=(C.PY, "-S", WRAP, wlog, "--", *plan.rank_command)))
             argvs = {V_BARE: bare, V_DEFAULT: cmds[V_DEFAULT], V_LEAN: cmds[V_LEAN],
                      V_AD_DEFAULT: wrapped(def_plan), V_AD_LEAN: wrapped(lean_plan)}

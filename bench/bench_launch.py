@@ -22,7 +22,6 @@ With a clean-site interpreter available (common.CLEAN_PY), N=4 is measured again
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import statistics
@@ -76,12 +75,12 @@ def commands(mpirun: str, np: int, work: str, py: str = C.PY) -> dict:
     return {
         "env": {**env, **plan.extra_env},
         "version": info.version_str,
-        V_BARE: planmod.argv(dataclasses.replace(plan, rank_command=(py, SCRIPT))),
+        V_BARE: planmod.argv(C.replace_plan(plan, rank_command=(py, SCRIPT))),
         V_DEFAULT: front + [SCRIPT],
         V_LEAN: front + ["--no-scheduler", "--tail_worker_log", "none", SCRIPT],
         V_ADAPTER: planmod.argv(plan),
         # started the way mpilaunch starts its adapter (with -S when mpilaunch uses -S)
-        V_MIN: planmod.argv(dataclasses.replace(plan, rank_command=(
+        V_MIN: planmod.argv(C.replace_plan(plan, rank_command=(
             (py, "-S") if "-S" in plan.rank_command[1:2] else (py,)) + (MIN_INTERPOSER, "--", py, SCRIPT))),
     }
 

@@ -64,8 +64,8 @@ def run(opts, log) -> dict:
     import dataclasses
     os.makedirs(os.path.join(work, "run"), exist_ok=True)
     plan, _ = L._plan(mpirun, 1, logs_dir, os.path.join(work, "run"), [], env)
-    bare = planmod.argv(dataclasses.replace(plan, rank_command=(C.PY, WRITER, *wargs)))
-    proto = planmod.argv(dataclasses.replace(plan, rank_command=(C.PY, PROTO, log_file, "--", C.PY, WRITER, *wargs)))
+    bare = planmod.argv(C.replace_plan(plan, rank_command=(C.PY, WRITER, *wargs)))
+    proto = planmod.argv(C.replace_plan(plan, rank_command=(C.PY, PROTO, log_file, "--", C.PY, WRITER, *wargs)))
     front = [C.PY, "-m", "mpilaunch", "--mpirun", mpirun, "-np", "1", "--no-scheduler",
              "--master_port", str(C.QUIET_PORT), "--log_dir", logs_dir]
 

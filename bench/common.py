@@ -343,6 +343,49 @@ def git_commit() -> str:
         return "?"
 
 
+def source_state() -> dict:
+    """HEAD and a digest of the mpilaunch/ working tree, to notice changes during a run."""
+    import hashlib
+    h = hashlib.sha256()
+    root = os.path.join(REPO, "mpilaunch")
+    for d, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for f in sorted(files):
+            if f.endswith(".py"):
+                try:
+                    with open(os.path.join(d, f), "rb") as fh:
+                        h.update(f.encode() + b"\0" + fh.read())
+                except OSError:
+                    pass
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+    except OSError:
+        head = "?"
+    return {"head": head, "digest": h.hexdigest()[:16]}
+
+
+def source_change(a: dict, b: dict) -> str:
+    commits = ""
+    if a["head"] != b["head"]:
+        try:
+            commits = subprocess.run(["git", "-C", REPO, "log", "--format=%h %s", f"{a['head']}..{b['head']}",
+                                      "--", "mpilaunch"], capture_output=True, text=True, timeout=10).stdout.strip()
+        except OSError:
+            pass
+    return (f"mpilaunch/ changed while this run was measuring (HEAD {a['head']} -> {b['head']}"
+            + (f"; commits touching mpilaunch/: {'; '.join(commits.splitlines())}" if commits else "") + ")")
+
+
+def replace_plan(plan, **changes):
+    """A copy of an mpilaunch LaunchPlan with fields changed (a dataclass or a namedtuple,
+    depending on the mpilaunch version)."""
+    if hasattr(plan, "_replace"):
+        return plan._replace(**changes)
+    import dataclasses
+    return dataclasses.replace(plan, **changes)
+
+
 def fresh_dir(path: str) -> str:
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path, exist_ok=True)

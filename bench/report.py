@@ -35,6 +35,9 @@ def render_markdown(meta: dict, sections: List[dict], analysis: List[str], chart
              "per section below. " + ("**The machine was shared with other jobs while this ran: treat spreads as "
                                       "partly load noise.**" if meta.get("loaded") else ""))
     L.append(f"- **Command**: `{meta['command']}` (from the repository root)")
+    if meta.get("source_changed"):
+        L.append(f"- **Warning**: {meta['source_changed']}. Sections measured before and after the change "
+                 "measured different code; re-run for consistent figures.")
     L.append(f"- **Mode**: {'SMOKE (tiny sizes, 1 run, figures meaningless)' if meta['smoke'] else 'full'}; "
              f"{meta['runs']} measured run(s) per variant, interleaved; warm-up: {meta['warmup']}")
     L.append(f"- **Software**: mpilaunch at {meta['commit']}; Python {m['python']} (`{m['python_path']}`); "

@@ -80,7 +80,10 @@ def main(argv=None) -> int:
     env_before = C.setup_bytecode_cache(suite_tmp)
     C.CLEAN_PY = C.make_clean_python(suite_tmp) if "launch" in opts.sections and not opts.smoke else None
     C.prewarm([C.PY, C.CLEAN_PY, C.MS_PY if C.ms_available() else None])
+    import analysis
+    tree_start = C.source_state()
     meta = {
+        "mpilaunch_source": analysis.snapshot_source(),
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "machine": C.machine(), "load_start": C.loadavg(), "command": command, "smoke": opts.smoke,
         "runs": opts.runs, "warmup": "none" if opts.smoke else "1 round per benchmark (discarded)",
@@ -124,6 +127,9 @@ def main(argv=None) -> int:
         log(f"[{name}] done in {sec['duration_s']:.0f} s")
     sections.sort(key=lambda s: SECTIONS.index(s["key"]))
     __import__("shutil").rmtree(suite_tmp, ignore_errors=True)
+    tree_end = C.source_state()
+    if tree_end != tree_start:
+        meta["source_changed"] = C.source_change(tree_start, tree_end)
     meta["load_end"] = C.loadavg()
     meta["duration_s"] = time.time() - t_start
     meta["loaded"] = max(meta["load_start"][:1] + meta["load_end"][:1] + [0]) > 0.5 * (os.cpu_count() or 1)
