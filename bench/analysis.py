@@ -260,9 +260,11 @@ def _explain_relay(sec, meta, sections) -> List[str]:
              "printing hundreds of MB to the console is bound by mpirun's pty forwarding, and that "
              "`--tail_worker_log none` (or tailing one rank, msrun's usual practice) gives the worker full speed "
              "(the `--tail_worker_log none` row) while every byte still lands in `worker_<rank>.log`. "
-             "If console speed matters, the log-first prototype is the design to adopt in "
-             "`mpilaunch/rank/supervisor.py` (`Supervisor._run_child`: worker stdout -> log fd; `relay()` -> "
-             "follow the log file instead of a pipe).")
+             + ("The log-first prototype beat the current relay here, so it is the design to adopt in "
+                "`mpilaunch/rank/supervisor.py` (`Supervisor._run_child`: worker stdout -> log fd; `relay()` -> "
+                "follow the log file instead of a pipe)." if proto is not None and ml is not None and proto < ml else
+                f"The log-first prototype did not beat the current relay here ({_f(proto, '{:.2f}')} s vs "
+                f"{_f(ml, '{:.2f}')} s), so it is not proposed."))
     return L
 
 

@@ -155,7 +155,8 @@ def render_chart(sections: List[dict], path: str, title: str) -> Optional[str]:
                 hi = [v[2] - v[0] if v else 0 for v in vals]
                 ax.bar(xs, med, width=width, yerr=[lo, hi], capsize=3, label=name)
             ax.set_xticks(range(len(groups)))
-            ax.set_xticklabels(groups, fontsize=7)
+            labels = [g.replace(" N=", "\nN=") if len(groups) > 4 else g for g in groups]
+            ax.set_xticklabels(labels, fontsize=7 if len(groups) <= 8 else 6)
             ax.set_ylabel(ch["unit"])
             if ch.get("log"):
                 ax.set_yscale("log")
