@@ -110,8 +110,10 @@ def run(opts, log) -> dict:
         V_NULL: lambda rnd: go([C.PY, WRITER, *wargs], os.devnull, None),
     }
     log(f"[relay] {nbytes / 1e6:.0f} MB of {LINE}-byte lines, {mpirun}")
-    res = C.interleave([(v, variants[v]) for v in ORDER], runs, warmup, log)
-    subprocess.run(["rm", "-rf", work])
+    try:
+        res = C.interleave([(v, variants[v]) for v in ORDER], runs, warmup, log)
+    finally:
+        subprocess.run(["rm", "-rf", work])
     return summarize(res, nbytes, opts, bare, front)
 
 

@@ -75,6 +75,10 @@ def main(argv=None) -> int:
     def log(msg):
         print(msg, flush=True)
 
+    if opts.render_only:
+        with open(opts.render_only) as fh:
+            saved = json.load(fh)
+        return write_report(saved["meta"], saved["sections"], out, opts, log)
     t_start = time.time()
     suite_tmp = tempfile.mkdtemp(prefix="mpilaunch-bench-")
     env_before = C.setup_bytecode_cache(suite_tmp)
@@ -100,10 +104,24 @@ def main(argv=None) -> int:
     }
     log(f"mpilaunch bench: {', '.join(opts.sections)}; runs={opts.runs}{' (smoke)' if opts.smoke else ''}; "
         f"load {meta['load_start']}; report -> {out}")
-    if opts.render_only:
-        with open(opts.render_only) as fh:
-            saved = json.load(fh)
-        return write_report(saved["meta"], saved["sections"], out, opts, log)
+    try:
+        sections = run_sections(opts, meta, log, t_start)
+    finally:
+        __import__("shutil").rmtree(suite_tmp, ignore_errors=True)
+    tree_end = C.source_state()
+    if tree_end != tree_start:
+        meta["source_changed"] = C.source_change(tree_start, tree_end)
+    meta["load_end"] = C.loadavg()
+    meta["duration_s"] = time.time() - t_start
+    meta["loaded"] = max(meta["load_start"][:1] + meta["load_end"][:1] + [0]) > 0.5 * (os.cpu_count() or 1)
+    with open(os.path.join(out, "results.json"), "w") as fh:
+        json.dump({"meta": meta, "sections": sections}, fh, indent=1, default=_jsonable)
+    rc = write_report(meta, sections, out, opts, log)
+    failed = [s["key"] for s in sections if s.get("error")]
+    return 1 if failed else rc
+
+
+def run_sections(opts, meta, log, t_start):
     sections = []
     # smoke (CI): cheap sections first, then the MindSpore ones while the time budget lasts
     order = sorted(opts.sections, key=lambda n: n in ("msstart", "teardown")) if opts.smoke else opts.sections
@@ -126,18 +144,7 @@ def main(argv=None) -> int:
         sections.append(sec)
         log(f"[{name}] done in {sec['duration_s']:.0f} s")
     sections.sort(key=lambda s: SECTIONS.index(s["key"]))
-    __import__("shutil").rmtree(suite_tmp, ignore_errors=True)
-    tree_end = C.source_state()
-    if tree_end != tree_start:
-        meta["source_changed"] = C.source_change(tree_start, tree_end)
-    meta["load_end"] = C.loadavg()
-    meta["duration_s"] = time.time() - t_start
-    meta["loaded"] = max(meta["load_start"][:1] + meta["load_end"][:1] + [0]) > 0.5 * (os.cpu_count() or 1)
-    with open(os.path.join(out, "results.json"), "w") as fh:
-        json.dump({"meta": meta, "sections": sections}, fh, indent=1, default=_jsonable)
-    rc = write_report(meta, sections, out, opts, log)
-    failed = [s["key"] for s in sections if s.get("error")]
-    return 1 if failed else rc
+    return sections
 
 
 def write_report(meta, sections, out, opts, log) -> int:
