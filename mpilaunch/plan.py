@@ -51,7 +51,7 @@ def rank_interpreter(python: str, launcher_python: str) -> List[str]:
     """How each rank starts the adapter. With our own interpreter: ``python -S _boot.py``
     (no ``site``/``.pth`` processing: measured 57 ms -> 10 ms of start-up per rank); with
     another interpreter (``--python``), whose packages we do not know: ``python -m``."""
-    if os.path.realpath(python) == os.path.realpath(launcher_python):
+    if os.path.abspath(python) == os.path.abspath(launcher_python):  # not realpath: a venv's python links to its base
         return [python, "-S", BOOT]
     return [python, "-m", "mpilaunch.rank"]
 

@@ -10,12 +10,33 @@ import os
 import sys
 
 
+def _venv():
+    """(venv dir, include-system-site-packages) when this interpreter is a venv's. Under -S,
+    ``sys.prefix`` stays the base installation: the venv is found as ``site`` would find it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
+    cfg = os.path.join(root, "pyvenv.cfg")
+    if not os.path.isfile(cfg):
+        return None, True
+    include = False
+    with open(cfg, encoding="utf-8") as fh:
+        for line in fh:
+            key, _, value = line.partition("=")
+            if key.strip().lower() == "include-system-site-packages":
+                include = value.strip().lower() == "true"
+    return root, include
+
+
 def _paths():
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.dirname(os.path.dirname(here))     # the directory holding the mpilaunch package
     import site
-    for path in site.getsitepackages():
-        yield path
+    venv, include_base = _venv()
+    if venv is not None:
+        for path in site.getsitepackages([venv]):
+            yield path
+    if include_base:
+        for path in site.getsitepackages():
+            yield path
     user = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
     if user and os.path.isdir(user):
         yield user
