@@ -79,3 +79,22 @@ def wait_for(predicate, timeout, interval=0.05):
             return value
         time.sleep(interval)
     return None
+
+
+def free_port():
+    """A port that is free right now (tests never rely on 8118 being free: MindSpore processes
+    of other tests or jobs may hold it)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def port_free(port):
+    import socket
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", int(port)))
+            return True
+        except OSError:
+            return False

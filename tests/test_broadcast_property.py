@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from launchutil import MPIRUNS, clean_env, run
+from launchutil import MPIRUNS, clean_env, free_port, run
 
 PREFIXES = ["MA_", "AWS_", "S3_", "VC_WORKER_", "SCC", "CRED", "PATHX_"]
 DUMP = """\
@@ -51,6 +51,7 @@ def launch_and_compare(mpirun, variables, path_extra=None):
         if path_extra:
             env["PATH"] = env["PATH"] + ":" + path_extra
         proc = run(["--mpirun", mpirun, "-np", "2", "--no-scheduler", "--tail_worker_log", "none",
+                    "--master_port", free_port(),
                     "--log_dir", out, script], env=env, timeout=120)
         assert proc.returncode == 0, proc.stderr
         expected = {n: env[n] for n in names}

@@ -10,8 +10,8 @@ import time
 import psutil
 import pytest
 
-from launchutil import (MPIRUNS, REPO, alive, clean_env, descendants, kill_all, mpilaunch_argv, run,
-                        wait_for, wait_gone)
+from launchutil import (MPIRUNS, REPO, alive, clean_env, descendants, free_port, kill_all, mpilaunch_argv,
+                        port_free, run, wait_for, wait_gone)
 
 DUMP = """\
 import json, os, sys
@@ -46,7 +46,7 @@ def test_four_ranks_get_identity_and_broadcast(mpirun, tmp_path, dump_script):
     tmpdir.mkdir()
     env = clean_env(DUMP_DIR=tmp_path, TMPDIR=tmpdir, MA_JOB_NAME="job-1", MA_SPACES="a b  c",
                     AWS_SECRET_ACCESS_KEY="s3cr3t-value", S3_ENDPOINT="http://s3.local:9000")
-    proc = run(["--mpirun", mpirun, "-np", "4", "--log_dir", str(tmp_path / "logs"),
+    proc = run(["--mpirun", mpirun, "--master_port", free_port(), "-np", "4", "--log_dir", str(tmp_path / "logs"),
                 "--no-scheduler", dump_script], env=env)
     assert proc.returncode == 0, proc.stderr
     ranks = read_dumps(tmp_path, 4)
@@ -76,7 +76,7 @@ def test_kept_tune_file_is_private_and_holds_no_secret(mpirun, tmp_path, dump_sc
     tune_dir.mkdir(mode=0o700)
     tune = tune_dir / "tune.env"
     env = clean_env(DUMP_DIR=tmp_path, MA_A="1", CRED_VALUE="zzz-secret", TUNE_ENV_FILE=tune)
-    proc = run(["--mpirun", mpirun, "-np", "2", "--keep-tune-file", "--no-scheduler",
+    proc = run(["--mpirun", mpirun, "--master_port", free_port(), "-np", "2", "--keep-tune-file", "--no-scheduler",
                 "--log_dir", str(tmp_path / "logs"), dump_script], env=env)
     assert proc.returncode == 0, proc.stderr
     assert stat.S_IMODE(os.stat(tune).st_mode) == 0o600
@@ -97,7 +97,7 @@ def test_failing_rank_exit_code_and_summary(mpirun, tmp_path):
         "time.sleep(60)\n"
     )
     start = time.monotonic()
-    proc = run(["--mpirun", mpirun, "-np", "4", "--log_dir", str(tmp_path / "logs"), str(script)], timeout=90)
+    proc = run(["--mpirun", mpirun, "--master_port", free_port(), "-np", "4", "--log_dir", str(tmp_path / "logs"), str(script)], timeout=90)
     elapsed = time.monotonic() - start
     assert proc.returncode == 3, proc.stderr
     assert elapsed < 30, f"a failed rank should end the job within seconds, took {elapsed:.1f}s"
@@ -113,7 +113,7 @@ def test_interrupt_ends_everything(mpirun, how, tmp_path):
     script = tmp_path / "sleep.py"
     script.write_text("import os, time\nopen(os.path.join(os.environ['OUT'], 'up%s' % os.environ['RANK_ID']), 'w').close()\ntime.sleep(120)\n")
     env = clean_env(OUT=tmp_path)
-    launcher = subprocess.Popen(mpilaunch_argv("--mpirun", mpirun, "-np", "2", "--no-scheduler",
+    launcher = subprocess.Popen(mpilaunch_argv("--mpirun", mpirun, "--master_port", free_port(), "-np", "2", "--no-scheduler",
                                                "--log_dir", str(tmp_path / "logs"), str(script)),
                                 env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
@@ -134,7 +134,7 @@ def test_interrupt_ends_everything(mpirun, how, tmp_path):
 def test_launcher_sigkilled_leaves_no_orphans(mpirun, tmp_path):
     script = tmp_path / "sleep.py"
     script.write_text("import os, time\nopen(os.path.join(os.environ['OUT'], 'up%s' % os.environ['RANK_ID']), 'w').close()\ntime.sleep(120)\n")
-    launcher = subprocess.Popen(mpilaunch_argv("--mpirun", mpirun, "-np", "2", "--no-scheduler",
+    launcher = subprocess.Popen(mpilaunch_argv("--mpirun", mpirun, "--master_port", free_port(), "-np", "2", "--no-scheduler",
                                                "--log_dir", str(tmp_path / "logs"), str(script)),
                                 env=clean_env(OUT=tmp_path), cwd=REPO, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -160,6 +160,7 @@ def test_readme_example_runs(tmp_path):
     command = line.split("&&")[-1].strip()
     assert command.startswith("mpilaunch ")
     args = shlex.split(command)[1:]
+    assert wait_for(lambda: port_free(8118), 60), "port 8118 (the default) stayed busy"
     proc = run(args, cwd=REPO, env=clean_env())
     assert proc.returncode == 0, proc.stderr
     for r in range(4):
@@ -181,7 +182,7 @@ def test_exec_mode_mpi_program_failing_after_mpi_init_ends_the_job(mpirun, tmp_p
         "comm.Barrier()\n"
     )
     start = time.monotonic()
-    proc = run(["--mpirun", mpirun, "-np", "3", "--exec", str(script)], env=clean_env(), timeout=120)
+    proc = run(["--mpirun", mpirun, "--master_port", free_port(), "-np", "3", "--exec", str(script)], env=clean_env(), timeout=120)
     took = time.monotonic() - start
     assert proc.returncode == 3, proc.stderr
     assert took < 30, f"took {took:.1f}s"
