@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import signal
@@ -23,27 +22,18 @@ from typing import List, Mapping, Optional
 
 from mpilaunch import hostfile as hf
 from mpilaunch import tune
+from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
 from mpilaunch.plan import LaunchPlan, argv
 from mpilaunch.summary import STATUS_PREFIX, Collector, parse_status_line, render_summary
 
 ESCALATE_AFTER = 10.0
-_PR_SET_PDEATHSIG = 1
 
 
-def _libc():
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:  # pragma: no cover
-        return None
-
-
-_LIBC = _libc()
-
-
-def _child_setup() -> None:  # runs in the child between fork and exec
-    os.setpgid(0, 0)
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+def _child_setup_for(prctl):
+    def setup() -> None:  # runs in the child between fork and exec
+        os.setpgid(0, 0)
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    return setup
 
 
 def make_run_dir() -> str:
@@ -156,7 +146,7 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool)
         write_files(plan)
         proc = subprocess.Popen(
             cmd, env={**env, **plan.extra_env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            preexec_fn=_child_setup, close_fds=True,
+            preexec_fn=_child_setup_for(prctl()), close_fds=True,
         )
         relays = [_Relay(proc.stderr, collector), _StdoutRelay(proc.stdout, collector)]
         for relay in relays:

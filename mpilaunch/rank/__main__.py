@@ -300,7 +300,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         opts = parse_args(argv)
         # Losing our parent (mpirun/orted/prted) must end us, and through us our children.
         parent = os.getppid()
-        from mpilaunch.rank.supervisor import set_parent_death_signal
+        from mpilaunch.pdeathsig import set_parent_death_signal
 
         set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != parent:

@@ -24,7 +24,6 @@
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import queue
@@ -37,9 +36,9 @@ TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for
 if TYPE_CHECKING:
     from typing import Dict, List, Optional, Sequence
 
+from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl as _prctl
 from mpilaunch.rank import logs, status
 
-PR_SET_PDEATHSIG = 1
 F_SETPIPE_SZ = 1031
 TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # A child killed by SIGTERM is usually Open MPI's teardown signalling the whole process group;
@@ -52,20 +51,6 @@ READ_CHUNK = 1 << 20
 # for non-root), so nodes with many ranks use less.
 PIPE_SIZE = 1 << 20
 PIPE_SIZE_MANY_RANKS = 256 << 10
-
-_libc = None
-
-
-def _prctl():
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc.prctl
-
-
-def set_parent_death_signal(sig: int) -> None:
-    _prctl()(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-
 
 def exit_status(returncode: int) -> int:
     """Popen returncode -> shell-style status (128+N for death by signal N)."""
