@@ -1,6 +1,5 @@
 """Helpers for tests that run real mpirun through mpilaunch."""
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -71,14 +70,15 @@ def kill_all(procs):
             pass
 
 
-def wait_for(predicate, timeout, interval=0.05):
+def wait_for(predicate, timeout=20.0, interval=0.05):
+    """Poll ``predicate`` until it is truthy or ``timeout`` passed; its last value."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    return None
+    return predicate()
 
 
 def free_port():

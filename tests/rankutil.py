@@ -2,9 +2,10 @@
 import json
 import os
 import sys
-import time
 
 import psutil
+
+from launchutil import wait_for  # noqa: F401  (shared with the launch tests)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIX = "@@mpilaunch "
@@ -84,16 +85,6 @@ def infos(out_dir):
             with open(os.path.join(out_dir, name)) as f:
                 res[name[5:-5]] = json.load(f)
     return res
-
-
-def wait_for(pred, timeout=20.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 def alive(pid: int) -> bool:
