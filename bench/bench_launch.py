@@ -47,11 +47,11 @@ CLEAN_VARIANTS = (V_BARE, V_DEFAULT, V_LEAN)
 
 def _plan(mpirun: str, np: int, log_dir: str, run_dir: str, extra: List[str], env: Dict[str, str],
           py: str = C.PY):
-    from mpilaunch import cli, config, launcher, mpi
+    from mpilaunch import config, launcher, mpi, options
     from mpilaunch import plan as planmod
 
     os.makedirs(run_dir, exist_ok=True)
-    args = cli.run_parser().parse_args(
+    args = options.parser().parse_args(
         ["--mpirun", mpirun, "-np", str(np), "--master_port", str(C.QUIET_PORT),
          "--log_dir", log_dir, "--python", py, *extra, SCRIPT])
     cfg = config.build(args, env)

@@ -3,7 +3,7 @@ rendering for H hosts x 8 slots with 1,000 broadcast variables, and the size of 
 handed to ``execve`` against the kernel's limits.
 
 Stages timed separately (``time.perf_counter``), for a fixed ``MpiInfo`` of each dialect
-(no subprocess): ``hostfile.read_hostfile``; ``cli.run_parser().parse_args`` +
+(no subprocess): ``hostfile.read_hostfile``; ``options.parser().parse_args`` +
 ``config.build`` (validation; reads the hostfile again); ``plan.make_plan``; ``plan.argv``;
 ``tune.render`` + ``hostfile.render_hostfile``. *total* = config + make_plan + argv + render
 (what one launch does before ``execve``, except writing the two files).
@@ -58,7 +58,7 @@ def exec_size(argv: List[str], env: Dict[str, str]) -> dict:
 
 
 def one_round(path: str, env: Dict[str, str], info, run_dir: str) -> dict:
-    from mpilaunch import cli, config
+    from mpilaunch import config, options
     from mpilaunch import hostfile as hf
     from mpilaunch import plan as planmod
     from mpilaunch import tune
@@ -70,7 +70,7 @@ def one_round(path: str, env: Dict[str, str], info, run_dir: str) -> dict:
     t["parse"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    args = cli.run_parser().parse_args(["--hostfile", path, script])
+    args = options.parser().parse_args(["--hostfile", path, script])
     cfg = config.build(args, env)
     t["config"] = time.perf_counter() - t0
 
@@ -180,7 +180,7 @@ def summarize(times, facts, probe, sizes, infos, opts, rounds) -> dict:
             f"Hostfiles of 1 to 10,000 hosts (`node-a-b-c.cluster.local slots={SLOTS}`), an environment of PATH + "
             f"{N_VARS} broadcast variables (`MA_BENCH_*`: 90% portable values -> tune file, 5% with spaces/quotes and "
             "5% secret-looking names -> routed through mpirun's env as `-x NAME`), a fixed `MpiInfo` per dialect "
-            "(no subprocess). Stages: `hostfile.read_hostfile`; `cli.run_parser().parse_args` + `config.build` "
+            "(no subprocess). Stages: `hostfile.read_hostfile`; `options.parser().parse_args` + `config.build` "
             "(validation, reads the hostfile again); `plan.make_plan`; `plan.argv`; `tune.render` + "
             "`hostfile.render_hostfile`. total = config + make_plan + argv + render.",
             f"{'No warm-up' if opts.smoke else '1 warm-up round'}, {rounds} measured round(s); each round runs every "

@@ -172,19 +172,9 @@ def job_spec(env: Mapping[str, str], args) -> Optional[JobSpec]:
 
 
 def _parser():
-    from mpilaunch.cli import run_parser
+    from mpilaunch import options
 
-    p = run_parser()
-    p.prog = "mpilaunch job"
-    p.description = ("ModelArts-like entrypoint: run the same command on every host of a job "
-                     "(VC_WORKER_HOSTS, VC_TASK_INDEX, MA_NUM_GPUS, SSHD_PORT); worker-0 launches.")
-    g = p.add_argument_group("job")
-    g.add_argument("--wait-hosts", dest="wait_hosts", default=None, metavar="SECONDS",
-                   help=f"worker-0: seconds to wait for every host to be ready (default {DEFAULT_WAIT_HOSTS:g})")
-    g.add_argument("--lost-after", dest="lost_after", default=None, metavar="SECONDS",
-                   help="other hosts: give up after worker-0's sshd has not answered this long "
-                        f"(default {DEFAULT_LOST_AFTER:g})")
-    return p
+    return options.parser(options.JOB)
 
 
 def split_argv(argv: Sequence[str]):
@@ -535,7 +525,7 @@ def write_hostfile(spec: JobSpec, run_dir: str) -> str:
 
 
 def run_worker0(spec: JobSpec, args, launcher_argv: List[str], env: Mapping[str, str], wait_s: float) -> int:
-    from mpilaunch import cli, config
+    from mpilaunch import config, options, run
 
     python = sys.executable
     _log(f"job: worker-0 of {len(spec.hosts)} host(s) ({spec.worker0}), {spec.slots} slot(s) per host")
@@ -548,7 +538,7 @@ def run_worker0(spec: JobSpec, args, launcher_argv: List[str], env: Mapping[str,
         try:
             hostfile_path = write_hostfile(spec, run_dir)
             run_argv = ["--hostfile", hostfile_path] + list(launcher_argv)
-            config.build(cli.run_parser().parse_args(run_argv), env)   # usage errors now, before waiting
+            config.build(options.parser(options.RUN).parse_args(run_argv), env)   # usage errors now, before waiting
             if not args.dry_run and len(spec.hosts) > 1:
                 missing = wait_for_peers(spec, python, wait_s)
                 if missing:
@@ -561,7 +551,7 @@ def run_worker0(spec: JobSpec, args, launcher_argv: List[str], env: Mapping[str,
             for s, h in previous.items():   # the launcher handles signals itself from here
                 signal.signal(s, h)
             # every host was just seen ready over ssh: no second preflight
-            status = cli.cmd_run(["--no-preflight"] + run_argv if len(spec.hosts) > 1 else run_argv)
+            status = run.main(["--no-preflight"] + run_argv if len(spec.hosts) > 1 else run_argv)
             return status
         except UsageError as exc:
             # Shown now; then the waiting hosts (some maybe not up yet) learn status 2.
@@ -594,7 +584,7 @@ def run_worker0(spec: JobSpec, args, launcher_argv: List[str], env: Mapping[str,
 # --------------------------------------------------------------------------- command
 
 def main(argv: Sequence[str]) -> int:
-    from mpilaunch import cli
+    from mpilaunch import run
 
     args, launcher_argv = split_argv(argv)
     wait_s = _seconds(args.wait_hosts, "--wait-hosts", DEFAULT_WAIT_HOSTS)
@@ -602,7 +592,7 @@ def main(argv: Sequence[str]) -> int:
     env = dict(os.environ)
     spec = job_spec(env, args)
     if spec is None:                      # no platform variables: a plain launch
-        return cli.cmd_run(launcher_argv)
+        return run.main(launcher_argv)
     if spec.index == 0:
         return run_worker0(spec, args, launcher_argv, env, wait_s)
     every = liveness_every(len(spec.hosts))

@@ -1,6 +1,6 @@
 """Preflight of a multi-node launch: ``mpilaunch check [launcher options] [SCRIPT ...]``.
 
-Takes the launcher's own options (``mpilaunch.cli.run_parser``) and builds the same
+Takes the launcher's own options (``mpilaunch.options``) and builds the same
 ``LaunchConfig`` (``mpilaunch.config.build``), so the hosts, np, ssh port and ssh options
 checked are exactly those a launch would use. Per host, in parallel (a bounded pool of
 daemon threads), each check with its own time-out:
@@ -722,21 +722,9 @@ def _table(results: Sequence[CheckResult]) -> List[str]:
 # --------------------------------------------------------------------------- command
 
 def _parser():
-    from mpilaunch.cli import run_parser
+    from mpilaunch import options
 
-    p = run_parser()
-    p.prog = "mpilaunch check"
-    p.description = ("Preflight a multi-node launch: same options as a launch (SCRIPT optional); "
-                     "exit 0 all passed, 1 a check failed, 2 usage error.")
-    g = p.add_argument_group("check")
-    g.add_argument("--timeout", dest="check_timeout", default=None, metavar="SECONDS",
-                   help=f"seconds per check and host (default {DEFAULT_TIMEOUT:g}; ssh gets twice: log in, run)")
-    g.add_argument("--parallel", dest="check_parallel", default=None, metavar="N",
-                   help=f"hosts checked at once (default {DEFAULT_PARALLEL})")
-    g.add_argument("--ssh-only", dest="check_ssh_only", action="store_true",
-                   help="only resolve, ssh port and ssh login (what the launcher checks)")
-    g.add_argument("--table", dest="check_table", action="store_true", help="print the per-host table always")
-    return p
+    return options.parser(options.CHECK)
 
 
 def _number(value, flag: str, cast, lo) -> float:

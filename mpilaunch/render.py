@@ -92,7 +92,7 @@ def drop_unset_x(tokens: Sequence[str], env: Mapping[str, str]) -> Tuple[List[st
 def route_secret_x(tokens: Sequence[str]) -> Tuple[List[str], dict]:
     """``-x SECRET=value`` -> ``-x SECRET`` with the value moved to mpirun's environment,
     so no secret value ever sits in an argv (visible in ``ps``). -> (tokens, env additions)."""
-    from mpilaunch.tune import is_secret
+    from mpilaunch.contract import is_secret
 
     out: List[str] = []
     moved: dict = {}

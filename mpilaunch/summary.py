@@ -14,7 +14,7 @@ from collections import deque
 from collections import namedtuple
 from typing import List, Optional
 
-STATUS_PREFIX = "@@mpilaunch "
+from mpilaunch.contract import STATUS_PREFIX
 
 _MPIRUN_NOTICE = re.compile(
     r"noticed that process rank (\d+) with PID (\d+) on node (\S+?)\.? exited on signal (\d+)"

@@ -3,7 +3,7 @@
 ModelArts writes ``env | grep -E '^MA_|...' | grep -v '=$'`` as bare ``KEY=VALUE`` lines,
 which Open MPI reads as MCA parameters: nothing reaches a rank. Open MPI really reads
 ``-x KEY=VALUE`` lines, but only for a portable subset of values (no whitespace, quotes,
-``;``, backslash, non-ASCII, long lines; see FIELD_NOTES.md). So each selected variable goes
+``;``, backslash, non-ASCII, long lines; see docs/OPENMPI_FACTS.md). So each selected variable goes
 one of two ways:
 
 * **tune file**: ``-x KEY=VALUE`` line, when the value is in the portable subset and the
@@ -20,26 +20,16 @@ import tempfile
 from collections import namedtuple
 from typing import Iterable, List, Mapping, Sequence, Tuple
 
+from mpilaunch.contract import is_secret
+
 DEFAULT_PREFIXES: Tuple[str, ...] = ("MA_", "AWS_", "S3_", "PATH", "VC_WORKER_", "SCC", "CRED")
 
 # Longest tune line we write: PRRTE reads lines into a 2,048-byte buffer; keep a wide margin.
 MAX_LINE_BYTES = 1024
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SECRET_RE = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|CRED|(?:^|_)SK(?:_|$)|PRIVATE_KEY", re.IGNORECASE)
 # Printable ASCII without space, quotes, ';' and backslash.
 _PORTABLE_RE = re.compile(r"^[\x21\x23-\x26\x28-\x3a\x3c-\x5b\x5d-\x7e]+$")
-
-MASK = "****"
-
-
-def is_secret(name: str) -> bool:
-    return bool(_SECRET_RE.search(name))
-
-
-def mask_value(name: str, value: str) -> str:
-    return MASK if is_secret(name) else value
-
 
 def is_portable(name: str, value: str) -> bool:
     line = f"-x {name}={value}\n"

@@ -65,7 +65,7 @@ def test_unknown_flag(tmp_path, script):
 
 def test_bad_ssh_port_variable(tmp_path, script):
     proc, tmpdir = run_cli(["-np", "1", script], tmp_path, {"SSHD_PORT": "ssh"})
-    check_one_line_error(proc, tmpdir, tmp_path, "SSHD_PORT='ssh': must be a whole number")
+    check_one_line_error(proc, tmpdir, tmp_path, "SSHD_PORT='ssh': not a whole number; give a port between 1 and 65535")
 
 
 def test_existing_tune_file_is_not_overwritten(tmp_path, script):

@@ -2,7 +2,7 @@
 import pytest
 
 from mpilaunch import config, plan
-from mpilaunch.cli import run_parser
+from mpilaunch.options import parser as run_parser
 from mpilaunch.errors import UsageError
 from mpilaunch.mpi import OMPI4, OMPI5, MpiInfo, parse_version_output
 
@@ -107,15 +107,15 @@ def test_rank_options_passed_through(tmp_path):
 
 @pytest.mark.parametrize("argv, env, message", [
     (["-np", "5", "-H", "a:2,b:2"], {}, "--np=5 is more than the 4 slot(s) of -H; add slots or pass --oversubscribe"),
-    ([], {"OPENMPI_NP": "zero"}, "OPENMPI_NP='zero': must be a whole number"),
-    ([], {"OPENMPI_NP": "0"}, "OPENMPI_NP=0: must be at least 1"),
-    (["-np", "1"], {"SSHD_PORT": "70000"}, "SSHD_PORT=70000: must be between 1 and 65535"),
-    (["-np", "1", "--master_port", "80"], {}, "--master_port=80: must be 0 (pick a free port) or 1024-65535"),
+    ([], {"OPENMPI_NP": "zero"}, "OPENMPI_NP='zero': not a whole number; give a whole number at least 1"),
+    ([], {"OPENMPI_NP": "0"}, "OPENMPI_NP='0': out of range; give a whole number at least 1"),
+    (["-np", "1"], {"SSHD_PORT": "70000"}, "SSHD_PORT='70000': out of range; give a port between 1 and 65535"),
+    (["-np", "1", "--master_port", "80"], {}, "--master_port=80: a privileged port; give 0 (pick a free port) or a port between 1024 and 65535"),
     (["-np", "1"], {"OPENMPI_BIND_ARGS": "-bind-to 'none"}, "OPENMPI_BIND_ARGS: cannot split \"-bind-to 'none\": No closing quotation"),
     (["-np", "1"], {"OPENMPI_MCA_ARGS": "-mca btl"}, "OPENMPI_MCA_ARGS: option -mca needs 2 value(s)"),
     (["-np", "1", "--ssh-port", "22"], {"OPENMPI_MCA_ARGS": "-mca plm_rsh_args -p22"},
      "the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a plm_rsh_args in the MCA/extra args; keep one"),
-    (["-np", "1", "--tail_worker_log", "x"], {}, "--tail_worker_log='x': expected -1, none, or a comma list of ranks"),
+    (["-np", "1", "--tail_worker_log", "x"], {}, "--tail_worker_log='x': not a rank list; give -1 (every rank), none, or a comma list of ranks such as 0,3"),
 ])
 def test_bad_input_is_one_clear_line(argv, env, message, tmp_path):
     with pytest.raises(UsageError) as err:

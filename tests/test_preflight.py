@@ -235,9 +235,9 @@ def test_usage_errors_exit_2(args, expected):
 
 
 def test_run_checks_from_a_launch_config_is_ssh_only():
-    from mpilaunch import cli, config
+    from mpilaunch import config, options
 
-    args = cli.run_parser().parse_args(["-H", "localhost:1", "--no-python", "true"])
+    args = options.parser().parse_args(["-H", "localhost:1", "--no-python", "true"])
     cfg = config.build(args, {})
     results = pf.run_checks(cfg, timeout=5)
     assert {r.check for r in results} == {"slots", "resolve", "ssh-port", "ssh"}

@@ -1,0 +1,163 @@
+"""The rules launcher and rank side share, each defined once.
+
+Import-light on purpose (only ``re``): every rank imports it before the user's script starts.
+
+* **Secrets**: which variable names are secret (:func:`is_secret`), the one mask
+  (:data:`MASK`), and masking of values in text (:func:`mask_lines`). Used for the tune file,
+  the mpirun argv, ``--dry-run``, summaries, log tails and ``mpilaunch job``.
+* **Status lines**: the prefix of the adapter -> launcher lines (:data:`STATUS_PREFIX`) and of
+  the helper protocols over ssh (:data:`PROBE_PREFIX`, :data:`PEER_PREFIX`).
+* **Defaults**: the scheduler / master port (:data:`DEFAULT_MASTER_PORT`).
+* **The tail spec** (``--tail_worker_log``): :func:`parse_tail_spec`.
+* **Value validators** with one message style, ``NAME=value: why; how to fix``
+  (:func:`whole`, :func:`seconds`, :func:`port`, :func:`master_port`).
+"""
+from __future__ import annotations
+
+import re
+
+from mpilaunch.errors import UsageError
+
+# --------------------------------------------------------------------------- secrets
+
+# A name is secret when it contains SECRET, TOKEN, PASSWORD/PASSWD, CRED, PRIVATE, ACCESS_KEY,
+# API_KEY or AUTH, or ends in KEY, or has AK / SK as a whole _-separated word (MA_SK, OBS_SK_X,
+# MA_AK). Deliberately wide: a value wrongly treated as secret still arrives exactly (it travels
+# in mpirun's environment instead of the tune file); a secret treated as plain would be on disk.
+SECRET_NAME = re.compile(
+    r"SECRET|TOKEN|PASSWORD|PASSWD|CRED|PRIVATE|ACCESS_KEY|API_KEY|AUTH"
+    r"|(?:^|_)KEY$|(?:^|_)(?:AK|SK)(?:_|$)", re.IGNORECASE)
+MASK = "****"
+# Values shorter than this are not searched for in text (a 1-3 character value would mask
+# ordinary words); they are still never written to a file nor put in an argv.
+MIN_MASKED_LEN = 4
+
+
+def is_secret(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
+
+
+def mask_value(name: str, value: str) -> str:
+    """``value`` as it may be shown for variable ``name``."""
+    return MASK if is_secret(name) else value
+
+
+def secret_values(env) -> list:
+    """Every text to hide for the secret variables of ``env``: each value and each of its
+    lines (a multi-line value printed by a program shows up line by line), longest first."""
+    found = set()
+    for name, value in env.items():
+        if not value or not is_secret(name):
+            continue
+        for piece in [value] + value.splitlines():
+            piece = piece.strip("\r")
+            if len(piece) >= MIN_MASKED_LEN:
+                found.add(piece)
+    return sorted(found, key=len, reverse=True)
+
+
+def mask_lines(lines, env, cut=None) -> list:
+    """``lines`` with every secret value of ``env`` replaced by :data:`MASK`, masked *before*
+    each line is cut to ``cut`` characters (a cut must never leave part of a secret)."""
+    values = secret_values(env)
+    out = []
+    for line in lines:
+        for v in values:
+            if v in line:
+                line = line.replace(v, MASK)
+        out.append(line if cut is None else line[:cut])
+    return out
+
+
+# --------------------------------------------------------------------------- status lines
+
+STATUS_PREFIX = "@@mpilaunch "          # adapter -> launcher, one JSON object per line (stderr)
+PROBE_PREFIX = "@@mpilaunch-probe "     # `mpilaunch check`'s remote probe -> checker (stdout)
+PEER_PREFIX = "@@mpilaunch-peer "       # `mpilaunch job`'s peer relay -> worker-0 (stdout)
+
+# --------------------------------------------------------------------------- defaults
+
+DEFAULT_MASTER_PORT = 8118              # msrun's default scheduler port
+DEFAULT_LOG_DIR = "."
+DEFAULT_TAIL_SPEC = "-1"
+
+# --------------------------------------------------------------------------- validators
+
+
+def _shown(value) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def whole(value, name: str, lo: int, hi=None, fix: str = "") -> int:
+    """``value`` as an int in ``[lo, hi]``; else UsageError ``NAME=value: why; fix``."""
+    text = str(value).strip()
+    try:
+        number = int(text, 10)
+    except ValueError:
+        number = None
+    bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+    if number is None:
+        why = "not a whole number"
+    elif number < lo or (hi is not None and number > hi):
+        why = "out of range"
+    else:
+        return number
+    raise UsageError(f"{name}={_shown(value)}: {why}; {fix or 'give a whole number ' + bound}")
+
+
+def seconds(value, name: str, allow_zero: bool = False) -> float:
+    """A finite number of seconds, more than 0 (or at least 0 with ``allow_zero``)."""
+    text = str(value).strip()
+    try:
+        number = float(text)
+    except ValueError:
+        number = None
+    ok = number is not None and number == number and number not in (float("inf"), float("-inf"))
+    if ok and (number > 0 or (allow_zero and number == 0)):
+        return number
+    least = "0 or more" if allow_zero else "more than 0"
+    why = "not a number" if number is None else "out of range"
+    raise UsageError(f"{name}={_shown(value)}: {why}; give a number of seconds, {least}")
+
+
+def port(value, name: str) -> int:
+    """A TCP port 1-65535 (an ssh port, say)."""
+    return whole(value, name, 1, 65535, fix="give a port between 1 and 65535")
+
+
+def master_port(value, name: str = "--master_port") -> int:
+    """The scheduler / master port: 0 (pick a free one) or 1024-65535."""
+    number = whole(value, name, 0, 65535,
+                   fix="give 0 (pick a free port) or a port between 1024 and 65535")
+    if 0 < number < 1024:
+        raise UsageError(f"{name}={number}: a privileged port; "
+                         "give 0 (pick a free port) or a port between 1024 and 65535")
+    return number
+
+
+# --------------------------------------------------------------------------- tail spec
+
+def parse_tail_spec(raw, name: str = "--tail_worker_log"):
+    """``-1``/``all`` -> None (every rank); ``none`` -> empty frozenset; ``"0,3"`` -> {0, 3}."""
+    text = str(raw).strip().lower()
+    if text in ("-1", "all"):
+        return None
+    if text == "none":
+        return frozenset()
+    ranks = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise UsageError(f"{name}={_shown(raw)}: not a rank list; "
+                             "give -1 (every rank), none, or a comma list of ranks such as 0,3")
+        ranks.add(int(part))
+    return frozenset(ranks)
+
+
+def tail_spec_text(spec) -> str:
+    """The canonical text of a parsed tail spec (what the launcher hands to the ranks)."""
+    if spec is None:
+        return "-1"
+    if not spec:
+        return "none"
+    return ",".join(str(r) for r in sorted(spec))

@@ -1,0 +1,232 @@
+"""The option table: every flag of ``mpilaunch``, ``mpilaunch check`` and ``mpilaunch job``,
+declared once.
+
+One row per option: its flags, the ModelArts/platform variable that stands in for it, the
+default, the help text, and the commands that take it. The table drives the argparse parsers
+(:func:`parser`), the precedence flag > variable > default (:func:`setting`, used by
+``config.build`` and ``job``), ``--help`` and the README's table (:func:`markdown_table`; a
+test keeps the README equal to it). Validation of each value lives in ``config.py`` /
+``contract.py``; argparse only collects strings, so that a bad value names where it came from.
+"""
+from __future__ import annotations
+
+import argparse
+from collections import namedtuple
+
+from mpilaunch import contract
+from mpilaunch.errors import UsageError
+from mpilaunch.tune import DEFAULT_PREFIXES
+
+RUN, CHECK, JOB = "run", "check", "job"
+LAUNCH = (RUN, CHECK, JOB)   # every command that plans a launch takes these
+
+GROUPS = {
+    "hosts": "hosts and processes (ModelArts variables in brackets)",
+    "mpirun": "mpirun",
+    "rank": "inside every rank (msrun names)",
+    "check": "check",
+    "job": "job",
+}
+
+
+class Opt(namedtuple("Opt", "flags dest var default shown help group kind metavar commands")):
+    """flags: spellings (the first long one is shown in the README); dest: argparse name;
+    var: the variable standing in for the flag (None: flag only); default: the value used when
+    neither is given (None: decided elsewhere, described by ``shown``); kind: ``value`` |
+    ``switch`` (store_true) | ``hidden`` (accepted, not shown); commands: where it applies."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        """The flag as messages name it (the first ``--`` spelling)."""
+        return next((f for f in self.flags if f.startswith("--")), self.flags[0])
+
+
+def _o(flags, dest, help, group, var=None, default=None, shown="", kind="value", metavar=None,
+       commands=LAUNCH):
+    return Opt(tuple(flags), dest, var, default, shown, help, group, kind, metavar, tuple(commands))
+
+
+OPTIONS = (
+    # -- hosts and processes
+    _o(("-np", "--np", "-n", "--worker_num"), "np", "number of ranks (workers)", "hosts",
+       var="OPENMPI_NP", shown="total slots of the hosts", metavar="N"),
+    _o(("-hostfile", "--hostfile", "--machinefile"), "hostfile", "Open MPI or MPICH hostfile",
+       "hosts", var="OPENMPI_HOST_FILE_PATH",
+       shown="`VC_WORKER_HOSTS` × `MA_NUM_GPUS` slots, else this machine", metavar="FILE"),
+    _o(("-H", "--host"), "host", "host list a:2,b:2", "hosts", metavar="HOSTS"),
+    _o(("--local_worker_num", "--slots-per-host"), "local_worker_num",
+       "slots per host for VC_WORKER_HOSTS, or for this machine", "hosts", var="MA_NUM_GPUS",
+       default="1", shown="1 (this machine: -np)", metavar="N"),
+    _o(("--oversubscribe",), "oversubscribe", "allow more ranks than slots", "hosts",
+       kind="switch"),
+    # -- mpirun
+    _o(("--mpirun",), "mpirun", "mpirun to use", "mpirun", var="MPILAUNCH_MPIRUN",
+       shown="the embedded Open MPI next to this Python, else `mpirun` on PATH", metavar="PATH"),
+    _o(("--ssh-port",), "ssh_port", "sshd port on the hosts", "mpirun", var="SSHD_PORT",
+       shown="ssh's default", metavar="PORT"),
+    _o(("--ssh-args",), "ssh_args", "extra ssh options, e.g. '-F cfg'", "mpirun", metavar="ARGS"),
+    _o(("--tune-file",), "tune_file", "where to write the env tune file", "mpirun",
+       var="TUNE_ENV_FILE", shown="a private 0700 directory, removed at the end", metavar="FILE"),
+    _o(("--keep-tune-file",), "keep_tune_file", "do not remove the tune file at the end",
+       "mpirun", kind="switch"),
+    _o(("--env-prefixes",), "env_prefixes", "comma list of variable prefixes broadcast from this host",
+       "mpirun", var="MPILAUNCH_ENV_PREFIXES", shown="`" + ",".join(DEFAULT_PREFIXES) + "`",
+       metavar="LIST"),
+    _o(("--bind-args",), "bind_args", "mpirun binding options", "mpirun", var="OPENMPI_BIND_ARGS",
+       default="-bind-to none -map-by slot", metavar="ARGS"),
+    _o(("--x-args",), "x_args", "mpirun -x options", "mpirun", var="OPENMPI_X_ARGS",
+       default=("-x LD_LIBRARY_PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_DEBUG=INFO "
+                "-x NCCL_SOCKET_IFNAME=ib0,bond0,eth0 -x NCCL_SOCKET_FAMILY=AF_INET "
+                "-x NCCL_IB_DISABLE=0"), metavar="ARGS"),
+    _o(("--mca-args",), "mca_args", "mpirun MCA options", "mpirun", var="OPENMPI_MCA_ARGS",
+       default="-mca pml ob1 -mca btl ^openib -mca plm_rsh_no_tree_spawn true", metavar="ARGS"),
+    _o(("--extra-args",), "extra_args", "more mpirun options", "mpirun", var="OPENMPI_EXTRA_ARGS",
+       default="", shown="empty", metavar="ARGS"),
+    _o(("--python",), "python", "absolute interpreter path for ranks", "mpirun",
+       shown="this Python", metavar="PATH"),
+    _o(("--dry-run",), "dry_run", "print the mpirun command and tune file; start nothing",
+       "mpirun", kind="switch"),
+    _o(("--no-preflight",), "no_preflight",
+       "skip the ssh preflight run before a multi-host launch (see `mpilaunch check`)", "mpirun",
+       kind="switch"),
+    _o(("-v", "--verbose"), "verbose", "print the mpirun command before running it", "mpirun",
+       kind="switch"),
+    # -- inside every rank
+    _o(("--log_dir", "--log-dir"), "log_dir", "worker and scheduler logs", "rank",
+       default=contract.DEFAULT_LOG_DIR, metavar="DIR"),
+    _o(("--worker_log_name", "--worker-log-name"), "worker_log_name",
+       "log name with {rank}, {ip}, {hostname}", "rank", shown="`worker_{rank}.log`",
+       metavar="NAME"),
+    _o(("--tail_worker_log", "--tail-worker-log"), "tail_worker_log",
+       "ranks whose output goes to the console: -1 (all), none, or 0,3", "rank",
+       default=contract.DEFAULT_TAIL_SPEC, metavar="SPEC"),
+    _o(("--master_addr", "--master-addr"), "master_addr", "scheduler / MASTER_ADDR address",
+       "rank", shown="rank 0's host address", metavar="ADDR"),
+    _o(("--master_port", "--master-port"), "master_port",
+       "scheduler / MASTER_PORT port (0 picks a free one)", "rank",
+       default=str(contract.DEFAULT_MASTER_PORT), metavar="PORT"),
+    _o(("--cluster_time_out", "--cluster-time-out"), "cluster_time_out",
+       "seconds to wait for all workers to join (MS_TOPO_TIMEOUT)", "rank",
+       shown="your `MS_TOPO_TIMEOUT`, else 600", metavar="SECONDS"),
+    _o(("--bind_core", "--bind-core"), "bind_core",
+       "True, or msrun's JSON dict of CPU ranges per device", "rank", shown="no binding",
+       metavar="SPEC"),
+    _o(("--visible-devices",), "visible_devices", "comma list mapping local rank -> DEVICE_ID",
+       "rank", shown="the local rank", metavar="LIST"),
+    _o(("--no-scheduler",), "no_scheduler", "do not start MindSpore's scheduler on rank 0",
+       "rank", kind="switch"),
+    _o(("--exec",), "exec_mode",
+       "the script is an MPI program itself (Horovod, mpi4py): exec it with the derived env",
+       "rank", kind="switch"),
+    _o(("--no-python",), "no_python", "SCRIPT is an executable, not a Python file", "rank",
+       kind="switch"),
+    _o(("--join",), "join", "msrun compatibility: always joined", "rank", kind="hidden"),
+    # -- mpilaunch check
+    _o(("--timeout",), "check_timeout", "seconds per check and host (ssh gets twice: log in, run)",
+       "check", default="10", metavar="SECONDS", commands=(CHECK,)),
+    _o(("--parallel",), "check_parallel", "hosts checked at once", "check", default="64",
+       metavar="N", commands=(CHECK,)),
+    _o(("--ssh-only",), "check_ssh_only",
+       "only resolve, ssh port and ssh login (what the launcher checks)", "check",
+       kind="switch", commands=(CHECK,)),
+    _o(("--table",), "check_table", "print the per-host table always", "check", kind="switch",
+       commands=(CHECK,)),
+    # -- mpilaunch job
+    _o(("--wait-hosts",), "wait_hosts", "worker-0: seconds to wait for every host to be ready",
+       "job", default="300", metavar="SECONDS", commands=(JOB,)),
+    _o(("--lost-after",), "lost_after",
+       "other hosts: give up after worker-0's sshd has not answered this long", "job",
+       default="60", metavar="SECONDS", commands=(JOB,)),
+)
+
+BY_DEST = {o.dest: o for o in OPTIONS}
+
+DESCRIPTIONS = {
+    RUN: "Launch MindSpore 2.x / PyTorch training through one mpirun over a hostfile.",
+    CHECK: ("Preflight a multi-node launch: same options as a launch (SCRIPT optional); "
+            "exit 0 all passed, 1 a check failed, 2 usage error."),
+    JOB: ("ModelArts-like entrypoint: run the same command on every host of a job "
+          "(VC_WORKER_HOSTS, VC_TASK_INDEX, MA_NUM_GPUS, SSHD_PORT); worker-0 launches."),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage dump, exit 2 via UsageError
+        raise UsageError(message)
+
+
+def _help(o: Opt) -> str:
+    text = o.help
+    if o.var:
+        text += f" [{o.var}]"
+    if o.default not in (None, "") and o.kind == "value":
+        text += f" (default: {o.default})"
+    elif o.shown:
+        text += f" (default: {o.shown.replace('`', '')})"
+    return text.replace("%", "%%")
+
+
+def parser(command: str = RUN) -> argparse.ArgumentParser:
+    """The argparse parser of ``command``; every value is left a string (or None when not
+    given) so that :func:`setting` can tell a flag from a variable from a default."""
+    prog = "mpilaunch" if command == RUN else f"mpilaunch {command}"
+    p = _Parser(prog=prog, description=DESCRIPTIONS[command], allow_abbrev=False)
+    groups = {}
+    for o in OPTIONS:
+        if command not in o.commands:
+            continue
+        if o.group not in groups:
+            groups[o.group] = p.add_argument_group(GROUPS[o.group])
+        g = groups[o.group]
+        if o.kind == "switch":
+            g.add_argument(*o.flags, dest=o.dest, action="store_true", help=_help(o))
+        elif o.kind == "hidden":
+            g.add_argument(*o.flags, dest=o.dest, default=None, help=argparse.SUPPRESS)
+        else:
+            g.add_argument(*o.flags, dest=o.dest, default=None, help=_help(o), metavar=o.metavar)
+    p.add_argument("script", nargs="?", default=None)
+    p.add_argument("script_args", nargs=argparse.REMAINDER)
+    return p
+
+
+# Options whose variable, set but empty, is a value ("no such mpirun options"); for every
+# other option an empty variable counts as unset (as ModelArts' `grep -v '=$'` treats it).
+BLANK_IS_A_VALUE = frozenset({"bind_args", "x_args", "mca_args", "extra_args"})
+
+
+def setting(args, env, dest: str):
+    """(value, source) for option ``dest``: the flag if given, else its variable if set (and
+    not blank, but for :data:`BLANK_IS_A_VALUE`), else the table's default. ``source`` names
+    the flag or the variable (for messages), or is ``"default"``."""
+    o = BY_DEST[dest]
+    value = getattr(args, dest, None)
+    if value is not None:
+        return value, o.name
+    if o.var and o.var in env and (dest in BLANK_IS_A_VALUE or str(env[o.var]).strip()):
+        return env[o.var], o.var
+    return o.default, "default"
+
+
+def flag_names(commands) -> tuple:
+    """Every spelling of the options that take a value / are switches, for argv splitting."""
+    return tuple(f for o in OPTIONS if set(o.commands) & set(commands) for f in o.flags)
+
+
+def markdown_table(command: str = RUN) -> str:
+    """The README's table of ``command``'s options: flag, variable, default, what it does."""
+    rows = ["| flag | variable | default | what |", "|---|---|---|---|"]
+    for o in OPTIONS:
+        if command not in o.commands or o.kind == "hidden":
+            continue
+        flags = ", ".join(f"`{f}`" for f in o.flags)
+        var = f"`{o.var}`" if o.var else ""
+        if o.kind == "switch":
+            default = "off"
+        elif o.default not in (None, "") and not o.shown:
+            default = f"`{o.default}`"
+        else:
+            default = o.shown
+        rows.append(f"| {flags} | {var} | {default} | {o.help.replace('|', '¦')} |")
+    return "\n".join(rows) + "\n"

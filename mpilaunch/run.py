@@ -1,0 +1,81 @@
+"""``mpilaunch [run] [options] SCRIPT [ARGS...]``: options -> config -> plan -> launcher.
+
+Also the library entry of ``mpilaunch job`` (worker-0 runs exactly this)."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+from mpilaunch import contract
+
+
+def show_plan(plan, env) -> None:
+    """``--dry-run``: the exact argv, hostfile and tune file, secrets masked."""
+    from mpilaunch import plan as planmod
+    from mpilaunch import render
+
+    cmd = planmod.argv(plan)
+    shown = []
+    for i, tok in enumerate(cmd):
+        if i > 0 and cmd[i - 1] == "-x" and "=" in tok:
+            name, _, value = tok.partition("=")
+            tok = f"{name}={contract.mask_value(name, value)}"
+        shown.append(tok)
+    print(f"# mpirun: {plan.mpi.path} (Open MPI {plan.mpi.version_str})")
+    print(render.show(shown))
+    print(f"# hostfile {plan.hostfile_path}:")
+    sys.stdout.write("".join(f"#   {line}\n" for line in plan.hostfile_text.splitlines()))
+    print(f"# tune file {plan.tune_path}:")
+    sys.stdout.write("".join(f"#   {line}\n" for line in plan.tune_text.splitlines()))
+    if plan.broadcast.routed:
+        print("# carried in mpirun's environment (-x NAME): " + ", ".join(
+            f"{n}={contract.MASK}" if contract.is_secret(n) else f"{n}={env[n]!r}"
+            for n in plan.broadcast.routed))
+    if plan.dropped_x:
+        print("# dropped (unset here): " + " ".join(f"-x {n}" for n in plan.dropped_x))
+
+
+def preflight_fails(cfg) -> bool:
+    """Before a multi-host launch: every host resolves, its ssh port answers, ssh logs in
+    without a prompt. One line per failure naming the host, instead of Open MPI's
+    "daemon failed to report back" after its own time-out."""
+    from mpilaunch import preflight as check
+
+    if not check.hosts_needing_ssh(cfg.hosts):
+        return False
+    bad = check.failed(check.run_checks(cfg, timeout=check.DEFAULT_TIMEOUT))
+    for result in bad:
+        print(f"mpilaunch: preflight: {result.line()}", file=sys.stderr)
+    if bad:
+        print("mpilaunch: not started (details: mpilaunch check ...; --no-preflight skips this)",
+              file=sys.stderr)
+    return bool(bad)
+
+
+def main(argv: Sequence[str]) -> int:
+    from mpilaunch import config, launcher, mpi, options
+    from mpilaunch import plan as planmod
+    from mpilaunch import render
+
+    args = options.parser(options.RUN).parse_args(list(argv))
+    env = dict(os.environ)
+    cfg = config.build(args, env)
+    info = mpi.detect(cfg.mpirun, env)
+    if cfg.dry_run:
+        plan = planmod.make_plan(cfg, env, info, "<run-dir>", os.geteuid())
+        show_plan(plan, env)
+        return 0
+    if not args.no_preflight and preflight_fails(cfg):
+        return 1
+    run_dir = launcher.make_run_dir()
+    try:
+        plan = planmod.make_plan(cfg, env, info, run_dir, os.geteuid())
+    except BaseException:
+        os.rmdir(run_dir)
+        raise
+    if args.verbose:
+        for name in plan.dropped_x:
+            print(f"mpilaunch: -x {name} dropped: {name} is not set here", file=sys.stderr)
+        print(f"mpilaunch: {render.show(planmod.argv(plan))}", file=sys.stderr)
+    return launcher.run(plan, env, run_dir, cfg.keep_tune_file)
