@@ -214,11 +214,14 @@ def flag_names(commands) -> tuple:
     return tuple(f for o in OPTIONS if set(o.commands) & set(commands) for f in o.flags)
 
 
-def markdown_table(command: str = RUN) -> str:
-    """The README's table of ``command``'s options: flag, variable, default, what it does."""
+def markdown_table(command: str = RUN, only_own: bool = False) -> str:
+    """The README's table of ``command``'s options: flag, variable, default, what it does
+    (``only_own``: just the options no other command takes)."""
     rows = ["| flag | variable | default | what |", "|---|---|---|---|"]
     for o in OPTIONS:
         if command not in o.commands or o.kind == "hidden":
+            continue
+        if only_own and o.commands != (command,):
             continue
         flags = ", ".join(f"`{f}`" for f in o.flags)
         var = f"`{o.var}`" if o.var else ""
@@ -230,3 +233,10 @@ def markdown_table(command: str = RUN) -> str:
             default = o.shown
         rows.append(f"| {flags} | {var} | {default} | {o.help.replace('|', '¦')} |")
     return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # python3 -m mpilaunch.options > table (README's option table)
+    import sys
+
+    for cmd in sys.argv[1:] or [RUN]:
+        print(markdown_table(cmd, only_own=cmd != RUN))
