@@ -16,6 +16,10 @@ from mpilaunch.errors import UsageError
 from mpilaunch.tune import DEFAULT_PREFIXES
 
 
+# Ranks of one job: Open MPI counts them in a C int; far beyond any real job, far below overflow.
+MAX_NP = 10_000_000
+
+
 class Setting(namedtuple("Setting", "value source")):
     """A resolved value and where it came from (for messages and --dry-run)."""
 
@@ -52,7 +56,7 @@ def slots_per_host(args, env: Mapping[str, str]) -> int:
     """Slots of each ``VC_WORKER_HOSTS`` host: ``--local_worker_num`` > ``MA_NUM_GPUS`` > 1.
     The one answer for ``mpilaunch`` and ``mpilaunch job``."""
     value, source = options.setting(args, env, "local_worker_num")
-    return contract.whole(value, source, 1)
+    return contract.whole(value, source, 1, hf.MAX_SLOTS)
 
 
 def ssh_port(args, env: Mapping[str, str]) -> Optional[int]:
@@ -65,6 +69,22 @@ def ssh_extra(args) -> Tuple[str, ...]:
     from mpilaunch.render import split_arg_string
 
     return tuple(split_arg_string(args.ssh_args, "--ssh-args")) if args.ssh_args else ()
+
+
+def check_here(cfg) -> None:
+    """What must hold on the launching host before anything starts (not pure: looks at files).
+    The rank interpreter must exist here (the launching host runs ranks or, for a remote-only
+    job, `mpilaunch check` covers the others)."""
+    python = cfg.python
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise UsageError(f"--python={python}: no such executable on this host; give the absolute "
+                         "path of the interpreter every host has")
+
+
+def _is_pseudo_fs(path: str) -> bool:
+    """/proc, /sys: root may 'write' there by access(), but no file can be created."""
+    real = os.path.realpath(path)
+    return any(real == top or real.startswith(top + "/") for top in ("/proc", "/sys"))
 
 
 def _resolve_hosts(args, env: Mapping[str, str]) -> Tuple[Tuple[hf.Host, ...], str]:
@@ -81,9 +101,9 @@ def _resolve_hosts(args, env: Mapping[str, str]) -> Tuple[Tuple[hf.Host, ...], s
     # No host list at all: this machine only, as msrun does for a single node.
     np_value, np_source = options.setting(args, env, "np")
     if args.local_worker_num is not None:
-        slots = contract.whole(args.local_worker_num, "--local_worker_num", 1)
+        slots = contract.whole(args.local_worker_num, "--local_worker_num", 1, hf.MAX_SLOTS)
     elif np_value is not None:
-        slots = contract.whole(np_value, np_source, 1)
+        slots = contract.whole(np_value, np_source, 1, MAX_NP)
     else:
         slots = os.cpu_count() or 1
     return (hf.Host("localhost", slots),), "localhost"
@@ -113,7 +133,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     if np_setting.value is None:
         np, np_source = slots, f"total slots of {hosts_source}"
     else:
-        np, np_source = contract.whole(np_setting.value, np_setting.source, 1), np_setting.source
+        np, np_source = contract.whole(np_setting.value, np_setting.source, 1, MAX_NP), np_setting.source
     if np > slots and not args.oversubscribe:
         raise UsageError(
             f"{np_source}={np} is more than the {slots} slot(s) of {hosts_source}; "
@@ -128,6 +148,9 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
             raise UsageError(f"{tune.source}={tune_path}: file exists; mpilaunch will not overwrite it (remove it or choose another path)")
         if not os.path.isdir(parent):
             raise UsageError(f"{tune.source}={tune_path}: directory {parent} does not exist")
+        if not os.access(parent, os.W_OK | os.X_OK) or _is_pseudo_fs(parent):
+            raise UsageError(f"{tune.source}={tune_path}: cannot create files in {parent}; "
+                             "choose a path in a writable directory")
 
     prefixes_setting = _layer(args, env, "env_prefixes")
     prefixes = (

@@ -29,6 +29,11 @@ def _where(source: str, lineno: Optional[int]) -> str:
     return f"{source}:{lineno}" if lineno is not None else source
 
 
+# Open MPI keeps slot counts in a C int (99999999999999999999 became slots=-1); no host has
+# anywhere near this many slots.
+MAX_SLOTS = 1_000_000
+
+
 def _count(text: str, what: str, where: str) -> int:
     try:
         value = int(text, 10)
@@ -36,6 +41,8 @@ def _count(text: str, what: str, where: str) -> int:
         raise UsageError(f"{where}: {what} must be a whole number, got {text!r}") from None
     if value <= 0:
         raise UsageError(f"{where}: {what} must be at least 1, got {value}")
+    if value > MAX_SLOTS:
+        raise UsageError(f"{where}: {what}={value} is more than {MAX_SLOTS:,} slots on one host")
     return value
 
 
@@ -83,9 +90,10 @@ def _no_duplicates(hosts: Iterable[tuple[Host, str]]) -> List[Host]:
     seen: dict[str, str] = {}
     out: List[Host] = []
     for host, where in hosts:
-        if host.name in seen:
-            raise UsageError(f"{where}: host {host.name!r} is listed twice (first at {seen[host.name]})")
-        seen[host.name] = where
+        key = host.name.lower()   # host names are case-insensitive (localhost = LOCALHOST)
+        if key in seen:
+            raise UsageError(f"{where}: host {host.name!r} is listed twice (first at {seen[key]})")
+        seen[key] = where
         out.append(host)
     return out
 

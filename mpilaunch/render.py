@@ -36,6 +36,8 @@ def split_arg_string(value: str, source: str) -> List[str]:
 
 def _canonical_option(token: str) -> Tuple[str, str]:
     """'-bind-to' / '--bind-to' -> ('--bind-to', 'bind-to'); '-x' -> ('-x', 'x')."""
+    if token == "--x":  # both Open MPIs accept --x; route it exactly as -x (secrets!)
+        return "-x", "x"
     if token.startswith("--"):
         return token, token[2:]
     if token in _SINGLE_DASH_OK:

@@ -61,6 +61,7 @@ def main(argv: Sequence[str]) -> int:
     args = options.parser(options.RUN).parse_args(list(argv))
     env = dict(os.environ)
     cfg = config.build(args, env)
+    config.check_here(cfg)
     info = mpi.detect(cfg.mpirun, env)
     if cfg.dry_run:
         plan = planmod.make_plan(cfg, env, info, "<run-dir>", os.geteuid())

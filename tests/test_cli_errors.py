@@ -87,3 +87,50 @@ def test_dry_run_starts_nothing_and_masks_secrets(tmp_path, script):
     assert "AWS_SECRET_ACCESS_KEY=****" in proc.stdout
     assert list(tmpdir.iterdir()) == []
     assert not (tmp_path / "STARTED").exists()
+
+
+# --- hardening (issue 12): each of these started mpirun, printed a traceback or was accepted
+
+def test_tune_file_in_a_pseudo_filesystem(tmp_path, script):
+    # was: rc 1, FileNotFoundError traceback from mkstemp
+    proc, tmpdir = run_cli(["-np", "1", script], tmp_path, {"TUNE_ENV_FILE": "/proc/x"})
+    check_one_line_error(proc, tmpdir, tmp_path,
+                         "TUNE_ENV_FILE=/proc/x: cannot create files in /proc; choose a path in a writable directory")
+
+
+def test_missing_rank_interpreter(tmp_path, script):
+    # was: mpirun's "unable to launch" banner and rc 183/132
+    proc, tmpdir = run_cli(["-np", "1", "--python", "/nonexistent/python", script], tmp_path)
+    check_one_line_error(proc, tmpdir, tmp_path,
+                         "--python=/nonexistent/python: no such executable on this host; give the "
+                         "absolute path of the interpreter every host has")
+
+
+def test_slot_count_beyond_any_host(tmp_path, script):
+    # was: accepted, mpirun saw slots=-1
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=99999999999999999999\n")
+    proc, tmpdir = run_cli(["--hostfile", str(hosts), script], tmp_path)
+    check_one_line_error(proc, tmpdir, tmp_path,
+                         f"{hosts}:1: slots=99999999999999999999 is more than 1,000,000 slots on one host")
+
+
+def test_host_listed_twice_in_another_case(tmp_path, script):
+    # was: accepted; Open MPI 5 then tried ssh to LOCALHOST
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=1\nLOCALHOST slots=1\n")
+    proc, tmpdir = run_cli(["--hostfile", str(hosts), script], tmp_path)
+    check_one_line_error(proc, tmpdir, tmp_path,
+                         f"{hosts}:2: host 'LOCALHOST' is listed twice (first at {hosts}:1)")
+
+
+@pytest.mark.parametrize("source", ["OPENMPI_X_ARGS", "OPENMPI_EXTRA_ARGS"])
+def test_double_dash_x_secret_is_routed_like_dash_x(tmp_path, script, source):
+    # was: --x MA_TOKEN=value landed in mpirun's argv and the dry run
+    proc, _ = run_cli(["--dry-run", "-np", "1", script], tmp_path,
+                      {source: "--x MA_DEPLOY_TOKEN=hunter2-value --x MA_PLAIN=ok"})
+    assert proc.returncode == 0, proc.stderr
+    assert "hunter2-value" not in proc.stdout
+    argv_line = next(l for l in proc.stdout.splitlines() if not l.startswith("#"))
+    assert "-x MA_DEPLOY_TOKEN " in argv_line and "-x MA_PLAIN=ok" in argv_line
+    assert "--x" not in argv_line

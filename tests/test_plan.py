@@ -107,8 +107,8 @@ def test_rank_options_passed_through(tmp_path):
 
 @pytest.mark.parametrize("argv, env, message", [
     (["-np", "5", "-H", "a:2,b:2"], {}, "--np=5 is more than the 4 slot(s) of -H; add slots or pass --oversubscribe"),
-    ([], {"OPENMPI_NP": "zero"}, "OPENMPI_NP='zero': not a whole number; give a whole number at least 1"),
-    ([], {"OPENMPI_NP": "0"}, "OPENMPI_NP='0': out of range; give a whole number at least 1"),
+    ([], {"OPENMPI_NP": "zero"}, "OPENMPI_NP='zero': not a whole number; give a whole number between 1 and 10000000"),
+    ([], {"OPENMPI_NP": "0"}, "OPENMPI_NP='0': out of range; give a whole number between 1 and 10000000"),
     (["-np", "1"], {"SSHD_PORT": "70000"}, "SSHD_PORT='70000': out of range; give a port between 1 and 65535"),
     (["-np", "1", "--master_port", "80"], {}, "--master_port=80: a privileged port; give 0 (pick a free port) or a port between 1024 and 65535"),
     (["-np", "1"], {"OPENMPI_BIND_ARGS": "-bind-to 'none"}, "OPENMPI_BIND_ARGS: cannot split \"-bind-to 'none\": No closing quotation"),
