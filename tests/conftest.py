@@ -10,7 +10,5 @@ if HERE not in sys.path:
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
-try:  # fixtures for multi-node tests (network namespaces + sshd)
-    from fixtures_hosts import *  # noqa: F401,F403
-except ImportError:  # pragma: no cover - file not written yet
-    pass
+# fixtures for multi-node tests (network namespaces + sshd, built by tests/hosts/)
+from fixtures_hosts import *  # noqa: E402,F401,F403

@@ -9,8 +9,9 @@ Imported by tests/conftest.py (``from fixtures_hosts import *``).  Use::
                         ...])
 
 ``testhosts`` is session-scoped: 3 hosts (``<prefix>1..3``, hostnames
-``<prefix>-host1..3``, addresses in 10.231.0.0/24, sshd on port 2222), built by
-scripts/testhosts.py and always torn down (finalizer, KeyboardInterrupt, SIGTERM, atexit).
+``<prefix>-host1..3``, addresses in 10.231.0.0/24, sshd on port 2222), built by the
+test package tests/hosts/ and always torn down (finalizer, KeyboardInterrupt, SIGTERM,
+atexit).
 A test that breaks a host (``link_down``, ``kill_sshd``, ``crash``) must restore it so
 later tests see 3 good hosts: use the ``testhosts_healthy`` fixture (same object, calls
 ``restore_all()`` after the test) or the ``host_lost(host, how)`` context manager.
@@ -25,34 +26,20 @@ collecting the daemons' termination reports (~1 in 4 runs of 6 x ``hostname`` ov
 """
 import atexit
 import contextlib
-import importlib.util
 import os
 import re
 import signal
 import subprocess
-import sys
 
 import pytest
 
-__all__ = ["testhosts", "testhosts_healthy", "load_testhosts_module", "TestHosts",
+import hosts
+
+__all__ = ["testhosts", "testhosts_healthy", "TestHosts",
            "TestHost", "N_TEST_HOSTS", "SESSION_PREFIXES"]
 
 N_TEST_HOSTS = 3
 SESSION_PREFIXES = ("mlt", "mlu", "mlv", "mlw")
-_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "scripts", "testhosts.py")
-
-
-def load_testhosts_module():
-    """scripts/testhosts.py as a module (cached in sys.modules)."""
-    name = "mpilaunch_scripts_testhosts"
-    mod = sys.modules.get(name)
-    if mod is None:
-        spec = importlib.util.spec_from_file_location(name, _SCRIPT)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return mod
 
 
 class TestHost:
@@ -77,8 +64,7 @@ class TestHosts:
     ``hosts``, or a host's addr / hostname / netns name."""
     __test__ = False
 
-    def __init__(self, mod, desc):
-        self._mod = mod
+    def __init__(self, desc):
         self.prefix = desc["prefix"]
         self.state_dir = desc["state_dir"]
         self.ssh_config = desc["ssh_config"]
@@ -109,7 +95,7 @@ class TestHosts:
         name).  Returns CompletedProcess (text, captured output by default)."""
         h = self.host(host)
         argv = ["ip", "netns", "exec", h.netns] + list(argv)
-        if self._mod._alive(h.sshd_pid):
+        if hosts.alive(h.sshd_pid):
             argv = ["nsenter", "-t", str(h.sshd_pid), "-u", "--"] + argv
         kw.setdefault("stdout", subprocess.PIPE)
         kw.setdefault("stderr", subprocess.PIPE)
@@ -166,22 +152,22 @@ class TestHosts:
     def link_down(self, host):
         """Pull the host's cable: packets to/from it are lost (connects hang until
         ConnectTimeout, open TCP connections stall)."""
-        self._mod.set_link(self.prefix, self.host(host).index, False)
+        hosts.set_link(self.prefix, self.host(host).index, False)
 
     def link_up(self, host):
-        self._mod.set_link(self.prefix, self.host(host).index, True)
+        hosts.set_link(self.prefix, self.host(host).index, True)
 
     def kill_sshd(self, host):
         """Kill the host's sshd (new ssh connections refused; open sessions survive)."""
-        self._mod.kill_sshd(self.prefix, self.host(host).index)
+        hosts.kill_sshd(self.prefix, self.host(host).index)
 
     def crash(self, host):
         """Kill every process inside the host (sshd, MPI daemons, ranks)."""
-        self._mod.crash(self.prefix, self.host(host).index)
+        hosts.crash(self.prefix, self.host(host).index)
 
     def start_sshd(self, host):
         h = self.host(host)
-        h.sshd_pid = self._mod.start_sshd(self.prefix, h.index)
+        h.sshd_pid = hosts.start_sshd(self.prefix, h.index)
         return h.sshd_pid
 
     def restore(self, host):
@@ -204,38 +190,37 @@ class TestHosts:
             self.restore(host)
 
     def down(self):
-        self._mod.down(self.prefix)
+        hosts.down(self.prefix)
 
 
 @pytest.fixture(scope="session")
 def testhosts(request):
     """Three namespace hosts with sshd; torn down at session end (always)."""
-    mod = load_testhosts_module()
-    why = mod.missing_prereqs()
+    why = hosts.missing_prereqs()
     if why:
         pytest.skip(why)
 
     desc = None
     for prefix in SESSION_PREFIXES:
-        if mod.prefix_in_use(prefix):
+        if hosts.prefix_in_use(prefix):
             continue
         done = []
 
         def teardown(prefix=prefix, done=done):
             if not done:
                 done.append(True)
-                mod.down(prefix)
+                hosts.down(prefix)
 
         # Registered before anything is created: a half-failed up is undone as well.
         atexit.register(teardown)
         request.addfinalizer(teardown)
         try:
-            desc = mod.up(N_TEST_HOSTS, prefix=prefix, owner_pid=os.getpid())
+            desc = hosts.up(N_TEST_HOSTS, prefix=prefix, owner_pid=os.getpid())
             break
-        except mod.PrefixInUse:
+        except hosts.PrefixInUse:
             done.append(True)        # not ours: never tear it down
             continue
-        except mod.TestHostsError as e:
+        except hosts.TestHostsError as e:
             if str(e).startswith("ip netns add does not work here"):
                 pytest.skip(str(e))
             raise
@@ -251,7 +236,7 @@ def testhosts(request):
             raise KeyboardInterrupt("SIGTERM")
         signal.signal(signal.SIGTERM, on_term)
         request.addfinalizer(lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
-    return TestHosts(mod, desc)
+    return TestHosts(desc)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Real multi-node tests of the namespace test hosts (scripts/testhosts.py).
+"""Real multi-node tests of the namespace test hosts (tests/hosts/, the package
+behind the `testhosts` fixture and scripts/testhosts.py).
 
 Flags that point mpirun's ssh at our ssh_config (port 2222, key), verified below:
 
@@ -23,7 +24,7 @@ import time
 import psutil
 import pytest
 
-from fixtures_hosts import load_testhosts_module
+import hosts
 
 pytestmark = pytest.mark.multinode
 
@@ -230,14 +231,14 @@ def test_crash_kills_everything_inside(testhosts_healthy):
 
 # --------------------------------------------------------------------------- (c) down
 
-def _free_prefix(mod, candidates=("mlx", "mly", "mlz")):
+def _free_prefix(candidates=("mlx", "mly", "mlz")):
     for p in candidates:
-        if not mod.prefix_in_use(p):
+        if not hosts.prefix_in_use(p):
             return p
     pytest.skip("prefixes %s all in use by live sessions" % (candidates,))
 
 
-def _assert_gone(mod, prefix, sshd_pids, auth_line):
+def _assert_gone(prefix, sshd_pids, auth_line):
     ns = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE,
                         text=True).stdout.split()
     assert not [n for n in ns if n.startswith(prefix)], ns
@@ -246,15 +247,15 @@ def _assert_gone(mod, prefix, sshd_pids, auth_line):
     for pid in sshd_pids:
         assert not psutil.pid_exists(pid) or \
             psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
-    state = mod.state_dir(prefix)
+    state = hosts.state_dir(prefix)
     assert not [p for p in psutil.process_iter(["cmdline"])
                 if any(state in a for a in (p.info["cmdline"] or []))]
     try:
-        keys = open(mod.AUTH_KEYS).read()
+        keys = open(hosts.AUTH_KEYS).read()
     except FileNotFoundError:
         keys = ""
     assert auth_line not in keys
-    assert "%s:%s:" % (mod.MARKER, prefix) not in keys
+    assert "%s:%s:" % (hosts.MARKER, prefix) not in keys
     assert not os.path.exists(state)
 
 
@@ -262,34 +263,33 @@ def test_down_removes_exactly_what_up_made(testhosts):
     """Mini set beside the session's: owned by another (live) process, `down` refuses
     it; once the owner is gone it is stale; `down` then removes exactly what `up` made,
     twice (idempotent), and the session's set is untouched."""
-    mod = load_testhosts_module()
-    prefix = _free_prefix(mod)
+    prefix = _free_prefix()
     owner = subprocess.Popen(["sleep", "60"])
     try:
-        desc = mod.up(1, prefix=prefix, owner_pid=owner.pid)
-        st = json.load(open(os.path.join(mod.state_dir(prefix), "state.json")))
+        desc = hosts.up(1, prefix=prefix, owner_pid=owner.pid)
+        st = json.load(open(os.path.join(hosts.state_dir(prefix), "state.json")))
         pids = [h["sshd_pid"] for h in desc["hosts"]]
         assert all(psutil.Process(p).name() == "sshd" for p in pids)
-        assert st["auth_line"] in open(mod.AUTH_KEYS).read().splitlines()
+        assert st["auth_line"] in open(hosts.AUTH_KEYS).read().splitlines()
         p = subprocess.run(["ssh", "-F", desc["ssh_config"], desc["hosts"][0]["addr"],
                             "hostname"], stdout=subprocess.PIPE, text=True, timeout=20)
         assert p.stdout.strip() == "%s-host1" % prefix
-        assert mod.prefix_in_use(prefix)
-        with pytest.raises(mod.TestHostsError, match="belongs to live process"):
-            mod.down(prefix)
-        with pytest.raises(mod.PrefixInUse):
-            mod.up(1, prefix=prefix)
+        assert hosts.prefix_in_use(prefix)
+        with pytest.raises(hosts.TestHostsError, match="belongs to live process"):
+            hosts.down(prefix)
+        with pytest.raises(hosts.PrefixInUse):
+            hosts.up(1, prefix=prefix)
         owner.kill()
         owner.wait()
-        assert not mod.prefix_in_use(prefix)          # stale now: reclaimable
+        assert not hosts.prefix_in_use(prefix)          # stale now: reclaimable
     finally:
         if owner.poll() is None:
             owner.kill()
             owner.wait()
-        mod.down(prefix, force=True)
-    _assert_gone(mod, prefix, pids, st["auth_line"])
-    mod.down(prefix)                      # idempotent
-    _assert_gone(mod, prefix, pids, st["auth_line"])
+        hosts.down(prefix, force=True)
+    _assert_gone(prefix, pids, st["auth_line"])
+    hosts.down(prefix)                      # idempotent
+    _assert_gone(prefix, pids, st["auth_line"])
     # the session's set is untouched
     assert testhosts.ssh(testhosts.hosts[0], ["hostname"]).stdout.strip() == \
         testhosts.hosts[0].hostname
@@ -298,34 +298,35 @@ def test_down_removes_exactly_what_up_made(testhosts):
 def test_down_after_up_died_halfway():
     """`up` is SIGKILLed right after starting the first of two sshds (netns, veths,
     bridge, authorized_keys line and one sshd exist); `down` must still clean it all."""
-    mod = load_testhosts_module()
-    why = mod.missing_prereqs()
+    why = hosts.missing_prereqs()
     if why:
         pytest.skip(why)
-    prefix = _free_prefix(mod)
+    prefix = _free_prefix()
     script = textwrap.dedent("""
-        import importlib.util, os, sys
-        spec = importlib.util.spec_from_file_location("th", sys.argv[1])
-        th = importlib.util.module_from_spec(spec); spec.loader.exec_module(th)
-        orig = th._spawn_sshd
+        import os, sys
+        sys.path.insert(0, sys.argv[1])
+        import hosts
+        from hosts import sshd
+        orig = sshd.spawn_sshd
         def spawn(prefix, i, sd, hostname):
             proc = orig(prefix, i, sd, hostname)
             if i == 2:
                 os.kill(os.getpid(), 9)
             return proc
-        th._spawn_sshd = spawn
-        th.up(2, prefix=sys.argv[2])
+        sshd.spawn_sshd = spawn
+        hosts.up(2, prefix=sys.argv[2])
     """)
     try:
-        p = subprocess.run([sys.executable, "-c", script, mod.__file__, prefix],
+        p = subprocess.run([sys.executable, "-c", script, os.path.dirname(os.path.dirname(hosts.__file__)),
+                            prefix],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=60)
         assert p.returncode == -signal.SIGKILL, p.stderr
-        st = json.load(open(os.path.join(mod.state_dir(prefix), "state.json")))
+        st = json.load(open(os.path.join(hosts.state_dir(prefix), "state.json")))
         assert len(st["netns"]) == 2 and st["auth_line"]
         pids = [rec["pid"] for rec in st["pids"]]
         assert pids and all(psutil.pid_exists(x) for x in pids)
-        assert mod.prefix_in_use(prefix)   # no owner pid: held until `down`
+        assert hosts.prefix_in_use(prefix)   # no owner pid: held until `down`
     finally:
-        mod.down(prefix)
-    _assert_gone(mod, prefix, pids, st["auth_line"])
+        hosts.down(prefix)
+    _assert_gone(prefix, pids, st["auth_line"])
