@@ -71,7 +71,7 @@ class _Relay(threading.Thread):
         self.collector = collector
 
     def run(self) -> None:
-        out = sys.stderr.buffer
+        out = _Sink(2)
         marker = STATUS_PREFIX.encode()
         for raw in iter(self.stream.readline, b""):
             if marker in raw:
@@ -83,7 +83,7 @@ class _Relay(threading.Thread):
                         continue
                     raw = head + b"\n"
             self.collector.feed_text(raw.decode("utf-8", "replace"), "stderr")
-            _write_all(out, raw)
+            out.write(raw)
 
 
 class _StdoutRelay(threading.Thread):
@@ -96,21 +96,34 @@ class _StdoutRelay(threading.Thread):
         self.collector = collector
 
     def run(self) -> None:
-        out = sys.stdout.buffer
+        out = _Sink(1)
         while True:
             data = os.read(self.fd, 1 << 20)
             if not data:
                 return
-            _write_all(out, data)
+            out.write(data)
             self.collector.feed_text(data.decode("utf-8", "replace"), "stdout")
 
 
-def _write_all(out, data: bytes) -> None:
-    try:
-        out.write(data)
-        out.flush()
-    except (BrokenPipeError, ValueError, OSError):
-        pass  # our reader went away; keep draining so mpirun never blocks on a full pipe
+class _Sink:
+    """Our stdout/stderr at the fd level. A closed fd (``mpilaunch ... >&-``: Python then has
+    no ``sys.stdout`` at all) or a reader that went away (EPIPE) must not stop the relay: it
+    keeps draining mpirun's pipe (else mpirun and the ranks block on a full pipe) and the
+    ranks' log files keep their full copy."""
+
+    def __init__(self, fd: int):
+        self.fd, self.broken = fd, False
+
+    def write(self, data: bytes) -> None:
+        while data and not self.broken:
+            try:
+                n = os.write(self.fd, data)
+            except InterruptedError:
+                continue
+            except OSError:
+                self.broken = True
+                return
+            data = data[n:]
 
 
 def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool) -> int:
@@ -125,8 +138,9 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool)
         if stop["first"] is None:
             stop["first"] = signum
         if proc is None or proc.poll() is not None:
-            return
-        if stop["signals"] == 1:
+            return  # before mpirun started: acted on right after Popen returns (see below)
+        if not stop.get("forwarded"):
+            stop["forwarded"] = True
             print(f"mpilaunch: {signal.Signals(signum).name} received, stopping the job", file=sys.stderr, flush=True)
             _kill(proc, signal.SIGTERM)
             timer = threading.Timer(ESCALATE_AFTER, _kill, (proc, signal.SIGKILL))
@@ -144,16 +158,26 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool)
         previous[sig] = signal.signal(sig, on_signal)
     try:
         write_files(plan)
+        if os.environ.get("MPILAUNCH_TEST_SIGNAL_BEFORE_START"):  # fault injection for the tests
+            os.kill(os.getpid(), int(os.environ["MPILAUNCH_TEST_SIGNAL_BEFORE_START"]))
+        if stop["first"] is not None:
+            raise _StoppedBeforeStart()
         proc = subprocess.Popen(
             cmd, env={**env, **plan.extra_env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             preexec_fn=_child_setup_for(prctl()), close_fds=True,
         )
+        if stop["first"] is not None and not stop.get("forwarded"):
+            # the stop came while Popen ran (the handler saw no mpirun yet): act on it now
+            on_signal(stop["first"], None)
+            stop["signals"] -= 1
         relays = [_Relay(proc.stderr, collector), _StdoutRelay(proc.stdout, collector)]
         for relay in relays:
             relay.start()
         rc = proc.wait()
         for relay in relays:
             relay.join(timeout=5)
+    except _StoppedBeforeStart:
+        rc = 0
     finally:
         for timer in timers:
             timer.cancel()
@@ -170,9 +194,14 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool)
     if stop["first"] is not None:  # interrupted by the user: report the signal, as a shell would
         status = 128 + stop["first"]
     if status != 0:
-        sys.stderr.write(render_summary(collector, status))
-        sys.stderr.flush()
+        summary = render_summary(collector, status, stopped_by=stop["first"],
+                                 mpirun_signal=-rc if rc < 0 and stop["first"] is None else None)
+        _Sink(2).write(summary.encode("utf-8", "replace"))
     return status
+
+
+class _StoppedBeforeStart(Exception):
+    """A stop signal arrived before mpirun was started: start nothing."""
 
 
 def _kill(proc: subprocess.Popen, sig: int) -> None:

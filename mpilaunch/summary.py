@@ -16,8 +16,10 @@ from typing import List, Optional
 
 from mpilaunch.contract import STATUS_PREFIX
 
+# Open MPI wraps this notice at any space ("exited on\nsignal 9" on 5.x): match any whitespace.
 _MPIRUN_NOTICE = re.compile(
-    r"noticed that process rank (\d+) with PID (\d+) on node (\S+?)\.? exited on signal (\d+)"
+    r"noticed\s+that\s+process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+?)\.?"
+    r"\s+exited\s+on\s+signal\s+(\d+)"
 )
 # Open MPI's words for a host whose daemon is gone (crashed, powered off, link down).
 _LOST_HOST = [
@@ -124,14 +126,16 @@ class Collector:
         return out
 
     def root_cause(self) -> Optional[Event]:
+        """The earliest failure of a process on its own, else mpirun's notice of a rank killed
+        by a signal. A process stopped by the teardown (``cause == "terminated"``) is a
+        victim, never the root cause."""
         own = [e for e in self.events if e.cause == "self" and (e.code or e.signal)]
         if own:
             return min(own, key=lambda e: e.t)
         notices = self.notices
         if notices:
             return notices[0]
-        failed = [e for e in self.events if e.code or e.signal]
-        return min(failed, key=lambda e: e.t) if failed else None
+        return None
 
 
 def describe_status(code: Optional[int], sig: Optional[int]) -> str:
@@ -144,8 +148,23 @@ def describe_status(code: Optional[int], sig: Optional[int]) -> str:
     return f"exit code {code}"
 
 
-def render_summary(collector: Collector, status: int, tail_lines: int = 10) -> str:
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def render_summary(collector: Collector, status: int, tail_lines: int = 10,
+                   stopped_by: Optional[int] = None, mpirun_signal: Optional[int] = None) -> str:
+    """``stopped_by``: the signal that asked mpilaunch to stop (the user or the platform);
+    ``mpirun_signal``: the signal that ended mpirun itself, if one did."""
     lines = [f"mpilaunch: job failed (exit status {status})"]
+    if stopped_by is not None:
+        lines.append(f"  root cause: stopped by {_signal_name(stopped_by)} sent to mpilaunch "
+                     "(the user or the platform asked the job to stop)")
+        _others(lines, collector, None)
+        return "\n".join(lines) + "\n"
     lost = collector.lost_hosts()
     if lost:
         lines.append(f"  root cause: host {lost[0]} lost: Open MPI lost its daemon there "
@@ -155,8 +174,14 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10) -> s
         lines.append("  check it with: mpilaunch check --hostfile ... (same options as the launch)")
         return "\n".join(lines) + "\n"
     root = collector.root_cause()
+    if root is None and mpirun_signal is not None:
+        lines.append(f"  root cause: mpirun itself was killed by signal {mpirun_signal} "
+                     f"({_signal_name(mpirun_signal)}); no rank reported a failure")
+        _others(lines, collector, None)
+        return "\n".join(lines) + "\n"
     if root is None:
         lines.append("  no rank reported a failure; see mpirun's messages above")
+        _others(lines, collector, None)
         return "\n".join(lines) + "\n"
     who = f"rank {root.rank}" if root.rank is not None else "a rank"
     lines.append(f"  root cause: {who} ({root.role}) on host {root.host}: {describe_status(root.code, root.signal)}")
@@ -167,6 +192,11 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10) -> s
     if root.tail:
         lines.append(f"  last {min(len(root.tail), tail_lines)} line(s) of the log:")
         lines += [f"    | {t}" for t in root.tail[-tail_lines:]]
+    _others(lines, collector, root)
+    return "\n".join(lines) + "\n"
+
+
+def _others(lines: List[str], collector: Collector, root: Optional[Event]) -> None:
     others = sorted(
         {(e.rank if e.rank is not None else -1, e.role, e.cause) for e in collector.events if e is not root}
     )
@@ -174,4 +204,3 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10) -> s
         parts = [f"{r} {role} ({'stopped by the teardown' if cause == 'terminated' else 'failed too'})"
                  for r, role, cause in others]
         lines.append("  other ranks: " + ", ".join(parts))
-    return "\n".join(lines) + "\n"
