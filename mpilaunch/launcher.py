@@ -16,12 +16,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from typing import List, Mapping, Optional
 
 from mpilaunch import hostfile as hf
-from mpilaunch import tune
+from mpilaunch import rundir, tune
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
 from mpilaunch.plan import LaunchPlan, argv
 from mpilaunch.summary import STATUS_PREFIX, Collector, parse_status_line, render_summary
@@ -37,8 +36,10 @@ def _child_setup_for(prctl):
 
 
 def make_run_dir() -> str:
-    """A private directory (0700) for the files of one job."""
-    return tempfile.mkdtemp(prefix="mpilaunch-")
+    """A private directory (0700) for the files of one job; those of dead launchers (SIGKILL
+    leaves them) are reclaimed first."""
+    rundir.reclaim_stale()
+    return rundir.make()
 
 
 def write_files(plan: LaunchPlan) -> None:
@@ -166,6 +167,7 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool)
             cmd, env={**env, **plan.extra_env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             preexec_fn=_child_setup_for(prctl()), close_fds=True,
         )
+        rundir.record_mpirun(run_dir, proc.pid)
         if stop["first"] is not None and not stop.get("forwarded"):
             # the stop came while Popen ran (the handler saw no mpirun yet): act on it now
             on_signal(stop["first"], None)

@@ -152,3 +152,33 @@ def test_user_stop_is_the_root_cause(mpirun, tmp_path):
     finally:
         kill_all(job)
         launcher.kill()
+
+
+@pytest.mark.parametrize("mpirun", MPIRUNS)
+def test_run_dir_of_a_killed_launcher_is_reclaimed(mpirun, tmp_path):
+    # was: $TMPDIR/mpilaunch-* (hostfile, tune file) and, on 5.x, ompi.<pid> stayed forever
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    launcher = _start(mpirun, tmp_path, extra_env={"TMPDIR": tmpdir})
+    job = []
+    try:
+        assert _up(tmp_path)
+        job = descendants(launcher.pid)
+        launcher.kill()
+        launcher.wait()
+        assert wait_gone(job, 20) == []
+    finally:
+        kill_all(job)
+    assert [p.name for p in tmpdir.iterdir() if p.name.startswith("mpilaunch-")]  # left behind
+    quick = tmp_path / "quick.py"
+    quick.write_text("pass\n")
+    env = clean_env(TMPDIR=tmpdir)
+    done = subprocess.run(mpilaunch_argv("--mpirun", mpirun, "--master_port", free_port(), "-np", "1",
+                                         "--no-scheduler", "--log_dir", str(tmp_path / "logs2"), str(quick)),
+                          env=env, cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    # Open MPI 4.1 keeps one per-user session dir (ompi.<host>.<uid>) shared by all its jobs;
+    # per-job dirs (5.x: ompi.<mpirun pid>) and ours must all be gone
+    left = sorted(p.name for p in tmpdir.iterdir()
+                  if p.name.startswith("mpilaunch-") or p.name.split(".")[-1].isdigit() and p.name.count(".") == 1)
+    assert left == []    # the dead launcher's files, and nothing of the finished job

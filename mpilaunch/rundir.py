@@ -1,0 +1,97 @@
+"""The launcher's private run directory (hostfile, tune file), and reclaiming those of dead
+launchers.
+
+A launcher that is SIGKILLed cannot remove its run dir (``$TMPDIR/mpilaunch-*``), and Open MPI
+5's mpirun, killed with it, may leave its session dir ``$TMPDIR/ompi.<mpirun pid>``. Each run
+dir therefore holds an ``owner`` file: the launcher's pid and start time, and mpirun's pid once
+started. Every later launch (and ``mpilaunch check``) removes the run dirs of this user whose
+launcher is gone, with the ``ompi.<pid>`` dir of their mpirun if that process is gone too.
+Nothing else is touched: only directories named by an owner file we wrote.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+PREFIX = "mpilaunch-"
+OWNER = "owner"
+
+
+def _start_time(pid: int):
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), or
+    None if there is no such process. Tells a live launcher from a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    try:
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def make() -> str:
+    """A private directory (0700) for the files of one job, with its owner file."""
+    path = tempfile.mkdtemp(prefix=PREFIX)
+    _write_owner(path, None)
+    return path
+
+
+def _write_owner(path: str, mpirun_pid) -> None:
+    pid = os.getpid()
+    text = f"{pid} {_start_time(pid)} {mpirun_pid or ''}\n"
+    fd = os.open(os.path.join(path, OWNER + ".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(os.path.join(path, OWNER + ".tmp"), os.path.join(path, OWNER))
+
+
+def record_mpirun(path: str, mpirun_pid: int) -> None:
+    try:
+        _write_owner(path, mpirun_pid)
+    except OSError:
+        pass
+
+
+def _alive(pid: int, start) -> bool:
+    now = _start_time(pid)
+    return now is not None and (start is None or now == start)
+
+
+def reclaim_stale(tmp: str = None) -> list:
+    """Remove the run dirs (and Open MPI session dirs) of this user's dead launchers.
+    -> the paths removed. Never raises: reclaiming is a courtesy, not part of the launch."""
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = [n for n in os.listdir(tmp) if n.startswith(PREFIX)]
+    except OSError:
+        return removed
+    uid = os.geteuid()
+    for name in names:
+        path = os.path.join(tmp, name)
+        try:
+            if os.lstat(path).st_uid != uid:
+                continue
+            with open(os.path.join(path, OWNER)) as fh:
+                fields = fh.read().split()
+            pid = int(fields[0])
+            start = int(fields[1]) if len(fields) > 1 and fields[1] != "None" else None
+            mpirun_pid = int(fields[2]) if len(fields) > 2 else None
+        except (OSError, ValueError, IndexError):
+            continue   # not ours, not finished being written, or an older version's
+        if _alive(pid, start):
+            continue
+        if mpirun_pid and _start_time(mpirun_pid) is None:
+            session = os.path.join(tmp, f"ompi.{mpirun_pid}")
+            try:
+                if os.lstat(session).st_uid == uid:
+                    shutil.rmtree(session, ignore_errors=True)
+                    removed.append(session)
+            except OSError:
+                pass
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
