@@ -22,10 +22,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command, argv = argv[0], argv[1:]
     try:
         if command == "check":
-            from mpilaunch.preflight import main as check_main
+            from mpilaunch.check.command import main as check_main
             return check_main(argv)
         if command == "job":
-            from mpilaunch.entrypoint import main as job_main
+            from mpilaunch.job.command import main as job_main
             return job_main(argv)
         from mpilaunch.run import main as run_main
         return run_main(argv)

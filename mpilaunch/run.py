@@ -40,7 +40,7 @@ def preflight_fails(cfg) -> bool:
     """Before a multi-host launch: every host resolves, its ssh port answers, ssh logs in
     without a prompt. One line per failure naming the host, instead of Open MPI's
     "daemon failed to report back" after its own time-out."""
-    from mpilaunch import preflight as check
+    from mpilaunch import check
 
     if not check.hosts_needing_ssh(cfg.hosts):
         return False

@@ -9,8 +9,13 @@ import time
 import psutil
 import pytest
 
-from mpilaunch import entrypoint as ep
+from mpilaunch import config, contract, options
 from mpilaunch.errors import UsageError
+from mpilaunch.job import command as jcmd
+from mpilaunch.job import peer as jpeer
+from mpilaunch.job import spec as jspec
+from mpilaunch.job import waiter as jwait
+from mpilaunch.job import worker0 as jw0
 
 from launchutil import REPO, clean_env, mpilaunch_argv, wait_for
 
@@ -34,59 +39,109 @@ if len(sys.argv) > 2 and sys.argv[2] == "sleep":
 # --------------------------------------------------------------------------- pure parts
 
 def _args(*argv):
-    return ep._parser().parse_args(list(argv) or ["x.py"])
+    return options.parser(options.JOB).parse_args(list(argv) or ["x.py"])
 
 
 @pytest.mark.parametrize("env,expected", [
-    ({"VC_WORKER_HOSTS": "a,b,c", "VC_TASK_INDEX": "5"}, "VC_TASK_INDEX=5 is outside VC_WORKER_HOSTS (3 hosts)"),
-    ({"VC_WORKER_HOSTS": "a,b,c", "VC_TASK_INDEX": "-1"}, "VC_TASK_INDEX=-1 is outside VC_WORKER_HOSTS (3 hosts)"),
+    ({"VC_WORKER_HOSTS": "a,b,c", "VC_TASK_INDEX": "5"}, "VC_TASK_INDEX='5': out of range; give this host's index in VC_WORKER_HOSTS (3 hosts), 0 to 2"),
+    ({"VC_WORKER_HOSTS": "a,b,c", "VC_TASK_INDEX": "-1"}, "VC_TASK_INDEX='-1': out of range; give this host's index in VC_WORKER_HOSTS (3 hosts)"),
     ({"VC_WORKER_HOSTS": "a,b,c"}, "VC_TASK_INDEX is not set (VC_WORKER_HOSTS lists 3 hosts)"),
-    ({"VC_WORKER_HOSTS": "a,b", "VC_TASK_INDEX": "one"}, "VC_TASK_INDEX='one' is not a whole number"),
+    ({"VC_WORKER_HOSTS": "a,b", "VC_TASK_INDEX": "one"}, "VC_TASK_INDEX='one': not a whole number"),
     ({"VC_TASK_INDEX": "0"}, "VC_TASK_INDEX=0 is set but VC_WORKER_HOSTS is not"),
     ({"VC_WORKER_HOSTS": "a,,b", "VC_TASK_INDEX": "0"}, "VC_WORKER_HOSTS item 2: empty host name"),
     ({"VC_WORKER_HOSTS": "a,a", "VC_TASK_INDEX": "0"}, "host 'a' is listed twice"),
-    ({"VC_WORKER_HOSTS": "a,b", "VC_TASK_INDEX": "0", "MA_NUM_GPUS": "0"}, "MA_NUM_GPUS=0 must be at least 1"),
-    ({"VC_WORKER_HOSTS": "a,b", "VC_TASK_INDEX": "0", "SSHD_PORT": "ssh"}, "SSHD_PORT='ssh' is not a whole number"),
+    ({"VC_WORKER_HOSTS": "a,b", "VC_TASK_INDEX": "0", "MA_NUM_GPUS": "0"}, "MA_NUM_GPUS='0': out of range; give a whole number"),
+    ({"VC_WORKER_HOSTS": "a,b", "VC_TASK_INDEX": "0", "SSHD_PORT": "ssh"}, "SSHD_PORT='ssh': not a whole number; give a port between 1 and 65535"),
 ])
 def test_bad_platform_variables_are_named(env, expected):
     with pytest.raises(UsageError) as err:
-        ep.job_spec(env, _args())
+        jspec.job_spec(env, _args())
     assert expected in str(err.value)
 
 
 def test_job_spec_and_key():
-    spec = ep.job_spec({"VC_WORKER_HOSTS": "a, b ,c", "VC_TASK_INDEX": "2", "MA_NUM_GPUS": "8",
+    spec = jspec.job_spec({"VC_WORKER_HOSTS": "a, b ,c", "VC_TASK_INDEX": "2", "MA_NUM_GPUS": "8",
                         "SSHD_PORT": "2222"}, _args("--ssh-args", "-F cfg", "x.py"))
     assert spec.hosts == ("a", "b", "c") and spec.index == 2 and spec.slots == 8
     assert spec.ssh_port == 2222 and spec.ssh_extra == ("-F", "cfg") and spec.worker0 == "a"
     assert spec.socket_name(1) == f"mpilaunch-job-{spec.key}-1"
-    assert spec.key == ep.job_key(("a", "b", "c"), 2222)
-    assert ep.job_key(("a", "b"), 2222) != ep.job_key(("a", "b"), 22) != ep.job_key(("a", "b"), 22, "run-2")
-    assert ep.job_spec({}, _args()) is None  # no platform variables: a plain launch
+    assert spec.key == jspec.job_key(("a", "b", "c"), 2222)
+    assert jspec.job_key(("a", "b"), 2222) != jspec.job_key(("a", "b"), 22) != jspec.job_key(("a", "b"), 22, "run-2")
+    assert jspec.job_spec({}, _args()) is None  # no platform variables: a plain launch
     # flags beat variables, as in the launcher
-    spec = ep.job_spec({"VC_WORKER_HOSTS": "a", "VC_TASK_INDEX": "0", "MA_NUM_GPUS": "8", "SSHD_PORT": "1"},
+    spec = jspec.job_spec({"VC_WORKER_HOSTS": "a", "VC_TASK_INDEX": "0", "MA_NUM_GPUS": "8", "SSHD_PORT": "1"},
                        _args("--local_worker_num", "2", "--ssh-port", "2200", "x.py"))
     assert spec.slots == 2 and spec.ssh_port == 2200
     with pytest.raises(UsageError, match="drop --hostfile"):
-        ep.job_spec({"VC_WORKER_HOSTS": "a", "VC_TASK_INDEX": "0"}, _args("--hostfile", "h", "x.py"))
+        jspec.job_spec({"VC_WORKER_HOSTS": "a", "VC_TASK_INDEX": "0"}, _args("--hostfile", "h", "x.py"))
 
+
+# --------------------------------------------------------------------------- run and job agree
+
+def _run_answer(env):
+    """`mpilaunch` (run): (hosts, ssh port) or the UsageError message, for the same variables."""
+    try:
+        cfg = config.build(options.parser().parse_args(["--no-python", "true"]), env)
+    except UsageError as exc:
+        return str(exc)
+    return tuple((h.name, h.slots) for h in cfg.hosts), cfg.ssh_port
+
+
+def _job_answer(env):
+    """`mpilaunch job` (worker-0's spec): the same shape, or the UsageError message."""
+    try:
+        spec = jspec.job_spec(dict(env, VC_TASK_INDEX="0"), _args("--no-python", "true"))
+    except UsageError as exc:
+        return str(exc)
+    return tuple((h, spec.slots) for h in spec.hosts), spec.ssh_port
+
+
+@pytest.mark.parametrize("extra,expected", [
+    ({"SSHD_PORT": "ssh"}, "SSHD_PORT='ssh': not a whole number; give a port between 1 and 65535"),
+    ({"SSHD_PORT": "70000"}, "SSHD_PORT='70000': out of range; give a port between 1 and 65535"),
+    ({"MA_NUM_GPUS": "x"}, "MA_NUM_GPUS='x': not a whole number; give a whole number"),
+    ({"MA_NUM_GPUS": "0"}, "MA_NUM_GPUS='0': out of range; give a whole number"),
+])
+def test_run_and_job_reject_a_bad_variable_with_the_same_message(extra, expected):
+    env = dict({"VC_WORKER_HOSTS": "a,b"}, **extra)
+    message = _run_answer(env)
+    assert isinstance(message, str) and message.startswith(expected), message
+    assert _job_answer(env) == message
+
+
+@pytest.mark.parametrize("extra,expected", [
+    ({"MA_NUM_GPUS": ""}, ((("a", 1), ("b", 1)), None)),          # blank = unset: 1 slot
+    ({"MA_NUM_GPUS": " 4 ", "SSHD_PORT": "2222"}, ((("a", 4), ("b", 4)), 2222)),
+    ({"SSHD_PORT": ""}, ((("a", 1), ("b", 1)), None)),
+])
+def test_run_and_job_read_the_same_answer(extra, expected):
+    env = dict({"VC_WORKER_HOSTS": "a,b"}, **extra)
+    assert _run_answer(env) == expected
+    assert _job_answer(env) == expected
+
+
+def test_run_and_job_reject_slots_in_vc_worker_hosts_alike():
+    env = {"VC_WORKER_HOSTS": "localhost:2"}
+    expected = "VC_WORKER_HOSTS: localhost:2: give plain host names; slots come from the per-host count"
+    assert _run_answer(env) == expected
+    assert _job_answer(env) == expected
 
 def test_split_argv_keeps_the_script_and_its_arguments():
-    args, rest = ep.split_argv(["--wait-hosts", "30", "-np", "4", "--lost-after=9", "train.py",
+    args, rest = jcmd.split_argv(["--wait-hosts", "30", "-np", "4", "--lost-after=9", "train.py",
                                 "--wait-hosts", "1", "--lr", "0.1"])
     assert args.wait_hosts == "30" and args.lost_after == "9"
     assert rest == ["-np", "4", "train.py", "--wait-hosts", "1", "--lr", "0.1"]
-    args, rest = ep.split_argv(["--wait-hosts", "5"])
+    args, rest = jcmd.split_argv(["--wait-hosts", "5"])
     assert args.script is None and rest == []
 
 
 def test_progress_prints_changes_and_repeats_slowly():
     lines = []
-    pr = ep.Progress(3, out=lines.append)
+    pr = jw0.Progress(3, out=lines.append)
     pr.show(1, [("node-b", ""), ("node-c", "")], now=0.0)
     pr.show(1, [("node-b", ""), ("node-c", "")], now=0.5)
     pr.show(2, [("node-c", "ssh port 2222 closed")], now=1.0)
-    pr.show(2, [("node-c", "ssh port 2222 closed")], now=1.0 + ep.REPEAT_STATUS_EVERY)
+    pr.show(2, [("node-c", "ssh port 2222 closed")], now=1.0 + jw0.REPEAT_STATUS_EVERY)
     pr.show(3, [], now=12.0)
     assert lines == ["1/3 hosts ready (waiting for node-b, node-c)",
                      "2/3 hosts ready (waiting for node-c: ssh port 2222 closed)",
@@ -95,17 +150,17 @@ def test_progress_prints_changes_and_repeats_slowly():
 
 
 def test_wait_for_peers_rounds_are_paced_and_bounded(capsys):
-    spec = ep.JobSpec(("w0", "late", "never"), 0, 1, None, (), "k")
+    spec = jspec.JobSpec(("w0", "late", "never"), 0, 1, None, (), "k")
     calls = []
 
     def call(spec_, i, msg, python, timeout):
         calls.append((time.monotonic(), i, msg["op"]))
         if i == 1 and sum(1 for c in calls if c[1] == 1) >= 3:
-            return ep.PeerReply(True, {"ok": True}, "")
-        return ep.PeerReply(False, None, "not yet")
+            return jpeer.PeerReply(True, {"ok": True}, "")
+        return jpeer.PeerReply(False, None, "not yet")
 
     t0 = time.monotonic()
-    missing = ep.wait_for_peers(spec, sys.executable, 3.5, call=call)
+    missing = jw0.wait_for_peers(spec, sys.executable, 3.5, call=call)
     took = time.monotonic() - t0
     assert missing == {2: "not yet"}
     assert 3.4 < took < 5.5
@@ -118,17 +173,17 @@ def test_wait_for_peers_rounds_are_paced_and_bounded(capsys):
 
 
 def test_notify_peers_retries_hosts_not_up_yet():
-    spec = ep.JobSpec(("w0", "slow", "gone"), 0, 1, None, (), "k")
+    spec = jspec.JobSpec(("w0", "slow", "gone"), 0, 1, None, (), "k")
     calls = []
 
     def call(spec_, i, msg, python, timeout):
         calls.append((i, msg))
         if i == 1 and sum(1 for c in calls if c[0] == 1) >= 2:
-            return ep.PeerReply(True, {"ok": True}, "")
-        return ep.PeerReply(False, None, "ssh works, but no `mpilaunch job` is waiting there yet")
+            return jpeer.PeerReply(True, {"ok": True}, "")
+        return jpeer.PeerReply(False, None, "ssh works, but no `mpilaunch job` is waiting there yet")
 
     t0 = time.monotonic()
-    failed = ep.notify_peers(spec, 2, sys.executable, within=2.5, call=call)
+    failed = jw0.notify_peers(spec, 2, sys.executable, within=2.5, call=call)
     assert failed == {2: "ssh works, but no `mpilaunch job` is waiting there yet"}
     assert time.monotonic() - t0 < 4
     assert {m["op"] for _, m in calls} == {"done"} and {m["status"] for _, m in calls} == {2}
@@ -137,10 +192,10 @@ def test_notify_peers_retries_hosts_not_up_yet():
 
 def _peer(spec, index, message):
     """Run the peer one-liner locally (what worker-0 runs over ssh)."""
-    p = subprocess.run([sys.executable, "-c", ep.PEER_CODE, spec.socket_name(index), json.dumps(message)],
+    p = subprocess.run([sys.executable, "-c", jpeer.PEER_CODE, spec.socket_name(index), json.dumps(message)],
                        capture_output=True, text=True, timeout=30)
-    line = [ln for ln in p.stdout.splitlines() if ln.startswith(ep.PEER_MARK)][0]
-    return p.returncode, json.loads(line[len(ep.PEER_MARK):])
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith(contract.PEER_PREFIX)][0]
+    return p.returncode, json.loads(line[len(contract.PEER_PREFIX):])
 
 
 def _serve(waiter):
@@ -151,13 +206,13 @@ def _serve(waiter):
 
 
 def test_waiter_protocol_hello_then_done(capsys):
-    spec = ep.JobSpec(("w0", "me"), 1, 1, None, (), "k%d" % os.getpid())
+    spec = jspec.JobSpec(("w0", "me"), 1, 1, None, (), "k%d" % os.getpid())
     rc, reply = _peer(spec, 1, {"op": "hello", "key": spec.key})
     assert rc == 3 and reply["error"] == "not-listening"          # nobody waits yet
-    waiter = ep.Waiter(spec, alive=lambda: True, lost_after=30, contact_within=30)
+    waiter = jwait.Waiter(spec, alive=lambda: True, lost_after=30, contact_within=30)
     waiter.bind()
     with pytest.raises(UsageError, match="already waits on this host"):
-        ep.Waiter(spec, alive=lambda: True, lost_after=30, contact_within=30).bind()
+        jwait.Waiter(spec, alive=lambda: True, lost_after=30, contact_within=30).bind()
     t, box = _serve(waiter)
     assert _peer(spec, 1, {"op": "hello", "key": "other-job"})[1] == {"ok": False, "error": "wrong job key"}
     rc, reply = _peer(spec, 1, {"op": "hello", "key": spec.key})
@@ -169,9 +224,9 @@ def test_waiter_protocol_hello_then_done(capsys):
 
 
 def test_waiter_gives_up_when_worker0_is_lost():
-    spec = ep.JobSpec(("w0", "me"), 1, 1, None, (), "lost%d" % os.getpid())
+    spec = jspec.JobSpec(("w0", "me"), 1, 1, None, (), "lost%d" % os.getpid())
     state = {"alive": True}
-    waiter = ep.Waiter(spec, alive=lambda: state["alive"], lost_after=1.5, contact_within=60, liveness_every=0.2)
+    waiter = jwait.Waiter(spec, alive=lambda: state["alive"], lost_after=1.5, contact_within=60, liveness_every=0.2)
     t, box = _serve(waiter)
     assert wait_for(lambda: waiter.sock is not None, 5)
     _peer(spec, 1, {"op": "hello", "key": spec.key})
@@ -180,19 +235,19 @@ def test_waiter_gives_up_when_worker0_is_lost():
     state["alive"] = False
     t0 = time.monotonic()
     t.join(10)
-    assert box["status"] == ep.LOST_STATUS and time.monotonic() - t0 < 4
+    assert box["status"] == jwait.LOST_STATUS and time.monotonic() - t0 < 4
 
 
 def test_liveness_probes_scale_with_the_job():
-    assert ep.liveness_every(3) == ep.LIVENESS_EVERY
-    assert ep.liveness_every(10001) == 10000 / ep.LIVENESS_MAX_RATE   # 500 s: 20 connects/s at worker-0
+    assert jwait.liveness_every(3) == jwait.LIVENESS_EVERY
+    assert jwait.liveness_every(10001) == 10000 / jwait.LIVENESS_MAX_RATE   # 500 s: 20 connects/s at worker-0
 
 
 def test_waiter_gives_up_when_worker0_never_gets_in_touch():
-    spec = ep.JobSpec(("w0", "me"), 1, 1, None, (), "never%d" % os.getpid())
-    waiter = ep.Waiter(spec, alive=lambda: False, lost_after=60, contact_within=1.0, liveness_every=0.2)
+    spec = jspec.JobSpec(("w0", "me"), 1, 1, None, (), "never%d" % os.getpid())
+    waiter = jwait.Waiter(spec, alive=lambda: False, lost_after=60, contact_within=1.0, liveness_every=0.2)
     t0 = time.monotonic()
-    assert waiter.serve() == ep.LOST_STATUS
+    assert waiter.serve() == jwait.LOST_STATUS
     assert 0.9 < time.monotonic() - t0 < 4
 
 
@@ -201,10 +256,12 @@ def test_cli_usage_errors_are_one_line(tmp_path):
     for argv in (mpilaunch_argv("job", "x.py"), [ENTRY_SH, "x.py"]):
         p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2
-        assert p.stderr == "mpilaunch: error: VC_TASK_INDEX=5 is outside VC_WORKER_HOSTS (3 hosts)\n"
+        assert p.stderr == ("mpilaunch: error: VC_TASK_INDEX='5': out of range; give this host's index in "
+                            "VC_WORKER_HOSTS (3 hosts), 0 to 2\n")
     p = subprocess.run(mpilaunch_argv("job", "--wait-hosts", "0", "x.py"), env=clean_env(), capture_output=True,
                        text=True, timeout=60)
-    assert p.returncode == 2 and p.stderr == "mpilaunch: error: --wait-hosts='0': must be more than 0 seconds\n"
+    assert p.returncode == 2 and p.stderr == ("mpilaunch: error: --wait-hosts='0': out of range; "
+                                             "give a number of seconds, more than 0\n")
 
 
 def test_without_platform_variables_job_is_a_plain_launch(tmp_path):
@@ -315,7 +372,8 @@ def test_usage_error_on_worker0_reaches_every_host(testhosts, tmp_path):
     logs = [open(tmp_path / f"entry{i}.log").read() for i in range(3)]
     assert codes == [2, 2, 2], "\n----\n".join(logs)
     assert logs[0].splitlines()[1] == \
-        "mpilaunch: error: --master_port=80: must be 0 (pick a free port) or 1024-65535"
+        ("mpilaunch: error: --master_port=80: a privileged port; "
+         "give 0 (pick a free port) or a port between 1024 and 65535")
     for i in (1, 2):
         assert "reports the job ended with status 2" in logs[i]
     assert not list(tmp_path.glob("rank*.json"))             # nothing started
@@ -337,8 +395,8 @@ def test_waiting_hosts_end_when_worker0_is_lost(testhosts_healthy, tmp_path):
     finally:
         _finish(procs, 5)
     logs = [open(tmp_path / f"entry{i}.log").read() for i in (1, 2)]
-    assert codes == [ep.LOST_STATUS, ep.LOST_STATUS], logs
-    assert took < 4 + ep.LIVENESS_EVERY + 6, took
+    assert codes == [jwait.LOST_STATUS, jwait.LOST_STATUS], logs
+    assert took < 4 + jwait.LIVENESS_EVERY + 6, took
     for log in logs:
         assert f"worker-0 ({th.hosts[0].addr}) has not answered for" in log
     assert wait_for(lambda: not _job_processes(str(script)), 15), _job_processes(str(script))

@@ -13,7 +13,8 @@ import pytest
 
 import mpilaunch
 from mpilaunch import hostfile as hf
-from mpilaunch import preflight as pf
+from mpilaunch import check as pf
+from mpilaunch import ssh
 
 from launchutil import clean_env, mpilaunch_argv
 
@@ -28,7 +29,7 @@ def check_cli(args, env=None, timeout=90):
 # --------------------------------------------------------------------------- pure parts
 
 def test_parse_ssh_G_keeps_first_value():
-    opts = pf.parse_ssh_G("user root\nhostname 10.0.0.5\nport 2222\nidentityfile a\nidentityfile b\n")
+    opts = ssh.parse_ssh_G("user root\nhostname 10.0.0.5\nport 2222\nidentityfile a\nidentityfile b\n")
     assert opts["hostname"] == "10.0.0.5" and opts["port"] == "2222" and opts["identityfile"] == "a"
 
 
@@ -43,21 +44,21 @@ def test_parse_ssh_G_keeps_first_value():
     ("something odd", "ssh failed (exit 255): something odd"),
 ])
 def test_ssh_errors_become_one_line_with_a_fix(stderr, expect):
-    msg = pf.classify_ssh_error("Warning: noise\n" + stderr + "\n", 2222, 3.0)
+    msg = ssh.classify_ssh_error("Warning: noise\n" + stderr + "\n", 2222, 3.0)
     assert expect in msg and "\n" not in msg
 
 
 def test_port_messages():
-    assert pf.port_message(errno.ECONNREFUSED, 2222, 5, "SSHD_PORT/--ssh-port") == \
+    assert ssh.port_message(errno.ECONNREFUSED, 2222, 5, "SSHD_PORT/--ssh-port") == \
         "ssh port 2222 closed — is sshd running there? (SSHD_PORT/--ssh-port)"
-    assert "within 5s" in pf.port_message(errno.ETIMEDOUT, 22, 5, "x")
-    assert "unreachable" in pf.port_message(errno.EHOSTUNREACH, 22, 5, "x")
+    assert "within 5s" in ssh.port_message(errno.ETIMEDOUT, 22, 5, "x")
+    assert "unreachable" in ssh.port_message(errno.EHOSTUNREACH, 22, 5, "x")
 
 
 def test_remote_command_survives_the_remote_shell():
     """The probe is one argv element for ssh; the remote shell must split it back exactly."""
     argv = [sys.executable, "-c", pf.PROBE_CODE, json.dumps({"script": "/a b/it's \"x\".py", "t": 1})]
-    line = pf.remote_command(argv)
+    line = ssh.remote_command(argv)
     assert shlex.split(line) == argv
     out = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=60)
     probe = pf.parse_probe_output(out.stdout)
@@ -66,7 +67,7 @@ def test_remote_command_survives_the_remote_shell():
 
 
 def test_ssh_argv_is_batch_mode_with_connect_timeout():
-    cmd = pf.ssh_argv("node-b", 2222, ["-F", "cfg"], 2.5, "true")
+    cmd = ssh.ssh_argv("node-b", 2222, ["-F", "cfg"], 2.5, "true")
     assert cmd == ["ssh", "-p", "2222", "-F", "cfg", "-o", "BatchMode=yes", "-o", "ConnectTimeout=3",
                    "-T", "node-b", "true"]
 
@@ -153,36 +154,36 @@ def test_parallel_map_is_bounded_and_keeps_errors():
         return i * 2
 
     t0 = time.monotonic()
-    out = pf.parallel_map(fn, list(range(200)), 50)
+    out = ssh.parallel_map(fn, list(range(200)), 50)
     assert time.monotonic() - t0 < 2.0          # 200 x 50 ms with 50 threads: ~0.2 s
     assert peak[0] <= 50
     assert isinstance(out[7], RuntimeError) and out[8] == 16
 
 
 def test_is_local():
-    assert pf.is_local("localhost", [])
-    assert pf.is_local("anything", ["127.0.1.1"])
-    assert pf.is_local(socket.gethostname(), [])
-    assert not pf.is_local("192.0.2.1", ["192.0.2.1"])     # TEST-NET-1: never ours
+    assert ssh.is_local("localhost", [])
+    assert ssh.is_local("anything", ["127.0.1.1"])
+    assert ssh.is_local(socket.gethostname(), [])
+    assert not ssh.is_local("192.0.2.1", ["192.0.2.1"])     # TEST-NET-1: never ours
 
 
 def test_resolve_times_out_and_fails_cleanly(monkeypatch):
-    addrs, why = pf.resolve("localhost", 5)              # /etc/hosts: no DNS query
+    addrs, why = ssh.resolve("localhost", 5)              # /etc/hosts: no DNS query
     assert addrs and why is None
 
     def refuse(*a, **kw):
         raise socket.gaierror(-2, "Name or service not known")
 
-    monkeypatch.setattr(pf.socket, "getaddrinfo", refuse)
-    assert pf.resolve("node-zz", 5) == (None, "Name or service not known")
+    monkeypatch.setattr(ssh.socket, "getaddrinfo", refuse)
+    assert ssh.resolve("node-zz", 5) == (None, "Name or service not known")
 
     def hang(*a, **kw):
         time.sleep(3)
         return []
 
-    monkeypatch.setattr(pf.socket, "getaddrinfo", hang)
+    monkeypatch.setattr(ssh.socket, "getaddrinfo", hang)
     t0 = time.monotonic()
-    addrs, why = pf.resolve("node-zz", 0.3)
+    addrs, why = ssh.resolve("node-zz", 0.3)
     assert addrs is None and "name lookup took more than 0.3s" in why
     assert time.monotonic() - t0 < 1.5
 
@@ -223,9 +224,9 @@ def test_check_names_np_beyond_slots_and_unresolvable_host():
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["--timeout", "0"], "--timeout='0': must be more than 0"),
-    (["--timeout", "soon"], "--timeout='soon': must be a number"),
-    (["--parallel", "0"], "--parallel='0': must be more than 0"),
+    (["--timeout", "0"], "--timeout='0': out of range; give a number of seconds, more than 0"),
+    (["--timeout", "soon"], "--timeout='soon': not a number; give a number of seconds, more than 0"),
+    (["--parallel", "0"], "--parallel='0': out of range; give a whole number at least 1"),
     (["-H", "bad host"], "-H item 1: 'bad host' is not a valid host name"),
 ])
 def test_usage_errors_exit_2(args, expected):

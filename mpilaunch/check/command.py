@@ -1,0 +1,49 @@
+"""``mpilaunch check [launcher options] [SCRIPT ...]``: preflight a multi-node launch.
+
+Takes the launcher's own options and builds the same ``LaunchConfig`` (``config.build``), so
+the hosts, np, ssh port and ssh options checked are exactly those a launch would use. Exit
+status: 0 nothing failed (warnings allowed), 1 a check failed, 2 usage error.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Sequence
+
+import mpilaunch
+from mpilaunch import contract, options
+from mpilaunch.check.hosts import run_checks
+from mpilaunch.check.report import report_lines
+from mpilaunch.check.results import LEVEL_FULL, LEVEL_SSH, failed, params_from_config
+
+
+def main(argv: Sequence[str]) -> int:
+    from mpilaunch import config, mpi
+
+    args = options.parser(options.CHECK).parse_args(list(argv))
+    env = dict(os.environ)
+    timeout = contract.seconds(*options.setting(args, env, "check_timeout"))
+    parallel = contract.whole(*options.setting(args, env, "check_parallel"), 1)
+    script_given = args.script is not None
+    if not script_given:      # the launcher's config wants a script; a check does not
+        args.script, args.no_python, args.script_args = "true", True, []
+    user_oversubscribe = bool(args.oversubscribe)
+    args.oversubscribe = True  # np > slots is reported as the 'slots' check, not a usage error
+    cfg = config.build(args, env)
+    level = LEVEL_SSH if args.check_ssh_only else LEVEL_FULL
+    info = mpi.detect(cfg.mpirun, env) if level == LEVEL_FULL else None
+    p = params_from_config(cfg, level=level, mpi_info=info, oversubscribe=user_oversubscribe,
+                           check_script=script_given)
+    what = f"{len(p.hosts)} host(s) from {cfg.hosts_source}, np {p.np}, python {p.python}"
+    if info is not None:
+        what += f", Open MPI {info.version_str} ({info.path})"
+    print(f"mpilaunch check: {what}, mpilaunch {mpilaunch.__version__}, time-out {timeout:g}s per check",
+          flush=True)
+    t0 = time.monotonic()
+    results = run_checks(p, timeout, parallel=parallel)
+    for line in report_lines(results, len(p.hosts), time.monotonic() - t0,
+                             table=True if args.check_table else None):
+        print(line)
+    sys.stdout.flush()
+    return 1 if failed(results) else 0

@@ -1,0 +1,149 @@
+"""Per-host orchestration of ``mpilaunch check``: for every host, in parallel, resolve ->
+ssh port -> ssh login -> (full level) the remote probe, each step with its own time-out.
+
+A local host (``localhost``, ``127.x``, this machine's name or one of its addresses) is not
+reached over ssh; its probe runs as a local subprocess. Everything after the ssh login runs in
+**one** ssh session per host (:mod:`mpilaunch.check.probe`).
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import replace
+from typing import List, Optional, Sequence
+
+from mpilaunch import contract, ssh
+from mpilaunch import hostfile as hf
+from mpilaunch.check.probe import evaluate_probe, parse_probe_output, probe_argv
+from mpilaunch.check.results import (
+    DEFAULT_PARALLEL, DEFAULT_TIMEOUT, FAIL, LEVEL_FULL, LEVEL_SSH, OK, SKIP, CheckResult, Params,
+    check_slots, params_from_config, skip_rest)
+
+
+def _run(cmd: List[str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          errors="replace", timeout=timeout)
+
+
+def _local_probe(name: str, addr: str, p: Params, rank0: bool, timeout: float) -> List[CheckResult]:
+    t1 = time.monotonic()
+    try:
+        proc = _run(probe_argv(p, rank0, timeout), 2 * timeout)
+    except FileNotFoundError:
+        return [CheckResult(name, addr, "python", FAIL, f"{p.python} not found — pass --python PATH",
+                            time.monotonic() - t1)] + skip_rest(name, addr, "python", p.level)
+    except subprocess.TimeoutExpired:
+        return [CheckResult(name, addr, "python", FAIL,
+                            f"{p.python} probe did not finish within {2 * timeout:g}s",
+                            time.monotonic() - t1)] + skip_rest(name, addr, "python", p.level)
+    return probe_results(name, addr, proc.returncode, proc.stdout, proc.stderr, p, rank0,
+                         time.monotonic() - t1)
+
+
+def check_host(index: int, host: hf.Host, p: Params, timeout: float) -> List[CheckResult]:
+    """Every check for one host; each step bounded by ``timeout`` (the ssh step by 2x: log in,
+    then run)."""
+    name = host.name
+    rank0 = index == 0
+    out: List[CheckResult] = []
+    t0 = time.monotonic()
+    target = ssh.ssh_target(name, p.ssh_port, p.ssh_extra, timeout=max(2.0, min(timeout, 10.0)))
+    addrs, why = ssh.resolve(target.hostname, timeout)
+    if addrs is None:
+        via = f" (ssh HostName {target.hostname})" if target.hostname != name else ""
+        out.append(CheckResult(name, "", "resolve", FAIL,
+                               f"does not resolve{via}: {why} — fix the name in {p.hosts_source} or "
+                               "add it to DNS / /etc/hosts", time.monotonic() - t0))
+        return out + skip_rest(name, "", "resolve", p.level)
+    addr = addrs[0]
+    out.append(CheckResult(name, addr, "resolve", OK, ", ".join(addrs[:3]), time.monotonic() - t0))
+
+    if ssh.is_local(name, addrs) or ssh.is_local(target.hostname, addrs):
+        out.append(CheckResult(name, addr, "ssh-port", SKIP, "local host"))
+        out.append(CheckResult(name, addr, "ssh", SKIP, "local host"))
+        if p.level != LEVEL_FULL:
+            return out
+        return out + _local_probe(name, addr, p, rank0, timeout)
+
+    t1 = time.monotonic()
+    if target.error:
+        out.append(CheckResult(name, addr, "ssh-port", SKIP))
+        out.append(CheckResult(name, addr, "ssh", FAIL, target.error, 0.0))
+        return out + skip_rest(name, addr, "ssh", p.level)
+    err = ssh.tcp_probe(addr, target.port, timeout)
+    if err is not None:
+        out.append(CheckResult(name, addr, "ssh-port", FAIL,
+                               ssh.port_message(err, target.port, timeout, p.port_source),
+                               time.monotonic() - t1))
+        return out + skip_rest(name, addr, "ssh-port", p.level)
+    out.append(CheckResult(name, addr, "ssh-port", OK, f"port {target.port}", time.monotonic() - t1))
+
+    t2 = time.monotonic()
+    remote = "true" if p.level != LEVEL_FULL else ssh.remote_command(probe_argv(p, rank0, timeout))
+    try:
+        proc = _run(ssh.ssh_argv(name, p.ssh_port, p.ssh_extra, timeout, remote), 2 * timeout)
+    except FileNotFoundError:
+        out.append(CheckResult(name, addr, "ssh", FAIL, ssh.NO_SSH))
+        return out + skip_rest(name, addr, "ssh", p.level)
+    except subprocess.TimeoutExpired:
+        out.append(CheckResult(name, addr, "ssh", FAIL,
+                               f"ssh did not finish within {2 * timeout:g}s — sshd or the login hangs there",
+                               time.monotonic() - t2))
+        return out + skip_rest(name, addr, "ssh", p.level)
+    if proc.returncode == 255:
+        out.append(CheckResult(name, addr, "ssh", FAIL,
+                               ssh.classify_ssh_error(proc.stderr, target.port, timeout, p.port_source),
+                               time.monotonic() - t2))
+        return out + skip_rest(name, addr, "ssh", p.level)
+    out.append(CheckResult(name, addr, "ssh", OK, "login ok", time.monotonic() - t2))
+    if p.level != LEVEL_FULL:
+        if proc.returncode != 0:
+            out[-1] = CheckResult(name, addr, "ssh", FAIL,
+                                  f"logged in, but 'true' exited {proc.returncode} there: "
+                                  f"{ssh.last_line(proc.stderr)} — check the login shell / its start-up files")
+        return out
+    return out + probe_results(name, addr, proc.returncode, proc.stdout, proc.stderr, p, rank0,
+                               time.monotonic() - t2)
+
+
+def probe_results(name, addr, rc, stdout, stderr, p: Params, rank0: bool, seconds: float) -> List[CheckResult]:
+    """The probe's process result -> the python .. syn-backlog results of one host."""
+    probe = parse_probe_output(stdout)
+    if probe is None:
+        low = (stderr or "").lower()
+        if rc in (126, 127) or "not found" in low or "no such file" in low:
+            msg = (f"{p.python} not found there — install the same Python (with mpilaunch and mpi4py) "
+                   "at the same path on every host, or pass --python PATH")
+        else:
+            msg = f"{p.python} probe failed (exit {rc}): {ssh.last_line(stderr) or 'no output'}"
+        return [CheckResult(name, addr, "python", FAIL, msg, seconds)] + skip_rest(name, addr, "python", p.level)
+    res = evaluate_probe(name, addr, probe, p, rank0)
+    return [replace(r, seconds=seconds if r.check == "python" else 0.0) for r in res]
+
+
+def run_checks(cfg_or_params, timeout: float = DEFAULT_TIMEOUT, *, level: Optional[str] = None,
+               parallel: int = DEFAULT_PARALLEL) -> List[CheckResult]:
+    """Check every host of a launch. ``cfg_or_params``: a ``LaunchConfig`` (then ``level``
+    defaults to ``"ssh"``: resolve, ssh port, ssh login -- cheap enough before every launch)
+    or ``Params``. Returns every result; failures have ``status == "fail"``."""
+    if isinstance(cfg_or_params, Params):
+        p = cfg_or_params
+        if level is not None and level != p.level:
+            p = replace(p, level=level)
+    else:
+        p = params_from_config(cfg_or_params, level=level or LEVEL_SSH)
+    contract.seconds(timeout, "--timeout")
+    results: List[CheckResult] = [check_slots(p)]
+    hosts = list(enumerate(p.hosts))
+    per_host = ssh.parallel_map(lambda item: check_host(item[0], item[1], p, timeout), hosts, parallel)
+    for (_, host), res in zip(hosts, per_host):
+        if isinstance(res, BaseException):
+            results.append(CheckResult(host.name, "", "ssh", FAIL, f"internal error: {res!r}"))
+        else:
+            results.extend(res)
+    return results
+
+
+def hosts_needing_ssh(hosts: Sequence[hf.Host]) -> bool:
+    """True unless every host is plainly this machine (no ssh involved)."""
+    return any(not ssh.is_local(h.name, []) for h in hosts)

@@ -1,0 +1,232 @@
+"""ssh and TCP primitives shared by ``mpilaunch check`` and ``mpilaunch job``.
+
+Nothing here decides what a check or a job means: where ssh really goes for a host
+(:func:`ssh_target`, from ``ssh -G``), the non-interactive ssh argv (:func:`ssh_argv`), the one
+string the remote shell parses (:func:`remote_command`), name lookup and TCP connect with a
+time-out (:func:`resolve`, :func:`tcp_probe`), one-line explanations of ssh / connect failures
+with their fix (:func:`classify_ssh_error`, :func:`port_message`), whether a host is this
+machine (:func:`is_local`), and a bounded pool of daemon threads (:func:`parallel_map`).
+No ``shell=True`` anywhere: ssh gets an argv, the remote side one ``shlex``-quoted string.
+"""
+from __future__ import annotations
+
+import errno
+import math
+import os
+import shlex
+import socket
+import subprocess
+import threading
+from collections import namedtuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+PORT_SOURCE = "SSHD_PORT/--ssh-port"    # where the ssh port comes from, for messages
+NO_SSH = "ssh not found on PATH — install openssh-client"
+
+
+class SshTarget(namedtuple("SshTarget", "name hostname port error", defaults=(None,))):
+    """Where ssh really goes for a listed host (``ssh -G`` applies -F configs, -p, ...).
+    ``error``: ``ssh -G`` failed, why (the ssh step fails with it)."""
+
+    __slots__ = ()
+
+
+def ssh_base(port: Optional[int], extra: Sequence[str]) -> List[str]:
+    cmd = ["ssh"]
+    if port is not None:
+        cmd += ["-p", str(port)]
+    return cmd + list(extra)
+
+
+def parse_ssh_G(text: str) -> Dict[str, str]:
+    """``ssh -G`` output -> {option: first value} (options lower-case, as ssh prints them)."""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key and key not in out:
+            out[key] = value.strip()
+    return out
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text`` (what a failing program said last), or ``""``."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def ssh_target(name: str, port: Optional[int], extra: Sequence[str], timeout: float = 5.0) -> SshTarget:
+    default_port = port if port is not None else 22
+    try:
+        proc = subprocess.run(ssh_base(port, extra) + ["-G", name], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, errors="replace", timeout=timeout)
+    except FileNotFoundError:
+        return SshTarget(name, name, default_port, NO_SSH)
+    except subprocess.TimeoutExpired:
+        return SshTarget(name, name, default_port, f"'ssh -G {name}' did not answer within {timeout:g}s")
+    if proc.returncode != 0:
+        why = last_line(proc.stderr) or f"exit {proc.returncode}"
+        return SshTarget(name, name, default_port, f"ssh rejects its options ({why}) — fix --ssh-args/--ssh-port")
+    opts = parse_ssh_G(proc.stdout)
+    try:
+        real_port = int(opts.get("port", default_port))
+    except ValueError:
+        real_port = default_port
+    return SshTarget(name, opts.get("hostname") or name, real_port)
+
+
+def ssh_argv(name: str, port: Optional[int], extra: Sequence[str], timeout: float, remote: str) -> List[str]:
+    """Non-interactive ssh running ``remote`` (one argv element, parsed by the remote shell)."""
+    return ssh_base(port, extra) + [
+        "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(math.ceil(timeout)))}",
+        "-T", name, remote]
+
+
+def remote_command(argv: Sequence[str]) -> str:
+    """argv -> the single string ssh hands to the remote shell (each word quoted)."""
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def classify_ssh_error(stderr: str, port: int, timeout: float, port_source: str = PORT_SOURCE) -> str:
+    """ssh exit 255 -> one line: what went wrong and the fix."""
+    text = stderr or ""
+    low = text.lower()
+    detail = last_line(text)
+    if "permission denied" in low:
+        return (f"ssh login refused ({detail}) — put this user's public key in ~/.ssh/authorized_keys "
+                "there (BatchMode: no password prompts; key via --ssh-args '-i KEY' or '-F CONFIG')")
+    if "host key verification failed" in low or "remote host identification has changed" in low:
+        return ("ssh host key unknown or changed — add it to ~/.ssh/known_hosts (ssh there once by hand) "
+                "or set StrictHostKeyChecking in the ssh config passed with --ssh-args '-F CONFIG'")
+    if "connection refused" in low:
+        return f"ssh port {port} closed — is sshd running there? ({port_source})"
+    if "timed out" in low:
+        return f"no answer on ssh port {port} within {timeout:g}s — host down, unreachable or firewalled"
+    if "could not resolve hostname" in low or "name or service not known" in low:
+        return f"does not resolve ({detail}) — fix the host name or DNS / /etc/hosts"
+    if "no route to host" in low or "network is unreachable" in low:
+        return f"unreachable ({detail}) — check the network route to it"
+    if "connection closed" in low or "connection reset" in low or "kex_exchange" in low:
+        return f"sshd closed the connection ({detail}) — sshd overloaded (MaxStartups) or refusing this client"
+    return f"ssh failed (exit 255): {detail or 'no message'}"
+
+
+# --------------------------------------------------------------------------- resolve / connect
+
+def resolve(name: str, timeout: float) -> Tuple[Optional[List[str]], Optional[str]]:
+    """getaddrinfo with a time-out (the lookup runs in a daemon thread). -> (addrs, error)."""
+    box: Dict[str, object] = {}
+
+    def lookup():
+        try:
+            infos = socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM)
+            v4 = [i[4][0] for i in infos if i[0] == socket.AF_INET]
+            v6 = [i[4][0] for i in infos if i[0] == socket.AF_INET6]
+            box["addrs"] = list(dict.fromkeys(v4 + v6))
+        except (socket.gaierror, UnicodeError, OSError) as exc:
+            box["error"] = str(exc.args[1] if isinstance(exc, socket.gaierror) and len(exc.args) > 1 else exc)
+
+    t = threading.Thread(target=lookup, name=f"resolve-{name}", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        return None, f"name lookup took more than {timeout:g}s — check DNS (/etc/resolv.conf)"
+    if "error" in box:
+        return None, str(box["error"])
+    addrs = box.get("addrs") or []
+    if not addrs:
+        return None, "no address"
+    return list(addrs), None
+
+
+def tcp_probe(addr: str, port: int, timeout: float) -> Optional[int]:
+    """None if addr:port accepts a TCP connection, else the errno (ETIMEDOUT on time-out)."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect((addr, port))
+        return None
+    except socket.timeout:
+        return errno.ETIMEDOUT
+    except OSError as exc:
+        return exc.errno or errno.EIO
+    finally:
+        s.close()
+
+
+def port_message(err: int, port: int, timeout: float, port_source: str = PORT_SOURCE) -> str:
+    """A :func:`tcp_probe` errno on an ssh port -> one line with the fix."""
+    if err == errno.ECONNREFUSED:
+        return f"ssh port {port} closed — is sshd running there? ({port_source})"
+    if err == errno.ETIMEDOUT:
+        return f"no answer on ssh port {port} within {timeout:g}s — host down, unreachable or firewalled"
+    if err in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return f"unreachable ({os.strerror(err)}) — host down or no network route to it"
+    return f"cannot connect to ssh port {port} ({os.strerror(err)})"
+
+
+# --------------------------------------------------------------------------- this machine
+
+_LOCAL_CACHE: Dict[str, object] = {}
+
+
+def local_addresses() -> frozenset:
+    """This machine's addresses (all interfaces); cached."""
+    if "addrs" not in _LOCAL_CACHE:
+        addrs = set()
+        try:
+            import psutil
+
+            for entries in psutil.net_if_addrs().values():
+                for a in entries:
+                    if a.family in (socket.AF_INET, socket.AF_INET6):
+                        addrs.add(a.address.split("%", 1)[0])
+        except Exception:  # pragma: no cover - psutil is a dependency
+            pass
+        _LOCAL_CACHE["addrs"] = frozenset(addrs)
+    return _LOCAL_CACHE["addrs"]  # type: ignore[return-value]
+
+
+def is_local(name: str, addrs: Iterable[str]) -> bool:
+    """``localhost``, 127.x/::1, this machine's host name, or one of its interface addresses."""
+    if name in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        own = {socket.gethostname(), socket.gethostname().split(".")[0]}
+    except OSError:  # pragma: no cover
+        own = set()
+    if name in own:
+        return True
+    local = local_addresses()
+    for a in addrs:
+        if a.startswith("127.") or a == "::1" or a in local:
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------- many hosts
+
+def parallel_map(fn: Callable, items: Sequence, workers: int) -> List:
+    """fn over items with at most ``workers`` daemon threads; an exception becomes the result."""
+    results: List = [None] * len(items)
+    lock = threading.Lock()
+    position = iter(range(len(items)))
+
+    def work():
+        while True:
+            with lock:
+                i = next(position, None)
+            if i is None:
+                return
+            try:
+                results[i] = fn(items[i])
+            except BaseException as exc:  # noqa: BLE001 - the caller reports it per item
+                results[i] = exc
+
+    threads = [threading.Thread(target=work, name=f"mpilaunch-pool-{n}", daemon=True)
+               for n in range(max(1, min(workers, len(items))))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
