@@ -32,11 +32,13 @@ _CONFIG_FIELDS = (
     "dry_run "
     # passed through to the rank adapter
     "log_dir worker_log_name tail_worker_log master_addr master_port cluster_time_out "
-    "bind_core scheduler exec_mode no_python visible_devices"
+    "bind_core scheduler exec_mode no_python visible_devices "
+    # a tune file the user already wrote (ModelArts recipe), read, never overwritten
+    "tune_import"
 )
 
 
-class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS)):
+class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None,))):
     """Everything the user asked for, validated. Notable fields: ``hosts`` (tuple of Host),
     ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
     (TUNE_ENV_FILE / --tune-file; None = the private run dir), ``bind_args``..``extra_args``
@@ -142,10 +144,16 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
 
     tune = _layer(args, env, "tune_file")
     tune_path = str(tune.value) if tune.value else None
+    tune_import = None
+    if tune_path and os.path.lexists(tune_path):
+        # The ModelArts recipe's `env | grep ... > $TUNE_ENV_FILE`: the user's statement of what
+        # to broadcast. Read it; write our own tune file in the private run dir.
+        from mpilaunch import tuneimport
+
+        tune_import = tuneimport.read(tune_path, tune.source)
+        tune_path = None
     if tune_path:
         parent = os.path.dirname(os.path.abspath(tune_path))
-        if os.path.lexists(tune_path):
-            raise UsageError(f"{tune.source}={tune_path}: file exists; mpilaunch will not overwrite it (remove it or choose another path)")
         if not os.path.isdir(parent):
             raise UsageError(f"{tune.source}={tune_path}: directory {parent} does not exist")
         if not os.access(parent, os.W_OK | os.X_OK) or _is_pseudo_fs(parent):
@@ -179,6 +187,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         ssh_port=ssh_port(args, env),
         ssh_extra=ssh_extra(args),
         tune_path=tune_path,
+        tune_import=tune_import,
         keep_tune_file=bool(args.keep_tune_file),
         env_prefixes=prefixes,
         bind_args=_layer(args, env, "bind_args"),

@@ -91,6 +91,10 @@ def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: 
     for setting in (cfg.bind_args, cfg.x_args, cfg.mca_args, cfg.extra_args):
         raw = render.split_arg_string(str(setting.value), setting.source)
         tokens += render.normalize(raw, dialect, setting.source)
+    imported = cfg.tune_import
+    if imported is not None:
+        tokens += render.normalize(list(imported.x_tokens) + list(imported.mca_tokens), dialect,
+                                   imported.path)
     tokens, dropped = render.drop_unset_x(tokens, env)
     tokens, moved = render.route_secret_x(tokens)
 
@@ -107,7 +111,15 @@ def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: 
     if any(h.name not in LOCAL_NAMES for h in cfg.hosts):
         tokens += render.keepalive_tokens(dialect, tokens)
 
-    broadcast = tune.split(tune.select(env, cfg.env_prefixes))
+    selected = dict(tune.select(env, cfg.env_prefixes))
+    if imported is not None:
+        from mpilaunch import tuneimport
+
+        for name, value in tuneimport.selected(imported, env):
+            selected[name] = value
+            if name not in env:   # only in the file: mpirun's env must carry it for -x NAME
+                moved = {**moved, name: value}
+    broadcast = tune.split(sorted(selected.items()))
     tune_path = cfg.tune_path or os.path.join(run_dir, "tune.env")
     return LaunchPlan(
         mpi=mpi,

@@ -73,7 +73,7 @@ def test_existing_tune_file_is_not_overwritten(tmp_path, script):
     tune.write_text("precious\n")
     proc, tmpdir = run_cli(["-np", "1", script], tmp_path, {"TUNE_ENV_FILE": str(tune)})
     check_one_line_error(proc, tmpdir, tmp_path,
-                         f"TUNE_ENV_FILE={tune}: file exists; mpilaunch will not overwrite it (remove it or choose another path)")
+                         f"{tune}:1: expected KEY=VALUE, -x NAME[=VALUE] or --mca KEY VALUE, got 'precious'")
     assert tune.read_text() == "precious\n"
 
 
