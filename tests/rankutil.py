@@ -6,9 +6,9 @@ import sys
 import psutil
 
 from launchutil import wait_for  # noqa: F401  (shared with the launch tests)
+from mpilaunch.contract import STATUS_PREFIX as PREFIX
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PREFIX = "@@mpilaunch "
 
 # The test worker: what it does is read from T_<ROLE>_<RANK> or T_<ROLE> (ROLE = WORKER or
 # SCHED), a ';' list of steps. It always records its env, pid and CPU affinity first.

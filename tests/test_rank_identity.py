@@ -21,7 +21,7 @@ OMPI41 = {
     "OMPI_UNIVERSE_SIZE": "2", "PMIX_ID": "2140209153.1", "PMIX_NAMESPACE": "2140209153",
     "PMIX_RANK": "1", "PMIX_HOSTNAME": "vm",
 }
-# Open MPI across 2 hosts, 2 ranks each (FIELD_NOTES: ranks 2,3 on host 2), rank 3.
+# Open MPI across 2 hosts, 2 ranks each (docs/OPENMPI_FACTS.md: ranks 2,3 on host 2), rank 3.
 OMPI_2NODES = {
     "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
     "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",

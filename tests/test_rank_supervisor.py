@@ -197,7 +197,7 @@ def test_exec_mode_replaces_the_adapter(tmp_path):
 
 
 @pytest.mark.parametrize("opts, env_extra, needle", [
-    (["--master-port", "70000"], {}, "--master-port '70000' must be in 0..65535"),
+    (["--master-port", "70000"], {}, "--master-port='70000': out of range"),
     (["--bogus"], {}, "unrecognized arguments: --bogus"),
     (["--bind-core", "{bad"], {}, "--bind-core"),
     (["--tail-worker-log", "5"], {}, "--tail-worker-log: rank 5 does not exist"),

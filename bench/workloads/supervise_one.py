@@ -7,7 +7,8 @@ import os
 import socket
 import sys
 
-from mpilaunch.rank.supervisor import ChildSpec, supervise
+from mpilaunch.rank.plan import ChildSpec
+from mpilaunch.rank.supervisor import supervise
 
 
 def main(argv):

@@ -1,8 +1,10 @@
 """The rank adapter: ``python -m mpilaunch.rank [opts] -- SCRIPT [ARGS]`` runs inside every
 process ``mpirun`` starts. See docs/ARCHITECTURE.md for the contract.
 
-identity.py (who am I) -> agree.py (scheduler address/port, node index; MPI only when
-needed) -> frameworkenv.py (MS_*/PyTorch env; pure) -> supervisor.py (worker + scheduler
-children, logs, teardown). affinity.py (``--bind-core``), logs.py (log names, tails),
-status.py (``@@mpilaunch`` lines) serve them; __main__.py wires them together.
+options.py (argv -> validated Options) -> identity.py (who am I) -> agree.py (scheduler
+address/port, node index; MPI only when needed; network look-ups) -> plan.py (the children
+or the exec: argv, env via frameworkenv.py, log names via logs.py, CPUs via affinity.py;
+pure) -> supervisor.py (worker + scheduler children, logs, teardown). status.py writes the
+``@@mpilaunch`` lines; __main__.py only does: PDEATHSIG, log directory, agreement, plan,
+supervise or exec, errors -> status lines and exit codes.
 """

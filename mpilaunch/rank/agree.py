@@ -11,7 +11,7 @@ hosts that share a hostname (see :func:`nodes_of`). Node index = order of nodes 
 lowest rank, so node 0 is rank 0's node. Rank 0 then chooses the scheduler address and port and broadcasts the
 result (or its error), and **every rank calls ``MPI_Finalize`` at once**: a rank that
 exits after ``MPI_Init`` without finalising would otherwise make the job wait ~62 s
-(FIELD_NOTES). Measured on Open MPI 5.0.11 and 4.1.4: after Finalize, one rank exiting
+(docs/OPENMPI_FACTS.md). Measured on Open MPI 5.0.11 and 4.1.4: after Finalize, one rank exiting
 non-zero still ends a 4-rank job in 2-3 s.
 
 Scheduler address (rank 0): ``--master-addr`` resolved to IPv4; else ``127.0.0.1`` when all
@@ -81,6 +81,29 @@ def route_source(dest: str) -> Optional[str]:
         return None
     finally:
         s.close()
+
+
+def local_ip(sched_addr: str) -> str:
+    """This host's address for ``{ip}`` in log names: the source address towards the
+    scheduler, else the first non-loopback IPv4, else ``127.0.0.1``."""
+    if not sched_addr.startswith("127."):
+        src = route_source(sched_addr)
+        if src:
+            return src
+    ips = local_ipv4s()
+    return ips[0] if ips else LOOPBACK
+
+
+def interface_towards(addr: str) -> Optional[str]:
+    """Name of the local interface holding the address the kernel uses to reach ``addr``
+    (None for loopback or when no interface holds it)."""
+    import psutil
+
+    src = local_ip(addr)
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == src for a in addrs):
+            return None if name == "lo" else name
+    return None
 
 
 def resolve_ipv4(name: str, flag: str = "--master-addr") -> str:

@@ -36,6 +36,8 @@ TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for
 if TYPE_CHECKING:
     from typing import Dict, List, Optional, Sequence
 
+    from mpilaunch.rank.plan import ChildSpec   # what to start: rank/plan.py decides it
+
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl as _prctl
 from mpilaunch.rank import logs, status
 
@@ -52,20 +54,10 @@ READ_CHUNK = 1 << 20
 PIPE_SIZE = 1 << 20
 PIPE_SIZE_MANY_RANKS = 256 << 10
 
+
 def exit_status(returncode: int) -> int:
     """Popen returncode -> shell-style status (128+N for death by signal N)."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-class ChildSpec:
-    """What to start: role "worker" | "scheduler"; tail_prefix: bytes -> relay the output to
-    stdout with this prefix; cpus: affinity list."""
-
-    def __init__(self, role: str, argv: List[str], env: Dict[str, str], log_path: str,
-                 tail_prefix: Optional[bytes] = None, cpus: Optional[List[int]] = None,
-                 inherit_stdin: bool = False):
-        self.role, self.argv, self.env, self.log_path = role, argv, env, log_path
-        self.tail_prefix, self.cpus, self.inherit_stdin = tail_prefix, cpus, inherit_stdin
 
 
 class _Child:

@@ -1,0 +1,141 @@
+"""The adapter's command line -> validated :class:`Options` (docs/ARCHITECTURE.md, "The rank
+command"), and the worker's argv (:func:`worker_argv`).
+
+The flags are the ones ``mpilaunch/plan.py``'s ``rank_command`` renders (dashed spellings),
+plus ``--scheduler-grace``. Everything that can be checked without the rank's identity is
+checked here, with the rules of ``mpilaunch/contract.py`` (numbers: ``--flag=value: why;
+fix``); a bad value is a :class:`UsageError`, one line, exit 2, nothing started.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import namedtuple
+
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from typing import List, Optional, Sequence
+
+from mpilaunch import contract
+from mpilaunch.errors import UsageError
+from mpilaunch.rank import affinity, logs
+
+PROG = "mpilaunch.rank"
+DEFAULT_SCHEDULER_GRACE = "300"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage dump, no SystemExit(2) from argparse
+        raise UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Rank adapter: run SCRIPT as this MPI rank's worker "
+                "(and, on rank 0, the framework scheduler) with MindSpore/PyTorch env set.",
+                usage="%(prog)s [options] -- SCRIPT [ARGS...]")
+    p.add_argument("--log-dir", default=contract.DEFAULT_LOG_DIR,
+                   help="directory for worker/scheduler logs (default .)")
+    p.add_argument("--worker-log-name", default=logs.DEFAULT_WORKER_LOG_NAME,
+                   help="worker log file name; {ip}, {hostname}, {rank} are replaced")
+    p.add_argument("--tail-worker-log", default=contract.DEFAULT_TAIL_SPEC,
+                   help="ranks whose output also goes to the console: -1 (all), none, or 0,2,...")
+    p.add_argument("--master-addr", default=None, help="scheduler host (default: rank 0's)")
+    p.add_argument("--master-port", default=str(contract.DEFAULT_MASTER_PORT),
+                   help=f"scheduler port (default {contract.DEFAULT_MASTER_PORT}; "
+                   "0 = pick a free one)")
+    p.add_argument("--no-scheduler", action="store_true", help="do not start the MindSpore scheduler")
+    p.add_argument("--cluster-time-out", default=None, help="MS_TOPO_TIMEOUT seconds (default 600)")
+    p.add_argument("--bind-core", default=None,
+                   help="True, False, or msrun's JSON dict {\"scheduler\":[\"0-1\"],\"device0\":[...]}")
+    p.add_argument("--visible-devices", default=None, help="comma list: DEVICE_ID = list[local rank]")
+    p.add_argument("--scheduler-grace", default=DEFAULT_SCHEDULER_GRACE,
+                   help="seconds rank 0 waits for the scheduler after its worker exits 0 "
+                   "(default 300: other nodes may still be finishing)")
+    p.add_argument("--exec", action="store_true", dest="exec_",
+                   help="no MPI, scheduler or supervision: set the env and exec the script")
+    p.add_argument("--no-python", action="store_true", help="SCRIPT is an executable")
+    p.add_argument("--python", default=None, help="interpreter for SCRIPT (default: this one)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return p
+
+
+class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr master_port "
+                         "no_scheduler cluster_time_out bind visible_devices scheduler_grace "
+                         "exec_ no_python python command")):
+    """The adapter's validated options (a namedtuple: ``dataclasses`` costs every rank ~11 ms).
+
+    tail: parsed ``--tail-worker-log`` (None = every rank, else a frozenset of ranks);
+    master_port, cluster_time_out (None = not given): int; bind: parsed ``--bind-core``
+    (None, ``affinity.AUTO`` or ``{key: [cpu, ...]}``); visible_devices: tuple or None;
+    scheduler_grace: float; command: [SCRIPT, ARGS...]."""
+
+    __slots__ = ()
+
+
+def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
+    """Validated options; ``cpu_count`` (this host's, None = unchecked) bounds --bind-core."""
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        ns = _parser().parse_args(argv[:i])
+        if ns.command:
+            raise UsageError(f"unexpected argument {ns.command[0]!r} before '--'")
+        command = argv[i + 1:]
+    else:
+        ns = _parser().parse_args(argv)
+        command = ns.command
+    if not command:
+        raise UsageError("no SCRIPT given (usage: python -m mpilaunch.rank [options] -- SCRIPT [ARGS...])")
+    grace = contract.seconds(ns.scheduler_grace, "--scheduler-grace", allow_zero=True)
+    visible = None
+    if ns.visible_devices is not None:
+        visible = tuple(d.strip() for d in ns.visible_devices.split(","))
+        if not any(visible):
+            raise UsageError("--visible-devices is empty")
+    if ns.master_addr is not None and not ns.master_addr.strip():
+        raise UsageError("--master-addr is empty")
+    master_port = contract.master_port(ns.master_port, "--master-port")
+    cluster_time_out = (None if ns.cluster_time_out is None
+                        else contract.whole(ns.cluster_time_out, "--cluster-time-out", 1))
+    tail = contract.parse_tail_spec(ns.tail_worker_log, "--tail-worker-log")
+    logs.check_log_name(ns.worker_log_name)
+    bind = affinity.parse_bind_core(ns.bind_core, cpu_count)
+    return Options(
+        log_dir=ns.log_dir, worker_log_name=ns.worker_log_name, tail=tail,
+        master_addr=ns.master_addr.strip() if ns.master_addr else None,
+        master_port=master_port, no_scheduler=ns.no_scheduler,
+        cluster_time_out=cluster_time_out, bind=bind, visible_devices=visible,
+        scheduler_grace=grace, exec_=ns.exec_, no_python=ns.no_python, python=ns.python,
+        command=command)
+
+
+def _which(name: str, path: Optional[str]) -> Optional[str]:
+    """``shutil.which`` without importing shutil (~5 ms at every rank's start)."""
+    if os.sep in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    for d in (path if path is not None else os.defpath).split(os.pathsep):
+        candidate = os.path.join(d or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def worker_argv(opts: Options, env_path: Optional[str]) -> List[str]:
+    """The worker's argv; UsageError if the script or interpreter cannot be found (looks at
+    the file system: the one impure check of the options)."""
+    script, args = opts.command[0], opts.command[1:]
+    if opts.no_python:
+        if opts.python:
+            raise UsageError("--python and --no-python exclude each other")
+        found = _which(script, path=env_path)
+        if found is None:
+            raise UsageError(f"executable {script!r} not found (--no-python)")
+        return [script] + args
+    python = opts.python or sys.executable
+    found = _which(python, path=env_path)
+    if found is None:
+        raise UsageError(f"--python {python!r} is not an executable")
+    if not script.startswith("-") and not os.path.isfile(script):
+        raise UsageError(f"script {script!r} not found (cwd {os.getcwd()})")
+    return [found, script] + args

@@ -1,0 +1,139 @@
+"""What this rank starts, decided from values only: the rank side's plan. Pure.
+
+Inputs are values: the validated :class:`~mpilaunch.rank.options.Options`, the
+:class:`~mpilaunch.rank.identity.RankInfo`, the agreement's scheduler address and port, the
+user's environment, the worker argv, the host name, and what ``__main__`` looked up for it
+(this host's ``{ip}``, the interface towards rank 0, the CPUs and NUMA nodes). Outputs: the
+:class:`ChildSpec` list the supervisor starts (:func:`children`), or for ``--exec`` the
+:class:`ExecPlan`. No processes, sockets or files here; ``__main__`` does all of that.
+
+Decisions made here (and only here):
+
+* rank 0 runs the scheduler unless ``--no-scheduler``; it gets ``scheduler.log``, never the
+  console tail, never stdin;
+* the worker's log is ``--worker-log-name`` with ``{rank}``, ``{hostname}``, ``{ip}`` filled;
+  its output is relayed with ``[rank<R>] `` when ``--tail-worker-log`` selects the rank;
+* ``GLOO_SOCKET_IFNAME`` (worker only) = the interface routing to rank 0 when the ranks span
+  hosts and the user did not set it: gloo picks its interface by resolving this host's name
+  and falls back to loopback when the name does not resolve, and then no rank reaches another;
+* ``--bind-core`` CPUs (:func:`mpilaunch.rank.affinity.plan_cpus`);
+* ``--exec``: Python scripts with our own interpreter run under ``python -m mpi4py``.
+"""
+from __future__ import annotations
+
+import os
+from collections import namedtuple
+
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from typing import List, Mapping, Optional, Sequence
+
+from mpilaunch.errors import UsageError
+from mpilaunch.rank import affinity, logs
+from mpilaunch.rank.frameworkenv import FrameworkOpts, device_id, framework_env
+
+
+class ChildSpec(namedtuple("ChildSpec", "role argv env log_path tail_prefix cpus inherit_stdin",
+                           defaults=(None, None, False))):
+    """What to start: role "worker" | "scheduler"; env: the complete environment;
+    tail_prefix: bytes -> relay the output to stdout with this prefix on each line;
+    cpus: affinity list (None = do not bind); inherit_stdin: else /dev/null."""
+
+    __slots__ = ()
+
+
+class ExecPlan(namedtuple("ExecPlan", "argv env cpus")):
+    """``--exec``: the argv and environment to exec, and the CPUs to bind first (or None)."""
+
+    __slots__ = ()
+
+
+def framework_opts(opts) -> FrameworkOpts:
+    return FrameworkOpts(opts.cluster_time_out, opts.visible_devices)
+
+
+def check(opts, info, user_env: Mapping[str, str]) -> None:
+    """What needs the rank's identity to be checked, before anything starts."""
+    if opts.tail and info.size is not None:
+        bad = sorted(r for r in opts.tail if r >= info.size)
+        if bad:
+            raise UsageError(f"--tail-worker-log: rank {bad[0]} does not exist "
+                             f"(the job has {info.size} ranks)")
+    if info.complete:
+        device_id(info, framework_opts(opts), user_env)
+
+
+def needs_local_ip(opts) -> bool:
+    """Whether :func:`children` needs this host's address (for ``{ip}`` in the log name)."""
+    return "{ip}" in opts.worker_log_name
+
+
+def needs_gloo_ifname(info, user_env: Mapping[str, str]) -> bool:
+    """Whether the worker gets ``GLOO_SOCKET_IFNAME`` (ranks on several hosts, not set)."""
+    return not info.single_node and not user_env.get("GLOO_SOCKET_IFNAME")
+
+
+def children(opts, info, sched_addr: str, sched_port: int, user_env: Mapping[str, str],
+             argv: List[str], hostname: str, ip: str = "", gloo_ifname: Optional[str] = None,
+             cpus: Sequence[int] = (), numa_nodes: Sequence[Sequence[int]] = ()) -> List[ChildSpec]:
+    """The children of this rank: [scheduler (rank 0)], worker. ``info`` is the agreed one
+    (complete, node index known); ``cpus``/``numa_nodes`` matter only with --bind-core."""
+    fw = framework_opts(opts)
+    worker_env = framework_env(info, sched_addr, sched_port, fw, user_env)
+    if gloo_ifname and needs_gloo_ifname(info, user_env):
+        worker_env["GLOO_SOCKET_IFNAME"] = gloo_ifname
+    worker_log = os.path.join(opts.log_dir, logs.worker_log_name(
+        opts.worker_log_name, info.rank, hostname, ip))
+    worker_cpus = sched_cpus = None
+    if opts.bind is not None:
+        worker_cpus, sched_cpus = affinity.plan_cpus(
+            opts.bind, cpus, numa_nodes, info.local_rank, info.local_size,
+            info.node_index == 0 and not opts.no_scheduler, worker_env["DEVICE_ID"])
+    specs = []
+    if info.rank == 0 and not opts.no_scheduler:
+        specs.append(ChildSpec(
+            role="scheduler", argv=argv,
+            env=framework_env(info, sched_addr, sched_port, fw, user_env, role="scheduler"),
+            log_path=os.path.join(opts.log_dir, logs.SCHEDULER_LOG_NAME), cpus=sched_cpus))
+    specs.append(ChildSpec(
+        role="worker", argv=argv, env=worker_env, log_path=worker_log,
+        tail_prefix=(f"[rank{info.rank}] ".encode() if logs.is_tailed(opts.tail, info.rank)
+                     else None),
+        cpus=worker_cpus, inherit_stdin=True))
+    return specs
+
+
+def exec_check(opts, info) -> None:
+    """``--exec``: no MPI, so only what the environment alone tells is available. Single
+    node -> node index 0 and ``127.0.0.1``; Slurm -> node index from ``SLURM_NODEID``,
+    ``--master-addr`` required; Open MPI / Hydra across nodes -> ``--master-addr`` required
+    and ``NODE_RANK`` / ``GROUP_RANK`` are left unset. ``--master-port 0`` and a PMIx-only
+    launcher are usage errors."""
+    if not info.complete:
+        raise UsageError(f"--exec: the {info.launcher} launcher does not give the world size "
+                         f"and local rank; run without --exec")
+    if opts.master_port == 0:
+        raise UsageError("--exec cannot use --master-port 0 (picking a port needs the MPI "
+                         "agreement); give a port")
+    if not info.single_node and not opts.master_addr:
+        raise UsageError("--exec with ranks on several hosts needs --master-addr (rank 0's "
+                         "address cannot be learnt without MPI)")
+
+
+def exec_plan(opts, info, sched_addr: str, user_env: Mapping[str, str], argv: List[str],
+              own_python: bool, cpus: Sequence[int] = (),
+              numa_nodes: Sequence[Sequence[int]] = ()) -> ExecPlan:
+    """``--exec``: what to exec. ``own_python``: ``argv[0]`` is the adapter's interpreter
+    (known to have mpi4py)."""
+    env = framework_env(info, sched_addr, opts.master_port, framework_opts(opts), user_env)
+    bound = None
+    if opts.bind is not None:
+        bound, _ = affinity.plan_cpus(opts.bind, cpus, numa_nodes, info.local_rank,
+                                      info.local_size, False, env["DEVICE_ID"])
+    argv = list(argv)
+    if not opts.no_python and own_python:
+        # Run the MPI program under mpi4py's runner: an exception or a non-zero sys.exit then
+        # calls MPI_Abort, instead of waiting in MPI_Finalize for ranks that will never come
+        # (62 s measured).
+        argv = [argv[0], "-m", "mpi4py"] + argv[1:]
+    return ExecPlan(argv, env, bound or None)
