@@ -27,6 +27,8 @@ for step in spec.split(";"):
     op, _, arg = step.partition(":")
     if op == "print":
         print(arg, flush=True)
+    elif op == "printenv":
+        print(os.environ[arg], flush=True)
     elif op == "err":
         print(arg, file=sys.stderr, flush=True)
     elif op == "lines":

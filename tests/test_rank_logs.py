@@ -6,19 +6,23 @@ import time
 
 import pytest
 
+from mpilaunch import contract
+from mpilaunch.contract import STATUS_PREFIX as PREFIX
 from mpilaunch.errors import UsageError
 from mpilaunch.rank import logs
-from mpilaunch.rank.status import PREFIX, status_line
+from mpilaunch.rank.status import status_line
 from mpilaunch.rank.supervisor import relay
 
 
 def test_tail_spec():
-    assert logs.parse_tail_spec("-1") is None
-    assert logs.parse_tail_spec("none") == frozenset()
-    assert logs.parse_tail_spec("0, 3") == frozenset({0, 3})
+    def parse(raw):
+        return contract.parse_tail_spec(raw, "--tail-worker-log")   # as options.py calls it
+    assert parse("-1") is None
+    assert parse("none") == frozenset()
+    assert parse("0, 3") == frozenset({0, 3})
     assert logs.is_tailed(None, 5) and not logs.is_tailed(frozenset({1}), 5)
     with pytest.raises(UsageError, match="--tail-worker-log"):
-        logs.parse_tail_spec("1,x")
+        parse("1,x")
 
 
 def test_worker_log_name():
@@ -33,8 +37,8 @@ def test_worker_log_name():
 def test_mask_secrets():
     env = {"AWS_SECRET_ACCESS_KEY": "s3cr3tvalue", "MY_TOKEN": "tok-123456", "HOME": "/root",
            "SHORT_KEY": "ab"}
-    assert logs.mask_secrets(["a s3cr3tvalue b tok-123456 /root ab"], env) == [
-        f"a {logs.MASK} b {logs.MASK} /root ab"]
+    assert contract.mask_lines(["a s3cr3tvalue b tok-123456 /root ab"], env) == [
+        f"a {contract.MASK} b {contract.MASK} /root ab"]
 
 
 def test_read_tail(tmp_path):
@@ -42,6 +46,19 @@ def test_read_tail(tmp_path):
     p.write_text("".join(f"line {i}\n" for i in range(100)))
     assert logs.read_tail(str(p)) == [f"line {i}" for i in range(90, 100)]
     assert logs.read_tail(str(tmp_path / "missing")) == []
+    assert logs.status_tail(str(tmp_path / "missing"), {}) == []
+
+
+def test_read_tail_is_uncut_and_status_tail_masks_before_cutting(tmp_path):
+    secret = "tail-end-secret-0123"
+    env = {"MA_API_KEY": "first-secret-line\nsecond-secret-line", "OBS_TOKEN": secret,
+           "HOME": "/root"}
+    long_line = "x" * 490 + secret                  # the secret straddles the 500-char cut
+    p = tmp_path / "w.log"
+    p.write_text(f"a first-secret-line\nsecond-secret-line b\n{long_line}\n{'y' * 600}\n/root\n")
+    assert logs.read_tail(str(p))[2] == long_line   # whole: masking needs the whole line
+    assert logs.status_tail(str(p), env) == [
+        "a ****", "**** b", "x" * 490 + "****", "y" * 500, "/root"]
 
 
 def test_status_line_shape():

@@ -86,7 +86,22 @@ def test_worker_exit_code_and_secret_masking(tmp_path):
     [line] = status_lines(p.stderr)
     assert (line["role"], line["code"], line["signal"], line["cause"], line["rank"]) == (
         "worker", 3, None, "self", 0)
-    assert line["tail"] == ["key=******"]
+    assert line["tail"] == ["key=****"]
+
+
+def test_status_tail_masks_multiline_secret_and_secret_past_500_chars(tmp_path):
+    # the status line's tail is masked before each line is cut to 500 characters: a secret
+    # at the end of a long line must not leave its first characters behind, and a multi-line
+    # secret value printed by the worker is masked line by line
+    secret = "abcd-SECRET-1234-tail"
+    long_line = "x" * 490 + secret
+    env = fake_rank_env(T_WORKER=f"printenv:MA_API_KEY;print:{long_line};exit:3",
+                        MA_API_KEY="multi-line-secret-1\nmulti-line-secret-2", OBS_TOKEN=secret)
+    p, _, _ = run_adapter(tmp_path, "--no-scheduler", env=env)
+    assert p.returncode == 3, p.stderr
+    [line] = status_lines(p.stderr)
+    assert line["tail"] == ["****", "****", "x" * 490 + "****"]
+    assert "multi-line" not in p.stderr and "abcd" not in p.stderr
 
 
 def test_worker_killed_by_signal(tmp_path):

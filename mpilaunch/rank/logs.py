@@ -1,41 +1,25 @@
 """Log names, which ranks are tailed to the console, and the tail of a log for the status
-line (with secret-looking values masked). Pure apart from :func:`read_tail`."""
+line (secret values masked, then cut). Pure apart from :func:`read_tail` / :func:`status_tail`.
+
+The tail spec itself (``--tail-worker-log``) is parsed by :func:`mpilaunch.contract.parse_tail_spec`;
+secrets are masked by :func:`mpilaunch.contract.mask_lines` (the one rule for both sides)."""
 from __future__ import annotations
 
-import re
 import string
+
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import FrozenSet, List, Mapping, Optional, Sequence
+    from typing import FrozenSet, List, Mapping, Optional
 
+from mpilaunch.contract import mask_lines
 from mpilaunch.errors import UsageError
 
 DEFAULT_WORKER_LOG_NAME = "worker_{rank}.log"
 SCHEDULER_LOG_NAME = "scheduler.log"
 PLACEHOLDERS = ("ip", "hostname", "rank")
-TAIL_ALL = None  # parse_tail_spec result meaning "every rank"
-
-SECRET_NAME = re.compile(
-    r"(SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|CRED|PRIVATE|ACCESS_KEY|API_KEY|AUTH"
-    r"|(^|_)KEY$|(^|_)(AK|SK)$)", re.IGNORECASE)
-MASK = "******"
-
-
-def parse_tail_spec(raw: str) -> Optional[FrozenSet[int]]:
-    """``-1`` -> None (every rank); ``none`` -> empty set; ``"0,3"`` -> {0, 3}."""
-    text = str(raw).strip().lower()
-    if text in ("-1", "all"):
-        return TAIL_ALL
-    if text in ("none", ""):
-        return frozenset()
-    ranks = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit():
-            raise UsageError(
-                f"--tail-worker-log {raw!r}: expected -1, none, or a comma list of ranks")
-        ranks.add(int(part))
-    return frozenset(ranks)
+TAIL_ALL = None  # contract.parse_tail_spec's result meaning "every rank"
+TAIL_LINES = 10          # lines of a log's tail in a status line
+TAIL_LINE_CHARS = 500    # each cut to this many characters (after masking)
 
 
 def is_tailed(spec: Optional[FrozenSet[int]], rank: int) -> bool:
@@ -62,24 +46,9 @@ def worker_log_name(template: str, rank: int, hostname: str, ip: str) -> str:
     return template.format(rank=rank, hostname=hostname, ip=ip)
 
 
-def secret_values(env: Mapping[str, str]) -> List[str]:
-    return sorted({v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= 4},
-                  key=len, reverse=True)
-
-
-def mask_secrets(lines: Sequence[str], env: Mapping[str, str]) -> List[str]:
-    values = secret_values(env)
-    out = []
-    for line in lines:
-        for v in values:
-            if v in line:
-                line = line.replace(v, MASK)
-        out.append(line)
-    return out
-
-
-def read_tail(path: str, n: int = 10, max_bytes: int = 16384) -> List[str]:
-    """Last ``n`` lines of ``path`` (decoded leniently, each cut to 500 characters)."""
+def read_tail(path: str, n: int = TAIL_LINES, max_bytes: int = 16384) -> List[str]:
+    """Last ``n`` lines of ``path``, decoded leniently and *not* cut (mask first, then cut:
+    :func:`status_tail`)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
@@ -91,4 +60,10 @@ def read_tail(path: str, n: int = 10, max_bytes: int = 16384) -> List[str]:
     lines = data.decode("utf-8", "replace").splitlines()
     if size > max_bytes and lines:
         lines = lines[1:]          # first one is probably cut
-    return [line[:500] for line in lines[-n:]]
+    return lines[-n:]
+
+
+def status_tail(path: str, env: Mapping[str, str]) -> List[str]:
+    """The ``tail`` of a status line: the log's last lines with every secret value of ``env``
+    masked, each line then cut to :data:`TAIL_LINE_CHARS` characters."""
+    return mask_lines(read_tail(path), env, cut=TAIL_LINE_CHARS)

@@ -1,4 +1,4 @@
-"""Status lines, adapter -> launcher (ARCHITECTURE.md): one ``@@mpilaunch {json}`` line on
+"""Status lines, adapter -> launcher (docs/ARCHITECTURE.md): one ``@@mpilaunch {json}`` line on
 stderr per terminal event, written with a single ``write`` so lines from ranks never mix."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for
 if TYPE_CHECKING:
     from typing import List, Optional
 
-PREFIX = "@@mpilaunch "
+from mpilaunch.contract import STATUS_PREFIX
 
 
 def status_line(rank: Optional[int], host: str, role: str, event: str, code: Optional[int],
@@ -23,7 +23,7 @@ def status_line(rank: Optional[int], host: str, role: str, event: str, code: Opt
         obj["message"] = message
     import json  # only when a status line is written (a failure), not at every start
 
-    return PREFIX + json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n"
+    return STATUS_PREFIX + json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 
 def write_stderr(text: str) -> None:

@@ -297,7 +297,7 @@ class Supervisor:
         if child.start_error is not None:
             tail, message, ev = [], child.start_error, "start-failed"
         else:
-            tail = logs.mask_secrets(logs.read_tail(spec.log_path), spec.env)
+            tail = logs.status_tail(spec.log_path, spec.env)
             message, ev = None, event
         status.emit(self.rank, self.host, spec.role, ev, child.status, child.signal, cause,
                     os.path.abspath(spec.log_path), tail, message=message)
