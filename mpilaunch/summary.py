@@ -21,6 +21,15 @@ _MPIRUN_NOTICE = re.compile(
     r"noticed\s+that\s+process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+?)\.?"
     r"\s+exited\s+on\s+signal\s+(\d+)"
 )
+# Open MPI's own report of the first process that failed, for processes that send no status
+# line (``--exec``: the MPI program runs without an adapter). 4.1: ``Process name: [[J,1],R]``;
+# 5.x: ``Process name: [prterun-HOST-PID@1,R]``; both followed by ``Exit code: N``.
+_MPI_FAILED = re.compile(
+    r"Process\s+name:\s*\[(?:\[\d+,\d+\],(\d+)|prterun-(\S+)-\d+@\d+,(\d+))\]\s*Exit\s+code:\s*(\d+)")
+# MPI_Abort: 5.x names rank and node; the Errorcode comes from MPI_ABORT's own notice.
+_MPI_ABORT_NODE = re.compile(
+    r"exited\s+due\s+to\s+process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+(\S+?)\s+calling\s+\"abort\"")
+_MPI_ABORT_CODE = re.compile(r"MPI_ABORT\s+was\s+invoked\s+on\s+rank\s+(\d+)\s.*?Errorcode:\s*(\d+)", re.S)
 # Open MPI's words for a host whose daemon is gone (crashed, powered off, link down).
 _LOST_HOST = [
     re.compile(r"(?:ORTE|PRTE) has lost communication with a remote daemon.*?Remote daemon:\s*\S+ on node (\S+)", re.S),
@@ -113,6 +122,25 @@ class Collector:
                              "self", None, [], float("inf")))
         return out
 
+    @property
+    def mpi_reports(self) -> List[Event]:
+        """Open MPI's own report of a failed process (exit code, or MPI_Abort)."""
+        text = self._text
+        out = []
+        for m in _MPI_FAILED.finditer(text):
+            rank = int(m.group(1) if m.group(1) is not None else m.group(3))
+            out.append(Event(rank, m.group(2) or "?", "process", "exit", int(m.group(4)), None,
+                             "self", None, [], float("inf")))
+        codes = {int(m.group(1)): int(m.group(2)) for m in _MPI_ABORT_CODE.finditer(text)}
+        for m in _MPI_ABORT_NODE.finditer(text):
+            rank = int(m.group(1))
+            out.append(Event(rank, m.group(2), "process", "exit", codes.pop(rank, None), None, "self",
+                             None, [], float("inf"), message="the process called MPI_Abort"))
+        for rank, code in codes.items():
+            out.append(Event(rank, "?", "process", "exit", code, None, "self", None, [], float("inf"),
+                             message="the process called MPI_Abort"))
+        return out
+
     def lost_hosts(self) -> List[str]:
         """Hosts Open MPI reported as lost, in the order first seen."""
         found: List[tuple] = []
@@ -135,6 +163,9 @@ class Collector:
         notices = self.notices
         if notices:
             return notices[0]
+        reports = self.mpi_reports
+        if reports:
+            return reports[0]
         return None
 
 
@@ -145,7 +176,7 @@ def describe_status(code: Optional[int], sig: Optional[int]) -> str:
         except ValueError:
             name = f"signal {sig}"
         return f"killed by signal {sig} ({name})"
-    return f"exit code {code}"
+    return f"exit code {code}" if code is not None else "failed"
 
 
 def _signal_name(sig: int) -> str:
@@ -184,7 +215,8 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
         _others(lines, collector, None)
         return "\n".join(lines) + "\n"
     who = f"rank {root.rank}" if root.rank is not None else "a rank"
-    lines.append(f"  root cause: {who} ({root.role}) on host {root.host}: {describe_status(root.code, root.signal)}")
+    where = f" on host {root.host}" if root.host not in ("", "?") else ""
+    lines.append(f"  root cause: {who} ({root.role}){where}: {describe_status(root.code, root.signal)}")
     if root.message:
         lines.append(f"  error: {root.message}")
     if root.log:
