@@ -1,8 +1,9 @@
 """Hostfiles: Open MPI (``host slots=N max_slots=M``), MPICH (``host:N``), ``-H`` lists and
 ``VC_WORKER_HOSTS``. Pure: text in, ``Host`` list out; every error names file and line.
 
-A host listed without a slot count gets 1 slot (Open MPI 4 and 5 disagree on this default,
-so mpilaunch always hands mpirun a normalised hostfile with explicit counts).
+A host listed without a slot count gets 1 slot (msrun's and ModelArts' meaning; Open MPI
+itself would count the host's cores), so mpilaunch always hands mpirun a normalised hostfile
+with explicit counts (docs/OPENMPI_FACTS.md section 7).
 """
 from __future__ import annotations
 

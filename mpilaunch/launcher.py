@@ -7,7 +7,12 @@
   SIGKILLed; the rank adapters notice the loss of their parent (PDEATHSIG) and end too.
 * stdout is relayed in large chunks (a bounded tail is kept for Open MPI's own messages,
   which 5.x prints there); stderr is relayed line by line so the adapters'
-  status lines can be collected for the failure summary.
+  status lines can be collected for the failure summary. Both are written at the fd level:
+  a closed or broken stdout never stops the draining.
+* A stop (SIGINT/SIGTERM/SIGHUP) at any moment ends the job: before mpirun starts, nothing is
+  started; while Popen runs, it is forwarded as soon as mpirun exists.
+* The run dir has an owner file; run dirs of launchers that died by SIGKILL are reclaimed by
+  the next launch (``rundir.py``). Open MPI facts relied on: docs/OPENMPI_FACTS.md section 9.
 """
 from __future__ import annotations
 

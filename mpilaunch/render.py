@@ -3,7 +3,9 @@
 Canonical spelling is double-dash (``--bind-to``, ``--mca``), which Open MPI 4.x and 5.x both
 accept; 5.x rejects the single-dash ModelArts spellings (``-bind-to none`` fails with rc=66,
 ``-mca`` is a parse error in a tune file). On 5.x the ssh launcher's parameters are PRRTE's
-(``--prtemca plm_ssh_*``): 5.x silently ignores ``--mca plm_rsh_args``, losing the ssh port.
+(``--prtemca plm_ssh_*``): 5.x silently drops the ModelArts spelling ``-mca plm_rsh_args``
+(and ``--prtemca plm_rsh_args``), losing the ssh port. Measured facts: docs/OPENMPI_FACTS.md
+sections 3-5.
 """
 from __future__ import annotations
 
@@ -73,7 +75,9 @@ def normalize(tokens: Sequence[str], dialect: str, source: str) -> List[str]:
 
 
 def drop_unset_x(tokens: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], List[str]]:
-    """Remove ``-x NAME`` whose NAME is unset (Open MPI 5 segfaults on it). -> (tokens, dropped)."""
+    """Remove ``-x NAME`` whose NAME is unset. -> (tokens, dropped). On the command line both
+    versions only warn, but in a tune file 5.x fails to start (rc 139/243,
+    docs/OPENMPI_FACTS.md section 5); dropping keeps argv and tune file equally safe."""
     out: List[str] = []
     dropped: List[str] = []
     i = 0
