@@ -105,6 +105,8 @@ def prewarm(pythons: Sequence[str]) -> None:
     """Fill the bytecode cache for what the measured processes import."""
     mods = ("mpilaunch.cli, mpilaunch.config, mpilaunch.launcher, mpilaunch.plan, mpilaunch.mpi, "
             "mpilaunch.render, mpilaunch.tune, mpilaunch.summary, mpilaunch.rank.__main__, "
+            "mpilaunch.run, mpilaunch.options, mpilaunch.contract, mpilaunch.rundir, "
+            "mpilaunch.tuneimport, mpilaunch.rank.options, mpilaunch.rank.plan, "
             "mpilaunch.rank.supervisor, mpilaunch.rank.agree, mpilaunch.rank.identity, "
             "mpilaunch.rank.frameworkenv, mpilaunch.rank.logs, mpilaunch.rank.status, "
             "mpilaunch.rank.affinity, psutil, json, argparse, subprocess, threading, queue, socket, "
