@@ -281,14 +281,14 @@ def test_down_removes_exactly_what_up_made(testhosts):
             hosts.up(1, prefix=prefix)
         owner.kill()
         owner.wait()
-        assert not hosts.prefix_in_use(prefix)          # stale now: reclaimable
+        assert not hosts.prefix_in_use(prefix)        # stale now: reclaimable
     finally:
         if owner.poll() is None:
             owner.kill()
             owner.wait()
         hosts.down(prefix, force=True)
     _assert_gone(prefix, pids, st["auth_line"])
-    hosts.down(prefix)                      # idempotent
+    hosts.down(prefix)                    # idempotent
     _assert_gone(prefix, pids, st["auth_line"])
     # the session's set is untouched
     assert testhosts.ssh(testhosts.hosts[0], ["hostname"]).stdout.strip() == \
@@ -317,8 +317,8 @@ def test_down_after_up_died_halfway():
         hosts.up(2, prefix=sys.argv[2])
     """)
     try:
-        p = subprocess.run([sys.executable, "-c", script, os.path.dirname(os.path.dirname(hosts.__file__)),
-                            prefix],
+        tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(hosts.__file__)))
+        p = subprocess.run([sys.executable, "-c", script, tests_dir, prefix],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=60)
         assert p.returncode == -signal.SIGKILL, p.stderr
