@@ -40,6 +40,10 @@ def main(argv: Sequence[str]) -> int:
         what += f", Open MPI {info.version_str} ({info.path})"
     print(f"mpilaunch check: {what}, mpilaunch {mpilaunch.__version__}, time-out {timeout:g}s per check",
           flush=True)
+    from mpilaunch import rundir
+
+    for path in rundir.reclaim_stale():   # files of launchers that died by SIGKILL
+        print(f"mpilaunch check: removed {path} (its launcher is gone)", flush=True)
     t0 = time.monotonic()
     results = run_checks(p, timeout, parallel=parallel)
     for line in report_lines(results, len(p.hosts), time.monotonic() - t0,
