@@ -11,7 +11,7 @@ from mpilaunch.contract import STATUS_PREFIX as PREFIX
 from mpilaunch.errors import UsageError
 from mpilaunch.rank import logs
 from mpilaunch.rank.status import status_line
-from mpilaunch.rank.supervisor import relay
+from mpilaunch.rank.relay import relay
 
 
 def test_tail_spec():

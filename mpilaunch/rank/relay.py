@@ -1,0 +1,96 @@
+"""The output relay of a tailed worker: pipe -> its log file (verbatim) + the console (each
+line prefixed ``[rank<R>] ``). Split out of supervisor.py (which starts the relay thread)."""
+from __future__ import annotations
+
+import os
+import select
+
+F_SETPIPE_SZ = 1031
+READ_CHUNK = 1 << 20
+# Pipe capacity for the relay (worker -> adapter -> mpirun): 1 MiB cuts the relay's CPU by
+# more than half against the default 64 KiB (measured: 200 MB of 100-byte lines, 0.75 s ->
+# 0.3 s of adapter CPU). Pipe pages count against a per-user soft limit (64 MiB by default
+# for non-root), so nodes with many ranks use less.
+PIPE_SIZE = 1 << 20
+PIPE_SIZE_MANY_RANKS = 256 << 10
+
+
+def _write_all(fd: int, *parts) -> bool:
+    """Write every part (bytes or memoryview) with as few syscalls as possible."""
+    views = [memoryview(p) for p in parts if len(p)]
+    while views:
+        try:
+            n = os.writev(fd, views)
+        except InterruptedError:
+            continue
+        except OSError:
+            return False
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
+    return True
+
+
+def _grow_pipe(fd: int, size: int) -> None:
+    """Best effort: a bigger pipe means fewer wake-ups per megabyte."""
+    try:
+        import fcntl
+        import stat
+
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, F_SETPIPE_SZ, size)
+    except OSError:
+        pass
+
+
+def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
+          partial_delay: float = 0.1, pipe_size: int = PIPE_SIZE) -> None:
+    """Copy ``read_fd`` to ``log_fd`` verbatim and to ``out_fd`` with ``prefix`` on each line.
+
+    Per chunk (up to 1 MiB): one ``write`` to the log, one ``bytes.replace`` and one
+    ``writev`` to the console; only complete lines go to the console, so lines from
+    different ranks never interleave mid-line in mpirun's output.
+    """
+    nl_prefix = b"\n" + prefix
+    at_line_start = True
+    pending = b""
+    console = True
+    _grow_pipe(out_fd, pipe_size)
+    try:
+        while True:
+            if pending:
+                ready, _, _ = select.select([read_fd], [], [], partial_delay)
+                if not ready:          # quiet: show the partial line (a prompt, a progress bar)
+                    if console:
+                        console = _write_all(out_fd, prefix if at_line_start else b"", pending)
+                    at_line_start, pending = False, b""
+                    continue
+            try:
+                chunk = os.read(read_fd, READ_CHUNK)
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            _write_all(log_fd, chunk)
+            if not console:
+                continue
+            cut = chunk.rfind(b"\n")
+            if cut < 0:
+                pending += chunk
+                if len(pending) >= READ_CHUNK:
+                    console = _write_all(out_fd, prefix if at_line_start else b"", pending)
+                    at_line_start, pending = False, b""
+                continue
+            body = chunk.replace(b"\n", nl_prefix)
+            end = len(body) - (len(chunk) - cut - 1) - len(prefix)  # just past the last \n
+            head = prefix if at_line_start else b""
+            console = _write_all(out_fd, head, pending, memoryview(body)[:end])
+            pending = chunk[cut + 1:]
+            at_line_start = True
+        if console and (pending or not at_line_start):   # end the rank's last line
+            _write_all(out_fd, prefix if at_line_start and pending else b"", pending, b"\n")
+    finally:
+        os.close(read_fd)
+        os.close(log_fd)
