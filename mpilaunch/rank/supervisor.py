@@ -21,6 +21,19 @@
   scheduler to leave on its own for at most ``scheduler_grace`` s, then terminate it (status
   line ``event: grace-expired``, exit status stays 0). The scheduler exiting 0 first ->
   keep waiting for the worker.
+* Descendants (issue 12 item 2): the adapter is a child subreaper (``PR_SET_CHILD_SUBREAPER``),
+  so whatever a child starts (DataLoader workers, a shell, a daemon that double-forks or calls
+  setsid) stays in the adapter's subtree when its parent dies: it is re-parented to the
+  adapter, not to init. Chosen over process groups (a child calling setsid/setpgid escapes
+  them, and children must stay in the rank's group for Open MPI's teardown) and cgroups (not
+  available to an unprivileged rank). On every way out of :meth:`Supervisor.run` (a failure,
+  a stop, a success) the whole subtree is ended: orphans get SIGTERM with the children,
+  everything left gets SIGKILL after the grace, and every orphan is reaped (the adapter is
+  their parent now; ``SIGCHLD`` reaps the ones that exit during the run, so none stays a
+  zombie). A successful worker's leftover descendants are ended when the adapter exits
+  (SIGTERM, SIGKILL after ``DESCENDANT_GRACE`` s): nothing a job started outlives it. Not
+  covered: the adapter itself SIGKILLed (its children die by PDEATHSIG; their descendants
+  are left to Open MPI's process-group kill).
 """
 from __future__ import annotations
 
@@ -45,6 +58,8 @@ TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # A child killed by SIGTERM is usually Open MPI's teardown signalling the whole process group;
 # our own copy of the signal can arrive later than the child's exit (seen >0.3 s on 4.1).
 TEARDOWN_SIGNAL_WINDOW = 1.5
+PR_SET_CHILD_SUBREAPER = 36
+DESCENDANT_GRACE = 1.0   # s between SIGTERM and SIGKILL for what a finished job left running
 
 
 def exit_status(returncode: int) -> int:
@@ -62,7 +77,6 @@ class _Child:
         self.signal: Optional[int] = None
         self.start_error: Optional[str] = None
         self.reported = False
-        self.descendants: list = []
 
 
 class Supervisor:
@@ -150,10 +164,87 @@ class Supervisor:
     def _on_signal(self, signum, frame):  # runs in the main thread; SimpleQueue is reentrant
         self.events.put(("signal", signum))
 
+    def _on_sigchld(self, signum, frame):
+        self.events.put(("sigchld", None))
+
+    # ------------------------------------------------------------ descendants
+    def _own_pids(self) -> set:
+        return {c.proc.pid for c in self.children.values() if c.proc is not None}
+
+    def _orphans(self) -> list:
+        """Processes re-parented to the adapter (not the children a thread waits for)."""
+        import psutil
+
+        with self.lock:     # a child being started is in _own_pids before anyone looks
+            own = self._own_pids()
+            try:
+                return [p for p in psutil.Process(self.parent_pid).children() if p.pid not in own]
+            except psutil.Error:
+                return []
+
+    def _reap_orphans(self) -> int:
+        """Reap every orphan that has exited; the number still running."""
+        running = 0
+        for p in self._orphans():
+            try:
+                pid, _ = os.waitpid(p.pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            running += pid == 0
+        return running
+
+    def _subtree(self) -> list:
+        import psutil
+
+        try:
+            return psutil.Process(self.parent_pid).children(recursive=True)
+        except psutil.Error:
+            return []
+
+    def _kill_subtree(self) -> None:
+        for p in self._subtree():
+            try:
+                p.kill()
+            except Exception:   # psutil.Error: gone already
+                pass
+
+    def _has_children(self) -> bool:
+        """Cheap (no psutil): does any thread of the adapter have a child, zombie or not?"""
+        try:
+            tids = os.listdir(f"/proc/{self.parent_pid}/task")
+            for tid in tids:
+                with open(f"/proc/{self.parent_pid}/task/{tid}/children") as f:
+                    if f.read().strip():
+                        return True
+            return False
+        except OSError:
+            return True
+
+    def _end_descendants(self, grace: float) -> None:
+        """SIGTERM to the orphans, SIGKILL to everything left after ``grace``, reap all."""
+        if not self._has_children():
+            return
+        for p in self._orphans():
+            try:
+                p.terminate()
+            except Exception:
+                pass
+        end = time.monotonic() + grace
+        while self._reap_orphans() and time.monotonic() < end:
+            time.sleep(0.02)
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            self._kill_subtree()
+            if not self._reap_orphans() and not self._subtree():
+                break
+            time.sleep(0.02)
+
     def run(self) -> int:
         for s in TEARDOWN_SIGNALS:
             signal.signal(s, self._on_signal)
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, TEARDOWN_SIGNALS)
+        _prctl()(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        signal.signal(signal.SIGCHLD, self._on_sigchld)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, TEARDOWN_SIGNALS + (signal.SIGCHLD,))
         try:
             for child in self.children.values():
                 child.thread = threading.Thread(target=self._run_child, args=(child,),
@@ -161,7 +252,10 @@ class Supervisor:
                 child.thread.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        return self._loop()
+        try:
+            return self._loop()
+        finally:
+            self._end_descendants(DESCENDANT_GRACE)
 
     def _running(self) -> List[_Child]:
         return [c for c in self.children.values() if c.status is None and c.start_error is None]
@@ -183,6 +277,9 @@ class Supervisor:
                 return 0
             if ev[0] == "signal":
                 return self._teardown(ev[1])
+            if ev[0] == "sigchld":
+                self._reap_orphans()
+                continue
             child = self.children[ev[1]]
             if child.reported:
                 continue
@@ -227,37 +324,22 @@ class Supervisor:
         return 128 + int(signum)
 
     def _terminate(self, targets: List[_Child], cause: str, event: str = "exit") -> None:
+        """SIGTERM to ``targets`` and to every orphan, SIGKILL to the whole subtree after
+        ``kill_grace`` s (whatever a child started dies with it), then report."""
         with self.lock:
             self.stopping = True
         targets = [c for c in targets if c is not None and not c.reported]
         live = [c for c in targets if c.proc is not None and c.status is None]
-        import psutil
-
         for c in live:
-            try:
-                c.descendants = psutil.Process(c.proc.pid).children(recursive=True)
-            except psutil.Error:
-                c.descendants = []
             _signal(c.proc, signal.SIGTERM)
-        self._wait_for(live, self.kill_grace)
-        stragglers = []
-        for c in live:
-            procs = list(c.descendants)
+        for p in self._orphans():
             try:
-                procs += psutil.Process(c.proc.pid).children(recursive=True)
-            except psutil.Error:
+                p.terminate()
+            except Exception:   # psutil.Error: gone already
                 pass
-            if c.status is None:
-                _signal(c.proc, signal.SIGKILL)
-            for p in procs:
-                try:
-                    p.kill()
-                    stragglers.append(p)
-                except psutil.Error:
-                    pass
+        self._wait_for(live, self.kill_grace)
+        self._end_descendants(0.0)
         self._wait_for(live, 5.0)
-        if stragglers:
-            psutil.wait_procs(stragglers, timeout=1.0)
         for c in targets:
             if c.proc is not None and c.status is not None:   # never-started ones: no event
                 self._report(c, cause=cause, event=event)
