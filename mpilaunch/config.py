@@ -34,11 +34,13 @@ _CONFIG_FIELDS = (
     "log_dir worker_log_name tail_worker_log master_addr master_port cluster_time_out "
     "bind_core scheduler exec_mode no_python visible_devices "
     # a tune file the user already wrote (ModelArts recipe), read, never overwritten
-    "tune_import"
+    "tune_import "
+    # what starts the ranks: "mpirun" or "srun" (mpilaunch/srun.py)
+    "launcher"
 )
 
 
-class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None,))):
+class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None, "mpirun"))):
     """Everything the user asked for, validated. Notable fields: ``hosts`` (tuple of Host),
     ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
     (TUNE_ENV_FILE / --tune-file; None = the private run dir), ``bind_args``..``extra_args``
@@ -100,6 +102,12 @@ def _resolve_hosts(args, env: Mapping[str, str]) -> Tuple[Tuple[hf.Host, ...], s
     if env.get("VC_WORKER_HOSTS"):
         slots = slots_per_host(args, env)
         return tuple(hf.hosts_from_vc_worker_hosts(env["VC_WORKER_HOSTS"], slots)), "VC_WORKER_HOSTS"
+    # What a scheduler or MPI operator allocated (Slurm, mpi-operator, Volcano): allocation.py
+    from mpilaunch import allocation
+
+    found = allocation.discover(env, lambda: slots_per_host(args, env))
+    if found is not None:
+        return found.hosts, found.source
     # No host list at all: this machine only, as msrun does for a single node.
     np_value, np_source = options.setting(args, env, "np")
     if args.local_worker_num is not None:
@@ -209,4 +217,12 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         exec_mode=bool(args.exec_mode),
         no_python=bool(args.no_python),
         visible_devices=args.visible_devices,
+        launcher=_launcher(args, env),
     )
+
+
+def _launcher(args, env: Mapping[str, str]) -> str:
+    value, source = options.setting(args, env, "launcher")
+    if value not in ("mpirun", "srun"):
+        raise UsageError(f"{source}={value!r}: give mpirun or srun")
+    return value

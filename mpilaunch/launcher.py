@@ -132,8 +132,10 @@ class _Sink:
             data = data[n:]
 
 
-def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool) -> int:
-    cmd: List[str] = argv(plan)
+def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
+        command: Optional[List[str]] = None) -> int:
+    """``command``: the argv to run instead of ``argv(plan)`` (``--launcher srun``)."""
+    cmd: List[str] = list(command) if command is not None else argv(plan)
     collector = Collector()
     stop = {"signals": 0, "first": None}
     proc: Optional[subprocess.Popen] = None

@@ -62,12 +62,19 @@ def main(argv: Sequence[str]) -> int:
     env = dict(os.environ)
     cfg = config.build(args, env)
     config.check_here(cfg)
+    if cfg.launcher == "srun":   # Slurm starts the ranks, no mpirun (mpilaunch/srun.py)
+        from mpilaunch import srun
+
+        return srun.main(cfg, env, args)
     info = mpi.detect(cfg.mpirun, env)
     if cfg.dry_run:
         plan = planmod.make_plan(cfg, env, info, "<run-dir>", os.geteuid())
         show_plan(plan, env)
+        print(f"# hosts: {cfg.hosts_source}")
         return 0
-    if not args.no_preflight and preflight_fails(cfg):
+    # Inside a Slurm job, mpirun starts its daemons through Slurm (srun), not ssh: no ssh check.
+    in_slurm = cfg.hosts_source.startswith("Slurm job ")
+    if not args.no_preflight and not in_slurm and preflight_fails(cfg):
         return 1
     run_dir = launcher.make_run_dir()
     try:

