@@ -24,7 +24,6 @@ import sys
 import threading
 from typing import List, Mapping, Optional
 
-from mpilaunch import hostfile as hf
 from mpilaunch import rundir, tune
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
 from mpilaunch.plan import LaunchPlan, argv
@@ -48,7 +47,7 @@ def make_run_dir() -> str:
 
 
 def write_files(plan: LaunchPlan) -> None:
-    tune.write_atomic(plan.hostfile_path, hf.render_hostfile(plan.hosts))
+    tune.write_atomic(plan.hostfile_path, plan.hostfile_text)   # Hydra: host:N form
     tune.write_atomic(plan.tune_path, plan.tune_text)
 
 
@@ -75,6 +74,7 @@ class _Relay(threading.Thread):
         super().__init__(name="stderr-relay", daemon=True)
         self.stream = stream
         self.collector = collector
+        self.on_failure = None   # Hydra: called once at the first rank failure (see run)
 
     def run(self) -> None:
         out = _Sink(2)
@@ -85,6 +85,9 @@ class _Relay(threading.Thread):
                 event = parse_status_line(STATUS_PREFIX + rest.decode("utf-8", "replace").rstrip("\r\n"))
                 if event is not None:
                     self.collector.feed_status(event)
+                    if self.on_failure is not None and event.cause == "self" and (event.code or event.signal):
+                        self.on_failure, hook = None, self.on_failure
+                        hook()
                     if not head.strip():
                         continue
                     raw = head + b"\n"
@@ -180,6 +183,11 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
             on_signal(stop["first"], None)
             stop["signals"] -= 1
         relays = [_Relay(proc.stderr, collector), _StdoutRelay(proc.stdout, collector)]
+        if plan.mpi.hydra:
+            # -- Hydra (MPICH, Intel MPI): a rank exiting non-zero does not end the job there
+            # (measured: mpiexec waits for every other rank), so the first failure a rank
+            # reports ends it here, as Open MPI's mpirun would (mpilaunch/hydra.py).
+            relays[0].on_failure = lambda: _kill(proc, signal.SIGTERM)
         for relay in relays:
             relay.start()
         rc = proc.wait()
@@ -198,6 +206,12 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
         remove_files(plan, run_dir, keep_tune)
 
     status = 128 - rc if rc < 0 else rc
+    if plan.mpi.hydra and status != 0 and stop["first"] is None:
+        # -- Hydra: mpiexec's own status after our SIGTERM is 15 (MPICH) / 255 (Intel MPI);
+        # report the failing rank's, as on Open MPI.
+        root = collector.root_cause()
+        if root is not None and (root.signal or root.code):
+            status = 128 + root.signal if root.signal else root.code
     if status == 0 and collector.lost_hosts():
         status = 255  # Open MPI 5 sometimes exits 0 after losing a host: that job did not succeed
     if stop["first"] is not None:  # interrupted by the user: report the signal, as a shell would

@@ -7,7 +7,7 @@ from collections import namedtuple
 from typing import List, Mapping
 
 from mpilaunch import hostfile as hf
-from mpilaunch import render, tune
+from mpilaunch import hydra, render, tune
 from mpilaunch.config import LaunchConfig
 from mpilaunch.errors import UsageError
 from mpilaunch.mpi import OMPI4, MpiInfo
@@ -37,6 +37,8 @@ class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_roo
 
     @property
     def hostfile_text(self) -> str:
+        if self.mpi.hydra:
+            return hydra.render_hostfile(self.hosts)
         return hf.render_hostfile(self.hosts)
 
     @property
@@ -86,6 +88,8 @@ def rank_command(cfg: LaunchConfig, launcher_python: str = sys.executable) -> Li
 
 
 def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int) -> LaunchPlan:
+    if mpi.hydra:   # MPICH / Intel MPI: mpilaunch/hydra.py
+        return LaunchPlan(**hydra.plan_fields(cfg, env, mpi, run_dir), rank_command=tuple(rank_command(cfg)))
     dialect = mpi.dialect
     tokens: List[str] = []
     for setting in (cfg.bind_args, cfg.x_args, cfg.mca_args, cfg.extra_args):
@@ -143,6 +147,9 @@ def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: 
 
 def argv(plan: LaunchPlan) -> List[str]:
     """The exact mpirun command: the ModelArts shape, in this Open MPI's dialect."""
+    if plan.mpi.hydra:
+        return hydra.argv(plan.mpi.path, plan.np, plan.hostfile_path, plan.ssh, plan.args,
+                          plan.broadcast.routed, plan.rank_command)
     cmd = [plan.mpi.path]
     if plan.noprefix:
         cmd.append("--noprefix")

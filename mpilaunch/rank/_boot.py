@@ -44,6 +44,9 @@ def _paths():
 
 if __name__ == "__main__":
     sys.path[1:1] = [p for p in _paths() if p not in sys.path]
+    _root = _venv()[0]
+    if _root is not None:   # as site does for a venv: mpi4py finds the venv's libmpi via sys.prefix
+        sys.prefix = sys.exec_prefix = _root   # (MPICH / Intel MPI wheels; else: singleton MPI)
     from mpilaunch.rank.__main__ import main
 
     sys.exit(main())

@@ -1,0 +1,242 @@
+"""Hydra's ``mpiexec`` (MPICH, Intel MPI): the same launch as on Open MPI, in Hydra's words. Pure.
+
+The argv: ``mpiexec.hydra -n NP -f HOSTFILE [ssh] [translated OPENMPI_* args]
+[-genvlist NAME,...] RANK_COMMAND``, the hostfile in Hydra's ``host:N`` form.
+
+* **Env broadcast**: every selected variable (``--env-prefixes``, a user's tune file, ``-x
+  NAME``) is named in ONE ``-genvlist`` (MPICH refuses a second list or ``-genvnone`` beside
+  it: "duplicate environment setting") and its value travels in mpiexec's own environment:
+  exact bytes (spaces, quotes, ``;``, CR/LF, UTF-8, 3,000 B measured on both), nothing on disk,
+  no value in an argv. As on Open MPI, remote ranks get only the listed variables; local ranks
+  inherit mpiexec's whole environment. ``-x NAME=VALUE`` becomes ``-genv NAME VALUE`` (a secret's
+  value goes to mpiexec's environment and ``-genvlist`` instead). No tune file is needed.
+* **ssh options** (``SSHD_PORT``, ``--ssh-args``, ``--mca plm_rsh_args``): MPICH reads
+  ``HYDRA_LAUNCHER_EXTRA_ARGS`` from mpiexec's environment; Intel MPI takes
+  ``-bootstrap-exec-args``.
+* **Binding**: ``--bind-to none`` (ModelArts' default) is ``-bind-to none`` on MPICH and
+  ``-genv I_MPI_PIN 0`` on Intel MPI, which pins every rank to one core by default.
+* Open MPI options without a Hydra equivalent are a one-line UsageError naming the option and
+  what to use instead; the ModelArts defaults of ``OPENMPI_MCA_ARGS`` (``pml``, ``btl``,
+  ``plm_rsh_no_tree_spawn``: Open MPI transport choices, and Hydra starts its proxies flat
+  from mpiexec anyway) are dropped when they are the default.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+from mpilaunch.contract import is_secret
+from mpilaunch.errors import UsageError
+from mpilaunch.mpi import IMPI, MPICH
+
+# Hydra options a user may write in OPENMPI_EXTRA_ARGS as they are, with their arity.
+HYDRA_OPTIONS = {
+    "-genv": 2, "-genvlist": 1, "-genvall": 0, "-iface": 1, "-ppn": 1, "-rr": 0,
+    "-prepend-rank": 0, "-l": 0, "-verbose": 0, "-v": 0, "-print-all-exitcodes": 0,
+    "-launcher": 1, "-launcher-exec": 1, "-bootstrap": 1, "-bootstrap-exec": 1,
+    "-bootstrap-exec-args": 1, "-bind-to": 1, "-map-by": 1, "-wdir": 1, "-outfile-pattern": 1,
+    "-errfile-pattern": 1, "-prepend-pattern": 1, "-prepend-timestamp": 0, "-cpu-bind": 1,
+    "-disable-auto-cleanup": 0,
+}
+# Open MPI options (canonical spelling, see render.normalize) and their arity.
+_OMPI_ARITY = {"-x": 1, "--mca": 2, "--prtemca": 2, "--gmca": 2, "--pmixmca": 2, "--bind-to": 1,
+               "--map-by": 1, "--rank-by": 1, "--oversubscribe": 0, "--allow-run-as-root": 0,
+               "--tag-output": 0, "--report-bindings": 0, "--display-map": 0, "--noprefix": 0}
+# ModelArts' OPENMPI_MCA_ARGS default: Open MPI transport and daemon-tree choices.
+_OMPI_ONLY_DEFAULTS = {("pml", "ob1"), ("btl", "^openib"), ("plm_rsh_no_tree_spawn", "true")}
+SSH_PARAMS = ("plm_rsh_args", "plm_ssh_args")
+_IFACE_PARAMS = ("btl_tcp_if_include", "oob_tcp_if_include")
+_AGENT_PARAMS = ("plm_rsh_agent", "plm_ssh_agent")
+
+USE = ("give Hydra's own option in --extra-args/OPENMPI_EXTRA_ARGS (e.g. -genv NAME VALUE, "
+       "-iface IF, -ppn N)")
+
+
+class Translated(namedtuple("Translated", "args genv_names env ssh_args")):
+    """args: Hydra tokens; genv_names: names for -genvlist (values in mpiexec's env);
+    env: additions to mpiexec's environment; ssh_args: ssh options found (plm_rsh_args)."""
+
+    __slots__ = ()
+
+
+def _name(dialect: str) -> str:
+    return "Intel MPI" if dialect == IMPI else "MPICH"
+
+
+def _mca(name: str, value: str, dialect: str, source: str, default: bool,
+         out: List[str], ssh: List[str]) -> None:
+    if name in SSH_PARAMS:
+        from mpilaunch.render import split_arg_string
+        ssh += split_arg_string(value, source)
+    elif name in _IFACE_PARAMS:
+        if "-iface" in out:
+            return
+        if "," in value or value.startswith("^"):
+            raise UsageError(f"{source}: --mca {name} {value}: Hydra takes one interface; "
+                             f"give --mca {name} IF (or -iface IF in OPENMPI_EXTRA_ARGS)")
+        out += ["-iface", value]
+    elif name in _AGENT_PARAMS:
+        out += ["-bootstrap-exec" if dialect == IMPI else "-launcher-exec", value]
+    elif name.startswith("oob_tcp_keepalive") or (default and (name, value) in _OMPI_ONLY_DEFAULTS):
+        return
+    else:
+        raise UsageError(f"{source}: --mca {name} {value} is an Open MPI parameter; "
+                         f"{_name(dialect)} (Hydra) has none: drop it, or {USE}")
+
+
+def translate(tokens: Sequence[str], dialect: str, source: str, default: bool = False) -> Translated:
+    """Canonical Open MPI tokens (``render.normalize``) or Hydra's own -> Hydra tokens."""
+    out: List[str] = []
+    names: List[str] = []
+    env: Dict[str, str] = {}
+    ssh: List[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        arity = HYDRA_OPTIONS.get(tok)
+        if arity is None:
+            arity = _OMPI_ARITY.get(tok)
+        if arity is None:
+            raise UsageError(f"{source}: option {tok} is not known for {_name(dialect)} (Hydra's "
+                             f"mpiexec); {USE}")
+        values = list(tokens[i + 1:i + 1 + arity])
+        if len(values) < arity:
+            raise UsageError(f"{source}: option {tok} needs {arity} value(s)")
+        i += 1 + arity
+        if tok == "-x":
+            name, eq, value = values[0].partition("=")
+            if eq:
+                out += ["-genv", name, value]
+            else:
+                names.append(name)
+        elif tok in ("--mca", "--prtemca", "--gmca"):
+            _mca(values[0], values[1], dialect, source, default, out, ssh)
+        elif tok in ("--bind-to", "-bind-to"):
+            if values[0] == "none":
+                out += ["-genv", "I_MPI_PIN", "0"] if dialect == IMPI else ["-bind-to", "none"]
+            elif dialect == IMPI:
+                raise UsageError(f"{source}: {tok} {values[0]}: Intel MPI pins with I_MPI_PIN_DOMAIN; "
+                                 "give -genv I_MPI_PIN_DOMAIN core (or -bind-to none) instead")
+            else:
+                out += ["-bind-to", values[0]]
+        elif tok in ("--map-by", "-map-by") and values[0] in ("slot", "core", "node"):
+            if values[0] == "node":
+                out.append("-rr")   # slot/core: Hydra fills each host's host:N slots in order
+        elif tok == "--tag-output":
+            out.append("-prepend-rank")
+        elif tok in ("--oversubscribe", "--allow-run-as-root", "--noprefix"):
+            continue   # Hydra never refuses these cases
+        elif tok in HYDRA_OPTIONS and not tok.startswith("--"):
+            if tok == "-genvlist":
+                names += [n for n in values[0].split(",") if n]
+            elif tok == "-genv" and is_secret(values[0]):   # never a secret's value in an argv
+                env[values[0]] = values[1]
+                names.append(values[0])
+            else:
+                out += [tok] + values
+        else:
+            raise UsageError(f"{source}: option {tok} {' '.join(values)} has no {_name(dialect)} "
+                             f"(Hydra) equivalent; drop it, or {USE}")
+    return Translated(out, names, env, ssh)
+
+
+def ssh_tokens(ssh_args: Sequence[str], dialect: str) -> Tuple[List[str], Dict[str, str]]:
+    """-> (argv tokens, mpiexec env additions) that bring the ssh options (port, -F cfg) to
+    the ssh that starts each remote proxy."""
+    if not ssh_args:
+        return [], {}
+    joined = " ".join(ssh_args)
+    if dialect == MPICH:
+        return [], {"HYDRA_LAUNCHER_EXTRA_ARGS": joined}
+    return ["-bootstrap-exec-args", joined], {}
+
+
+def render_hostfile(hosts) -> str:
+    """Hydra's hostfile: ``host:N`` per line (Open MPI's ``slots=`` form is not read)."""
+    return "".join(f"{h.name}:{h.slots}\n" for h in hosts)
+
+
+def genv_tokens(names: Sequence[str]) -> List[str]:
+    """One ``-genvlist`` (MPICH: a second one, or -genvnone beside it, is an error); with no
+    name, ``-genvnone`` keeps Hydra's default (every variable to remote ranks) away."""
+    unique = list(dict.fromkeys(names))
+    return ["-genvlist", ",".join(unique)] if unique else ["-genvnone"]
+
+
+def argv(mpi_path: str, np: int, hostfile_path: str, ssh: Sequence[str], args: Sequence[str],
+         names: Sequence[str], rank_command: Sequence[str]) -> List[str]:
+    return [mpi_path, "-n", str(np), "-f", hostfile_path, *ssh, *args, *genv_tokens(names),
+            *rank_command]
+
+
+def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
+    """LaunchConfig + env -> the LaunchPlan fields of a Hydra launch (all but rank_command).
+    ``broadcast.routed`` holds every broadcast name: each travels via -genvlist."""
+    import os
+
+    from mpilaunch import render, tune
+
+    args: List[str] = []
+    names: List[str] = []
+    moved: Dict[str, str] = {}
+    ssh_found: List[str] = []
+    dropped: List[str] = []
+    imported = cfg.tune_import
+    pieces = [(render.split_arg_string(str(s.value), s.source), s.source, s.source == "default")
+              for s in (cfg.bind_args, cfg.x_args, cfg.mca_args, cfg.extra_args)]
+    if imported is not None:
+        pieces.append((list(imported.x_tokens) + list(imported.mca_tokens), imported.path, False))
+    for raw, source, default in pieces:
+        canon, more = render.drop_unset_x(_canonical(raw, source), env)
+        dropped += more
+        canon, secret_env = render.route_secret_x(canon)
+        t = translate(canon, mpi.dialect, source, default=default)
+        moved.update(secret_env)
+        moved.update(t.env)
+        args += t.args
+        names += t.genv_names
+        ssh_found += t.ssh_args
+
+    ssh_args = ([] if cfg.ssh_port is None else ["-p", str(cfg.ssh_port)]) + list(cfg.ssh_extra)
+    if ssh_args and ssh_found:
+        raise UsageError("the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
+                         "plm_rsh_args in the MCA/extra args; keep one")
+    ssh, ssh_env = ssh_tokens(ssh_args or ssh_found, mpi.dialect)
+
+    selected = dict(tune.select(env, cfg.env_prefixes))
+    if imported is not None:
+        from mpilaunch import tuneimport
+
+        for name, value in tuneimport.selected(imported, env):
+            selected[name] = value
+            if name not in env:
+                moved[name] = value
+    routed = tuple(dict.fromkeys(sorted(selected) + [n for n in names if n not in selected]))
+    return dict(
+        mpi=mpi, hosts=cfg.hosts, np=cfg.np, oversubscribe=cfg.oversubscribe, run_as_root=False,
+        ssh=tuple(ssh), broadcast=tune.Broadcast((), routed), args=tuple(args),
+        dropped_x=tuple(dict.fromkeys(dropped)), hostfile_path=os.path.join(run_dir, "hostfile"),
+        tune_path=cfg.tune_path or os.path.join(run_dir, "tune.env"),
+        extra_env={**ssh_env, **moved}, noprefix=False)
+
+
+def _canonical(raw: Sequence[str], source: str) -> List[str]:
+    """Open MPI spellings -> canonical (``-mca`` -> ``--mca``, ``--x`` -> ``-x``); Hydra's own
+    single-dash options are left as written."""
+    from mpilaunch.render import normalize
+
+    out: List[str] = []
+    i = 0
+    while i < len(raw):
+        tok = raw[i]
+        if tok in HYDRA_OPTIONS and tok not in ("-bind-to", "-map-by"):
+            n = HYDRA_OPTIONS[tok]
+            out += raw[i:i + 1 + n]
+            i += 1 + n
+            continue
+        j = i + 1
+        while j < len(raw) and not (raw[j] in HYDRA_OPTIONS and raw[j] not in ("-bind-to", "-map-by")):
+            j += 1
+        out += normalize(raw[i:j], MPICH, source)
+        i = j
+    return out
