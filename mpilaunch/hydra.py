@@ -135,7 +135,7 @@ def translate(tokens: Sequence[str], dialect: str, source: str, default: bool = 
             else:
                 out += [tok] + values
         else:
-            raise UsageError(f"{source}: option {tok} {' '.join(values)} has no {_name(dialect)} "
+            raise UsageError(f"{source}: option {' '.join([tok] + values)} has no {_name(dialect)} "
                              f"(Hydra) equivalent; drop it, or {USE}")
     return Translated(out, names, env, ssh)
 

@@ -32,6 +32,11 @@ if [ -f scripts/setup_mindspore.sh ] && [ "${MPILAUNCH_SKIP_MINDSPORE:-0}" != 1 
   bash scripts/setup_mindspore.sh
 fi
 
+if [ "${MPILAUNCH_SKIP_HYDRA:-0}" != 1 ]; then
+  echo "== MPICH and Intel MPI venvs (scripts/setup_hydra.sh)"
+  bash scripts/setup_hydra.sh
+fi
+
 echo "== pytest"
 set +e
 "$PY" -m pytest -q -ra "$@"

@@ -1,0 +1,132 @@
+"""Hydra's mpiexec (MPICH, Intel MPI): detection and the exact argv, token by token (pure)."""
+import pytest
+
+from mpilaunch import config, hydra, mpi, plan
+from mpilaunch.errors import UsageError
+from mpilaunch.mpi import IMPI, MPICH, MpiInfo, parse_version_output
+from mpilaunch.options import parser as run_parser
+
+MC = MpiInfo("/v/bin/mpiexec.hydra", (5, 0, 2), MPICH)
+IM = MpiInfo("/w/bin/mpiexec.hydra", (2021, 18, 1), IMPI)
+PY = "/venv/bin/python3"
+DEFAULT_GENV = ["-genv", "HOROVOD_MPI_THREADS_DISABLE", "1", "-genv", "NCCL_DEBUG", "INFO",
+                "-genv", "NCCL_SOCKET_IFNAME", "ib0,bond0,eth0", "-genv", "NCCL_SOCKET_FAMILY", "AF_INET",
+                "-genv", "NCCL_IB_DISABLE", "0"]
+
+
+def make(argv, env, info, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    args = run_parser().parse_args(["--python", PY] + argv + [str(script)])
+    return plan.make_plan(config.build(args, env), env, info, "/run", 0)
+
+
+def rank_tail(p):
+    return list(p.rank_command)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("HYDRA build details:\n    Version:                                 5.0.2\n    Release Date: x\n",
+     ((5, 0, 2), MPICH)),
+    ("Intel(R) MPI Library for Linux* OS, Version 2021.18.1 Build 20260626 (id: b44796a)\n"
+     "Copyright 2003-2026, Intel Corporation.\n", ((2021, 18, 1), IMPI)),
+])
+def test_detects_mpich_and_intel_mpi(text, expected):
+    assert parse_version_output(text) == expected
+
+
+def test_intel_mpirun_wrapper_is_replaced_by_mpiexec_hydra_beside_it(tmp_path):
+    for name in ("mpirun", "mpiexec.hydra"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    assert mpi.hydra_beside(str(tmp_path / "mpirun")) == str(tmp_path / "mpiexec.hydra")
+    assert mpi.hydra_beside("/usr/bin/mpirun") is None   # Open MPI: no mpiexec.hydra beside
+
+
+def test_mpich_defaults_single_node(tmp_path):
+    env = {"LD_LIBRARY_PATH": "/lib", "MA_JOB": "a b", "PATH": "/bin"}
+    p = make(["-np", "4"], env, MC, tmp_path)
+    assert plan.argv(p) == ["/v/bin/mpiexec.hydra", "-n", "4", "-f", "/run/hostfile",
+                            "-bind-to", "none", *DEFAULT_GENV,
+                            "-genvlist", "MA_JOB,PATH,LD_LIBRARY_PATH", *rank_tail(p)]
+    assert p.hostfile_text == "localhost:4\n"
+    assert p.tune_text == "" and p.extra_env == {}
+
+
+def test_intel_multi_node_ssh_port_and_no_pinning(tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node-a slots=2\nnode-b:2\n")
+    env = {"OPENMPI_HOST_FILE_PATH": str(hostfile), "SSHD_PORT": "2222", "MA_JOB": "7"}
+    p = make([], env, IM, tmp_path)
+    assert plan.argv(p) == ["/w/bin/mpiexec.hydra", "-n", "4", "-f", "/run/hostfile",
+                            "-bootstrap-exec-args", "-p 2222", "-genv", "I_MPI_PIN", "0", *DEFAULT_GENV,
+                            "-genvlist", "MA_JOB", *rank_tail(p)]
+    assert p.hostfile_text == "node-a:2\nnode-b:2\n"
+    assert p.dropped_x == ("LD_LIBRARY_PATH",)
+
+
+def test_mpich_ssh_port_travels_in_mpiexecs_environment(tmp_path):
+    p = make(["--ssh-port", "2222", "--ssh-args", "-F /cfg"], {}, MC, tmp_path)
+    assert p.extra_env == {"HYDRA_LAUNCHER_EXTRA_ARGS": "-p 2222 -F /cfg"}
+    assert "-p 2222 -F /cfg" not in plan.argv(p)
+
+
+def test_modelarts_plm_rsh_args_becomes_the_ssh_port(tmp_path):
+    env = {"OPENMPI_MCA_ARGS": "-mca plm_rsh_args '-p 2200' -mca btl_tcp_if_include eth0"}
+    p = make([], env, IM, tmp_path)
+    assert p.ssh == ("-bootstrap-exec-args", "-p 2200")
+    assert p.args[-2:] == ("-iface", "eth0")
+
+
+def test_secrets_never_in_the_argv(tmp_path):
+    env = {"OPENMPI_X_ARGS": "-x MA_SECRET_KEY=s3cr3t -x OBS_AK=ak-value",
+           "OPENMPI_EXTRA_ARGS": "-genv MY_TOKEN tok-value -genv PLAIN v"}
+    p = make(["--env-prefixes", "MA_"], {**env, "MA_PASSWORD": "pw"}, MC, tmp_path)
+    cmd = plan.argv(p)
+    for value in ("s3cr3t", "ak-value", "tok-value", "pw"):
+        assert not any(value in tok for tok in cmd)
+    assert p.extra_env == {"MA_SECRET_KEY": "s3cr3t", "OBS_AK": "ak-value", "MY_TOKEN": "tok-value"}
+    genvlist = cmd[cmd.index("-genvlist") + 1].split(",")
+    assert set(genvlist) >= {"MA_SECRET_KEY", "OBS_AK", "MY_TOKEN", "MA_PASSWORD"}
+    assert ["-genv", "PLAIN", "v"] == cmd[cmd.index("PLAIN") - 1:cmd.index("PLAIN") + 2]
+
+
+def test_no_broadcast_name_keeps_hydras_envall_away(tmp_path):
+    p = make(["--env-prefixes", "NOPE_", "--x-args="], {}, MC, tmp_path)
+    assert "-genvnone" in plan.argv(p) and "-genvlist" not in plan.argv(p)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mca-args=--mca pml ucx"],
+     "--mca-args: --mca pml ucx is an Open MPI parameter; MPICH (Hydra) has none: drop it, or give "
+     "Hydra's own option in --extra-args/OPENMPI_EXTRA_ARGS (e.g. -genv NAME VALUE, -iface IF, -ppn N)"),
+    (["--extra-args=--report-bindings"],
+     "--extra-args: option --report-bindings has no MPICH (Hydra) equivalent; drop it, or give "
+     "Hydra's own option in --extra-args/OPENMPI_EXTRA_ARGS (e.g. -genv NAME VALUE, -iface IF, -ppn N)"),
+    (["--extra-args=-frobnicate"],
+     "--extra-args: option --frobnicate is not known for MPICH (Hydra's mpiexec); give Hydra's own "
+     "option in --extra-args/OPENMPI_EXTRA_ARGS (e.g. -genv NAME VALUE, -iface IF, -ppn N)"),
+])
+def test_open_mpi_only_options_are_one_clear_line(argv, message, tmp_path):
+    with pytest.raises(UsageError) as err:
+        make(argv, {}, MC, tmp_path)
+    assert str(err.value) == message
+
+
+def test_intel_binding_other_than_none_names_its_own_variable(tmp_path):
+    with pytest.raises(UsageError, match="I_MPI_PIN_DOMAIN"):
+        make(["--bind-args=--bind-to core"], {}, IM, tmp_path)
+    p = make(["--bind-args=--bind-to core --map-by node"], {}, MC, tmp_path)
+    assert plan.argv(p)[5:8] == ["-bind-to", "core", "-rr"]
+
+
+def test_hydra_options_pass_through_and_ssh_twice_is_refused(tmp_path):
+    p = make(["--extra-args=-ppn 2 -iface eth0 -prepend-rank"], {}, MC, tmp_path)
+    assert p.args[-5:] == ("-ppn", "2", "-iface", "eth0", "-prepend-rank")
+    with pytest.raises(UsageError, match="given twice"):
+        make(["--ssh-port", "22", "--mca-args=--mca plm_rsh_args '-p 2'"], {}, MC, tmp_path)
+
+
+def test_hostfile_in_hydras_form():
+    from mpilaunch.hostfile import Host
+    assert hydra.render_hostfile((Host("a", 2), Host("10.0.0.2", 1))) == "a:2\n10.0.0.2:1\n"
