@@ -54,7 +54,7 @@ def preflight_fails(cfg) -> bool:
 
 
 def main(argv: Sequence[str]) -> int:
-    from mpilaunch import config, launcher, mpi, options
+    from mpilaunch import config, launcher, mpi, options, rankcheck
     from mpilaunch import plan as planmod
     from mpilaunch import render
 
@@ -67,6 +67,7 @@ def main(argv: Sequence[str]) -> int:
 
         return srun.main(cfg, env, args)
     info = mpi.detect(cfg.mpirun, env)
+    rankcheck.check(cfg, info)     # rank-side values, before mpirun starts (issue 12 item 8)
     if cfg.dry_run:
         plan = planmod.make_plan(cfg, env, info, "<run-dir>", os.geteuid())
         show_plan(plan, env)

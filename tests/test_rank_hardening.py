@@ -139,3 +139,27 @@ def test_real_mpirun_nothing_left_at_2s(tmp_path, mpirun):
         for g in gcs.values():
             if g is not None and g.is_running():
                 g.kill()
+
+
+@pytest.mark.parametrize("opts, needle", [
+    (["--log-dir", "/sys/kernel"], "log file '/sys/kernel/scheduler.log' cannot be created"),  # item 10
+    (["--worker-log-name", "sub/w_{rank}.log"], "has a directory part"),                       # item 9
+    (["--worker-log-name", "../escape_{rank}.log"], "has a directory part"),
+    (["--worker-log-name", "/tmp/abs_{rank}.log"], "an absolute path"),
+])
+def test_adapter_refuses_bad_log_places_cleanly(tmp_path, opts, needle):
+    # before: /sys/kernel was rc 127 with a PermissionError traceback from the supervisor
+    # thread; sub/ and ../ names were accepted and wrote outside --log-dir
+    script, out = _setup(tmp_path)
+    cmd = adapter_cmd("--log-dir", str(tmp_path / "logs"), "--master-port", free_port(), *opts,
+                      script=script)
+    p = subprocess.run(cmd, env=fake_rank_env(T_DIR=out), cwd=REPO, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    human = [l for l in p.stderr.splitlines() if not l.startswith("@@mpilaunch ")]
+    assert len(human) == 1 and human[0].startswith("mpilaunch.rank: error: ") and needle in human[0]
+    assert "Traceback" not in p.stderr
+    [line] = status_lines(p.stderr)
+    assert (line["role"], line["code"], line["cause"]) == ("adapter", 2, "self")
+    assert os.listdir(out) == []                      # nothing started
+    assert not (tmp_path / "escape_0.log").exists()

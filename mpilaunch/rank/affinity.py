@@ -40,22 +40,34 @@ def parse_cpu_ranges(items: Sequence[str], where: str) -> List[int]:
     cpus: List[int] = []
     for item in items:
         if not isinstance(item, str):
-            raise UsageError(f"--bind-core: {where}: {item!r} is not a string like \"0-3\"")
+            raise UsageError(f"{where}: {item!r} is not a string like \"0-3\"")
         for part in item.split(","):
             m = _RANGE.match(part)
             if not m:
-                raise UsageError(f"--bind-core: {where}: {part!r} is not a CPU range like \"0-3\"")
+                raise UsageError(f"{where}: {part!r} is not a CPU range like \"0-3\"")
             lo, hi = int(m.group(1)), int(m.group(2) if m.group(2) is not None else m.group(1))
             if hi < lo:
-                raise UsageError(f"--bind-core: {where}: range {part!r} runs backwards")
+                raise UsageError(f"{where}: range {part!r} runs backwards")
             for c in range(lo, hi + 1):
                 if c not in cpus:
                     cpus.append(c)
     return cpus
 
 
-def parse_bind_core(raw: Optional[str], cpu_count: Optional[int] = None) -> Spec:
-    """None (off), ``AUTO``, or ``{key: [cpu, ...]}``."""
+FIX = 'give True, False, or a dict like {"scheduler":["0-1"],"device0":["2-3"]}'
+
+
+def parse_bind_core(raw: Optional[str], cpu_count: Optional[int] = None,
+                    name: str = "--bind-core") -> Spec:
+    """None (off), ``AUTO``, or ``{key: [cpu, ...]}``; ``cpu_count`` (None = unchecked) bounds
+    the CPUs. UsageError ``NAME=value: why; fix`` (the launcher checks with this same rule)."""
+    try:
+        return _parse_bind_core(raw, cpu_count)
+    except UsageError as exc:
+        raise UsageError(f"{name}={raw!r}: {exc}; {FIX}") from None
+
+
+def _parse_bind_core(raw: Optional[str], cpu_count: Optional[int]) -> Spec:
     if raw is None:
         return None
     text = raw.strip()
@@ -68,22 +80,21 @@ def parse_bind_core(raw: Optional[str], cpu_count: Optional[int] = None) -> Spec
 
         data = json.loads(text)
     except ValueError as exc:
-        raise UsageError(f"--bind-core {raw!r} is neither True/False nor a JSON dict ({exc})") from None
+        raise UsageError(f"neither True/False nor JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise UsageError(f"--bind-core {raw!r}: the JSON must be a dict like "
-                         f"{{\"scheduler\":[\"0-1\"],\"device0\":[\"2-3\"]}}")
+        raise UsageError("the JSON is not a dict")
     out: Dict[str, List[int]] = {}
     for key, value in data.items():
         if not _KEY.match(str(key)):
-            raise UsageError(f"--bind-core: key {key!r} is neither \"scheduler\" nor \"device<ID>\"")
+            raise UsageError(f"key {key!r} is neither \"scheduler\" nor \"device<ID>\"")
         if not isinstance(value, list):
-            raise UsageError(f"--bind-core: {key}: value must be a list of CPU ranges")
+            raise UsageError(f"{key}: the value is not a list of CPU ranges")
         cpus = parse_cpu_ranges(value, key)
         if cpu_count is not None:
             bad = [c for c in cpus if c >= cpu_count]
             if bad:
-                raise UsageError(f"--bind-core: {key}: CPU {bad[0]} does not exist "
-                                 f"(this host has {cpu_count})")
+                raise UsageError(f"{key}: CPU {bad[0]} does not exist (the host has "
+                                 f"{cpu_count} CPUs, 0-{cpu_count - 1})")
         out[str(key)] = cpus
     return out
 

@@ -5,6 +5,7 @@ The tail spec itself (``--tail-worker-log``) is parsed by :func:`mpilaunch.contr
 secrets are masked by :func:`mpilaunch.contract.mask_lines` (the one rule for both sides)."""
 from __future__ import annotations
 
+import os
 import string
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
@@ -26,24 +27,71 @@ def is_tailed(spec: Optional[FrozenSet[int]], rank: int) -> bool:
     return spec is TAIL_ALL or rank in spec
 
 
-def check_log_name(template: str) -> None:
-    """UsageError unless ``template`` only uses {ip}, {hostname}, {rank}."""
+def check_log_name(template: str, size: Optional[int] = None,
+                   name: str = "--worker-log-name") -> None:
+    """UsageError ``NAME=value: why; fix`` unless ``template`` is a plain file name (created in
+    the log dir: no directory part, no ``..``, not absolute) using only {ip}, {hostname},
+    {rank}, and, when ``size`` > 1 ranks share it, with ``{rank}`` (distinct per rank). The one
+    rule: the launcher (mpilaunch/rankcheck.py) and every rank check with it."""
+    fix = "give a file name such as worker_{rank}.log (it is created in the log dir)"
+
+    def bad(why):
+        return UsageError(f"{name}={template!r}: {why}; {fix}")
+
     if not template.strip():
-        raise UsageError("--worker-log-name is empty")
+        raise bad("empty")
     try:
         fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
     except ValueError as exc:
-        raise UsageError(f"--worker-log-name {template!r}: {exc}") from None
+        raise bad(str(exc)) from None
     for f in fields:
         if f not in PLACEHOLDERS:
-            raise UsageError(
-                f"--worker-log-name {template!r}: unknown placeholder {{{f}}} (use {{ip}}, "
-                f"{{hostname}}, {{rank}})")
+            raise bad(f"unknown placeholder {{{f}}} (use {{ip}}, {{hostname}}, {{rank}})")
+    if template.startswith("/"):
+        raise bad("an absolute path")
+    if "/" in template:
+        raise bad("has a directory part")
+    if template in (".", ".."):
+        raise bad("not a file name")
+    if size is not None and size > 1 and "rank" not in fields:
+        raise bad(f"has no {{rank}}, so the {size} ranks would write one file")
 
 
 def worker_log_name(template: str, rank: int, hostname: str, ip: str) -> str:
     check_log_name(template)
     return template.format(rank=rank, hostname=hostname, ip=ip)
+
+
+def _pseudo_fs(path: str) -> bool:
+    real = os.path.realpath(path)
+    return any(real == top or real.startswith(top + "/") for top in ("/proc", "/sys"))
+
+
+def check_log_dir(path: str, name: str = "--log-dir") -> None:
+    """UsageError ``NAME=value: why; fix`` unless log files can be created in ``path`` (made
+    if missing). Looks at the file system; nothing is created."""
+    fix = "give a writable directory (it is created if missing)"
+    if _pseudo_fs(path):
+        raise UsageError(f"{name}={path!r}: in /proc or /sys, where no file can be created; {fix}")
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise UsageError(f"{name}={path!r}: an existing file, not a directory; {fix}")
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise UsageError(f"{name}={path!r}: {probe} is a file, not a directory; {fix}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "not writable" if probe == os.path.abspath(path) else f"{probe} is not writable"
+        raise UsageError(f"{name}={path!r}: {what}; {fix}")
+
+
+def open_log(path: str) -> int:
+    """The log file opened for writing (truncated, append mode); UsageError if it cannot be."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    except OSError as exc:
+        raise UsageError(f"log file {path!r} cannot be created: {exc.strerror}; give "
+                         f"--log_dir a writable directory") from None
 
 
 def read_tail(path: str, n: int = TAIL_LINES, max_bytes: int = 16384) -> List[str]:

@@ -30,10 +30,9 @@
   a stop, a success) the whole subtree is ended: orphans get SIGTERM with the children,
   everything left gets SIGKILL after the grace, and every orphan is reaped (the adapter is
   their parent now; ``SIGCHLD`` reaps the ones that exit during the run, so none stays a
-  zombie). A successful worker's leftover descendants are ended when the adapter exits
-  (SIGTERM, SIGKILL after ``DESCENDANT_GRACE`` s): nothing a job started outlives it. Not
-  covered: the adapter itself SIGKILLed (its children die by PDEATHSIG; their descendants
-  are left to Open MPI's process-group kill).
+  zombie). A successful worker's leftovers are ended when the adapter exits (SIGTERM, SIGKILL
+  after ``DESCENDANT_GRACE`` s). Not covered: the adapter itself SIGKILLed (its children die
+  by PDEATHSIG; their descendants are left to Open MPI's process-group kill).
 """
 from __future__ import annotations
 
@@ -77,6 +76,7 @@ class _Child:
         self.signal: Optional[int] = None
         self.start_error: Optional[str] = None
         self.reported = False
+        self.log_fd: Optional[int] = None
 
 
 class Supervisor:
@@ -119,7 +119,7 @@ class Supervisor:
 
     def _start_and_wait(self, child: _Child) -> None:
         spec = child.spec
-        log_fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        log_fd = child.log_fd
         read_fd = write_fd = None
         try:
             if spec.tail_prefix is not None:
@@ -240,6 +240,15 @@ class Supervisor:
             time.sleep(0.02)
 
     def run(self) -> int:
+        opened = []
+        try:    # every log first: one that cannot be created is exit 2 with nothing started
+            for child in self.children.values():
+                child.log_fd = logs.open_log(child.spec.log_path)
+                opened.append(child.log_fd)
+        except BaseException:
+            for fd in opened:
+                os.close(fd)
+            raise
         for s in TEARDOWN_SIGNALS:
             signal.signal(s, self._on_signal)
         _prctl()(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
