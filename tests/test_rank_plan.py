@@ -68,10 +68,10 @@ def test_no_scheduler_on_rank0():
 def test_log_name_placeholders():
     assert plan.needs_local_ip(opts("--worker-log-name", "w_{ip}.log"))
     assert not plan.needs_local_ip(opts("--worker-log-name", "w_{hostname}_{rank}.log"))
-    o = opts("--log-dir", "/logs", "--worker-log-name", "sub/w_{hostname}_{ip}_{rank}.txt")
+    o = opts("--log-dir", "/logs", "--worker-log-name", "w_{hostname}_{ip}_{rank}.txt")
     got = plan.children(o, info(5, 8, 1, 4, 1, 2), "10.0.0.1", 8118, USER, ARGV, "node-b",
                         ip="10.0.0.2")
-    assert got[0].log_path == "/logs/sub/w_node-b_10.0.0.2_5.txt"
+    assert got[0].log_path == "/logs/w_node-b_10.0.0.2_5.txt"
 
 
 def test_gloo_socket_ifname_only_across_hosts_and_only_when_unset():
