@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from collections import namedtuple
-from typing import Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from mpilaunch.errors import UsageError
 
@@ -114,6 +115,10 @@ def hydra_beside(path: str) -> Optional[str]:
 def detect(flag: Optional[str], env: Mapping[str, str]) -> MpiInfo:
     path, source = find_mpirun(flag, env)
     path = hydra_beside(path) or path
+    key = _cache_key(path, env)
+    cached = _cache_get(env, key)
+    if cached is not None:
+        return MpiInfo(path, *cached)
     try:
         out = subprocess.run(
             [path, "--version"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -122,4 +127,110 @@ def detect(flag: Optional[str], env: Mapping[str, str]) -> MpiInfo:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UsageError(f"{path} (from {source}): cannot run '--version': {exc}") from None
     version, dialect = parse_version_output(out.stdout + out.stderr, path)
+    _cache_put(env, path, key, version, dialect)
     return MpiInfo(path, version, dialect)
+
+
+# ---------------------------------------------------------------- the --version cache
+# ``mpirun --version`` costs a fork+exec at every launch (3-5 ms here, more on a loaded node or a
+# network file system). Its answer is cached per mpirun file: one line per path, keyed by the
+# file's identity (device, inode, size, mtime, ctime: a reinstall or an edit changes them) and
+# by what can change which library answers (LD_LIBRARY_PATH, OPAL_PREFIX). The file is 0600 in a
+# 0700 directory, written to a private temporary name and renamed over (a concurrent launch reads
+# the old or the new file, never half of one); a line that does not parse, a file that is not
+# ours or not a regular file is ignored (then mpirun is asked again). MPILAUNCH_NO_CACHE=1 skips it.
+_CACHE_TAG = "mpilaunch-mpirun-cache-v1"
+_CACHE_MAX = 32
+_RACY_NS = 2_000_000_000
+
+
+def cache_file(env: Mapping[str, str]) -> Optional[str]:
+    """``$XDG_CACHE_HOME/mpilaunch/mpirun-version`` (``~/.cache`` when unset or relative)."""
+    if env.get("MPILAUNCH_NO_CACHE", "") not in ("", "0"):
+        return None
+    base = env.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        home = env.get("HOME") or os.path.expanduser("~")
+        if not os.path.isabs(home):
+            return None
+        base = os.path.join(home, ".cache")
+    return os.path.join(base, "mpilaunch", "mpirun-version")
+
+
+def _cache_key(path: str, env: Mapping[str, str]) -> Optional[str]:
+    """None (do not cache) also for a file changed in the last 2 s: a rewrite within the file
+    system's timestamp granularity could keep size and times (git's "racily clean" rule)."""
+    import time
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < _RACY_NS:
+        return None
+    import zlib
+
+    libs = zlib.crc32(f"{env.get('LD_LIBRARY_PATH', '')}\0{env.get('OPAL_PREFIX', '')}".encode(
+        "utf-8", "surrogateescape"))
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{libs:x}"
+
+
+def _cache_read(name: str) -> List[List[str]]:
+    """The cache's entries ``[path, key, version, dialect]``; [] when absent or not trusted."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022
+                or st.st_size > 65536):
+            return []
+        data = os.read(fd, 65536).decode("utf-8", "surrogateescape")
+    except (OSError, ValueError):
+        return []
+    finally:
+        os.close(fd)
+    lines = data.split("\n")
+    if not lines or lines[0] != _CACHE_TAG:
+        return []
+    out = []
+    for line in lines[1:]:
+        fields = line.split("\t")
+        if len(fields) == 4 and fields[3] in _NAMES and re.fullmatch(r"\d+(\.\d+)*", fields[2]):
+            out.append(fields)
+    return out
+
+
+def _cache_get(env: Mapping[str, str], key: Optional[str]):
+    name = cache_file(env)
+    if key is None or name is None:
+        return None
+    for _path, k, version, dialect in _cache_read(name):
+        if k == key:
+            return tuple(int(v) for v in version.split(".")), dialect
+    return None
+
+
+def _cache_put(env: Mapping[str, str], path: str, key: Optional[str], version: Tuple[int, ...], dialect: str) -> None:
+    """Best effort: any failure leaves the cache as it was (the next launch asks mpirun again)."""
+    name = cache_file(env)
+    if key is None or name is None:
+        return
+    entries = [f for f in _cache_read(name) if f[1] != key][-(_CACHE_MAX - 1):]
+    entries.append([path if not set(path) & {"\t", "\n"} else "", key, ".".join(map(str, version)), dialect])
+    text = _CACHE_TAG + "\n" + "".join("\t".join(f) + "\n" for f in entries)
+    tmp = f"{name}.{os.getpid()}.{os.urandom(4).hex()}"
+    try:
+        os.makedirs(os.path.dirname(name), mode=0o700, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, text.encode("utf-8", "surrogateescape"))
+        finally:
+            os.close(fd)
+        os.replace(tmp, name)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
