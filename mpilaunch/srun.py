@@ -48,7 +48,12 @@ class SrunPlan(namedtuple("SrunPlan", "srun plugin np hosts hosts_source rank_co
 
     __slots__ = ()
 
-    tune_text = ""
+    @property
+    def mpi(self):
+        """An MpiInfo for launcher.run (srun is neither Open MPI nor Hydra)."""
+        from mpilaunch.mpi import MpiInfo
+
+        return MpiInfo(self.srun, (), "srun")
 
 
 def pick_plugin(listing: str) -> str:
@@ -180,4 +185,17 @@ def main(cfg, env: Mapping[str, str], args) -> int:
     cmd = argv(plan, cfg.oversubscribe)
     if getattr(args, "verbose", False):
         print(f"mpilaunch: {render.show(cmd)}", file=sys.stderr)
-    return launcher.run(plan, env, run_dir, False, command=cmd)
+    return launcher.run(launch_plan(plan), env, run_dir, False, command=cmd)
+
+
+def launch_plan(plan: SrunPlan):
+    """The LaunchPlan launcher.run supervises: srun's command replaces mpirun's argv; the
+    fields that describe mpirun options stay empty (fields added later keep their defaults)."""
+    from mpilaunch import tune
+    from mpilaunch.plan import LaunchPlan
+
+    given = dict(mpi=plan.mpi, hosts=plan.hosts, np=plan.np, oversubscribe=False,
+                 run_as_root=False, ssh=(), broadcast=tune.Broadcast(), args=(), dropped_x=(),
+                 hostfile_path=plan.hostfile_path, tune_path=plan.tune_path,
+                 rank_command=plan.rank_command, extra_env=plan.extra_env)
+    return LaunchPlan(**{k: v for k, v in given.items() if k in LaunchPlan._fields})

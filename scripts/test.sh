@@ -32,6 +32,11 @@ if [ -f scripts/setup_mindspore.sh ] && [ "${MPILAUNCH_SKIP_MINDSPORE:-0}" != 1 
   bash scripts/setup_mindspore.sh
 fi
 
+if [ "${MPILAUNCH_SKIP_SLURM:-0}" != 1 ]; then
+  echo "== Slurm and munge (scripts/setup_slurm.sh)"
+  bash scripts/setup_slurm.sh
+fi
+
 if [ "${MPILAUNCH_SKIP_HYDRA:-0}" != 1 ]; then
   echo "== MPICH and Intel MPI venvs (scripts/setup_hydra.sh)"
   bash scripts/setup_hydra.sh

@@ -12,3 +12,4 @@ os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
 # fixtures for multi-node tests (network namespaces + sshd, built by tests/hosts/)
 from fixtures_hosts import *  # noqa: E402,F401,F403
+from slurm.fixtures import *  # noqa: E402,F401,F403  (a real Slurm: tests/slurm/)
