@@ -36,11 +36,14 @@ _CONFIG_FIELDS = (
     # a tune file the user already wrote (ModelArts recipe), read, never overwritten
     "tune_import "
     # what starts the ranks: "mpirun" or "srun" (mpilaunch/srun.py)
-    "launcher"
+    "launcher "
+    # -m MODULE (script is then None); mpirun's --stdin target; why the scheduler is (not)
+    # started; whether rank 0 checks the port (--exec: only a --master_port the user gave)
+    "module stdin scheduler_why port_check"
 )
 
 
-class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None, "mpirun"))):
+class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None, "mpirun", None, None, "", True))):
     """Everything the user asked for, validated. Notable fields: ``hosts`` (tuple of Host),
     ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
     (TUNE_ENV_FILE / --tune-file; None = the private run dir), ``bind_args``..``extra_args``
@@ -131,10 +134,15 @@ def _prefixes(value: str, source: str) -> Tuple[str, ...]:
 
 def build(args, env: Mapping[str, str]) -> LaunchConfig:
     """argparse namespace + environment -> validated LaunchConfig (pure but for reading files)."""
-    if not args.script:
-        raise UsageError("no script given: mpilaunch [options] SCRIPT [ARGS...]")
-    script = args.script
-    if not args.no_python and not args.exec_mode and not os.path.isfile(script):
+    module = getattr(args, "module", None)
+    if module and args.no_python and not args.script:
+        raise UsageError(f"-m {module} and --no-python exclude each other (-m runs a Python "
+                         "module; --no-python an executable)")
+    if not args.script and not module:
+        raise UsageError("no script given: mpilaunch [options] SCRIPT [ARGS...] "
+                         "(or -m MODULE [ARGS...])")
+    script = None if module else args.script
+    if script and not args.no_python and not args.exec_mode and not os.path.isfile(script):
         raise UsageError(f"script {script}: no such file")
 
     hosts, hosts_source = _resolve_hosts(args, env)
@@ -174,7 +182,11 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         if prefixes_setting.value else DEFAULT_PREFIXES
     )
 
-    master_port = contract.master_port(*options.setting(args, env, "master_port"))
+    master_port, port_source = options.setting(args, env, "master_port")
+    master_port = contract.master_port(master_port, port_source)
+    port_check = True
+    if args.exec_mode:
+        master_port, port_check = _exec_port(master_port, port_source, hosts)
     cluster_time_out = (
         contract.whole(args.cluster_time_out, "--cluster_time_out", 1)
         if args.cluster_time_out is not None else None
@@ -184,8 +196,13 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     if not os.path.isabs(python):
         raise UsageError(f"--python={python}: give an absolute path (ranks may get another PATH)")
 
+    scheduler, scheduler_why = _scheduler(args, env, script, module, hosts, master_port)
     return LaunchConfig(
         script=script,
+        module=module,
+        stdin=_stdin(args.stdin),
+        scheduler_why=scheduler_why,
+        port_check=port_check,
         script_args=tuple(args.script_args),
         hosts=hosts,
         hosts_source=hosts_source,
@@ -213,7 +230,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         master_port=master_port,
         cluster_time_out=cluster_time_out,
         bind_core=args.bind_core,
-        scheduler=not args.no_scheduler,
+        scheduler=scheduler,
         exec_mode=bool(args.exec_mode),
         no_python=bool(args.no_python),
         visible_devices=args.visible_devices,
@@ -226,3 +243,76 @@ def _launcher(args, env: Mapping[str, str]) -> str:
     if value not in ("mpirun", "srun"):
         raise UsageError(f"{source}={value!r}: give mpirun or srun")
     return value
+
+
+def _stdin(value: Optional[str]) -> Optional[str]:
+    """mpirun's ``--stdin`` target as the user gave it (a rank, ``all``, ``none``), or None:
+    rank 0, but ``none`` when the launcher's own stdin is closed or /dev/null (decided where
+    mpirun is started, ``launcher.stdin_target``)."""
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v in ("all", "none") or (v.isdigit() and int(v) < MAX_NP):
+        return str(int(v)) if v.isdigit() else v
+    raise UsageError(f"--stdin={value!r}: give a rank (0 is mpirun's default), all or none")
+
+
+def _rank0_local(hosts) -> bool:
+    from mpilaunch import ssh
+
+    return bool(hosts) and ssh.is_local(hosts[0].name, [hosts[0].name])
+
+
+def _exec_port(port: int, source: str, hosts) -> Tuple[int, bool]:
+    """``--exec``: an MPI program does its own rendezvous; the port is only what
+    MASTER_PORT/MS_SCHED_PORT say. -> (port, check it on rank 0). A port the user gave is
+    checked; ``0`` or the default becomes a port free on this machine when rank 0 runs here
+    (nothing to check); else the default is passed on unchecked, and ``0`` is refused (no
+    MPI agreement runs under --exec to pick one)."""
+    if source != "default" and port != 0:
+        return port, True
+    if _rank0_local(hosts):
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            return sock.getsockname()[1], False
+    if port == 0:
+        raise UsageError(f"{source}=0: --exec cannot pick a port when rank 0 runs on another "
+                         f"host ({hosts[0].name}); give a port, or leave --master_port out "
+                         "(an MPI program does not use it)")
+    return port, False
+
+
+def _scheduler(args, env: Mapping[str, str], script, module, hosts, port) -> Tuple[bool, str]:
+    """(start MindSpore's scheduler on rank 0, why): ``--scheduler`` / ``--no-scheduler``,
+    else only for MindSpore jobs (mpilaunch/programs.py). An MPI program (mpi4py, Horovod)
+    without ``--exec`` runs supervised only where the adapter never calls MPI_Init itself
+    (one host, a fixed port); elsewhere it is refused, naming --exec."""
+    if args.scheduler and args.no_scheduler:
+        raise UsageError("--scheduler and --no-scheduler both given; use one")
+    if args.exec_mode:
+        return False, "--exec"
+    from mpilaunch import programs
+
+    prog = programs.inspect(script, module, args.script_args, bool(args.no_python),
+                            env.get("PATH"))
+    what = f"-m {module}" if module else (script or "")
+    if prog.mpi is not None and (len(hosts) > 1 or port == 0):
+        where = "ranks on several hosts" if len(hosts) > 1 else "--master_port 0"
+        raise UsageError(f"{what} is an MPI program ({os.path.basename(prog.mpi.path)} "
+                         f"imports {prog.mpi.module}); with {where} the rank adapter itself "
+                         "initialises MPI, so run it with --exec")
+    if args.scheduler:
+        return True, "--scheduler"
+    if args.no_scheduler:
+        return False, "--no-scheduler"
+    if prog.mindspore is not None:
+        return True, (f"{os.path.basename(prog.mindspore.path)} imports "
+                      f"{prog.mindspore.module}")
+    intent = programs.ms_intent(env)
+    if intent:
+        return True, f"{intent} is set (a MindSpore dynamic-cluster variable)"
+    if prog.entry is None:
+        return False, f"{what or 'the program'} could not be read to look for mindspore"
+    return False, f"{what} does not import mindspore"

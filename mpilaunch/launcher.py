@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -135,9 +136,26 @@ class _Sink:
             data = data[n:]
 
 
+def stdin_target(plan: LaunchPlan) -> LaunchPlan:
+    """``--stdin`` not given: rank 0 reads our stdin, as with bare mpirun; but when our stdin
+    is closed or /dev/null, ``--stdin none``: Open MPI 5 never forwards the end of input, so a
+    rank 0 reading stdin would wait forever (and a closed fd 0 must not be inherited)."""
+    if plan.stdin is not None:
+        return plan
+    try:
+        st = os.fstat(0)
+        null = os.stat(os.devnull)
+    except OSError:
+        return plan._replace(stdin="none")
+    if stat.S_ISCHR(st.st_mode) and st.st_rdev == null.st_rdev:
+        return plan._replace(stdin="none")
+    return plan
+
+
 def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
         command: Optional[List[str]] = None) -> int:
     """``command``: the argv to run instead of ``argv(plan)`` (``--launcher srun``)."""
+    plan = stdin_target(plan)
     cmd: List[str] = list(command) if command is not None else argv(plan)
     collector = Collector()
     stop = {"signals": 0, "first": None}
@@ -174,7 +192,7 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
         if stop["first"] is not None:
             raise _StoppedBeforeStart()
         proc = subprocess.Popen(
-            cmd, env={**env, **plan.extra_env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cmd, env={**env, **plan.extra_env}, stdin=_stdin_for(plan), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             preexec_fn=_child_setup_for(prctl()), close_fds=True,
         )
         rundir.record_mpirun(run_dir, proc.pid)
@@ -183,6 +201,8 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
             on_signal(stop["first"], None)
             stop["signals"] -= 1
         relays = [_Relay(proc.stderr, collector), _StdoutRelay(proc.stdout, collector)]
+        if proc.stdin is not None:
+            _StdinRelay(proc.stdin).start()   # not joined: it may wait on the terminal
         if plan.mpi.hydra:
             # -- Hydra (MPICH, Intel MPI): a rank exiting non-zero does not end the job there
             # (measured: mpiexec waits for every other rank), so the first failure a rank
@@ -218,9 +238,52 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
         status = 128 + stop["first"]
     if status != 0:
         summary = render_summary(collector, status, stopped_by=stop["first"],
-                                 mpirun_signal=-rc if rc < 0 and stop["first"] is None else None)
+                                 mpirun_signal=-rc if rc < 0 and stop["first"] is None else None,
+                                 scheduler=plan.scheduler)
         _Sink(2).write(summary.encode("utf-8", "replace"))
     return status
+
+
+def _stdin_for(plan: LaunchPlan):
+    """mpirun's stdin: ours, which it forwards to the ``--stdin`` rank(s) (rank 0 by default,
+    as bare mpirun does); /dev/null for ``--stdin none`` (see :func:`stdin_target`)."""
+    if plan.stdin == "none":
+        return subprocess.DEVNULL
+    try:
+        os.fstat(0)
+    except OSError:
+        return subprocess.DEVNULL
+    if os.isatty(0):
+        # mpirun runs in its own process group (Ctrl-C reaches only us), so for the terminal
+        # it is a background job: it never reads a tty stdin (measured: cpi waits forever on
+        # 4.1 and 5.x). We read the terminal and feed mpirun a pipe.
+        return subprocess.PIPE
+    return None
+
+
+class _StdinRelay(threading.Thread):
+    """Our terminal -> mpirun's stdin pipe, until end of input (Ctrl-D) or mpirun is gone."""
+
+    def __init__(self, pipe):
+        super().__init__(name="stdin-relay", daemon=True)
+        self.fd = pipe.fileno()
+        self.pipe = pipe
+
+    def run(self) -> None:
+        try:
+            while True:
+                data = os.read(0, 1 << 16)
+                if not data:
+                    break
+                while data:
+                    data = data[os.write(self.fd, data):]
+        except OSError:
+            pass
+        finally:
+            try:
+                self.pipe.close()
+            except OSError:
+                pass
 
 
 class _StoppedBeforeStart(Exception):

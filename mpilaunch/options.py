@@ -118,6 +118,9 @@ OPTIONS = (
        metavar="SPEC"),
     _o(("--visible-devices",), "visible_devices", "comma list mapping local rank -> DEVICE_ID",
        "rank", shown="the local rank", metavar="LIST"),
+    _o(("--scheduler",), "scheduler",
+       "start MindSpore's scheduler on rank 0 (default: only when SCRIPT imports mindspore)",
+       "rank", kind="switch"),
     _o(("--no-scheduler",), "no_scheduler", "do not start MindSpore's scheduler on rank 0",
        "rank", kind="switch"),
     _o(("--exec",), "exec_mode",
@@ -125,6 +128,11 @@ OPTIONS = (
        "rank", kind="switch"),
     _o(("--no-python",), "no_python", "SCRIPT is an executable, not a Python file", "rank",
        kind="switch"),
+    _o(("-m",), "module", "run library module MODULE (python -m MODULE); ends the options: "
+       "-m MODULE [ARGS...]", "rank", metavar="MODULE"),
+    _o(("--stdin",), "stdin", "which rank reads mpilaunch's stdin: a rank, all, or none "
+       "(mpirun's --stdin)", "rank", shown="0 (none when mpilaunch's stdin is closed or /dev/null)",
+       metavar="RANK"),
     _o(("--join",), "join", "msrun compatibility: always joined", "rank", kind="hidden"),
     # -- mpilaunch check
     _o(("--timeout",), "check_timeout", "seconds per check and host (ssh gets twice: log in, run)",
@@ -159,6 +167,53 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, no usage dump, exit 2 via UsageError
         raise UsageError(message)
 
+    def parse_known_args(self, args=None, namespace=None):
+        """``-m MODULE [ARGS...]`` ends the options as in ``python -m``: the module's own
+        arguments are never read as ours (``-m mpi4py.bench helloworld -n 2``)."""
+        import sys
+
+        args = list(sys.argv[1:] if args is None else args)
+        cut = module_index(args, self.value_flags)
+        if cut is None:
+            ns, extra = super().parse_known_args(args, namespace)
+            if getattr(ns, "script", None) == "-m":   # mpilaunch ... -- -m MODULE [ARGS...]
+                if not ns.script_args:
+                    raise UsageError("-m: give a module name (-m MODULE [ARGS...])")
+                ns.module, ns.script, ns.script_args = ns.script_args[0], None, ns.script_args[1:]
+            return ns, extra
+        tok = args[cut]
+        module = tok[2:] if tok != "-m" else (args[cut + 1] if cut + 1 < len(args) else "")
+        rest = args[cut + 1 + (tok == "-m"):]
+        if not module or module.startswith("-"):
+            raise UsageError("-m: give a module name (-m MODULE [ARGS...])")
+        ns, extra = super().parse_known_args(args[:cut], namespace)
+        ns.module, ns.script, ns.script_args = module, None, rest
+        return ns, extra
+
+
+    def _parse_optional(self, arg_string):
+        # With "-m" registered, argparse would read a value such as --mca-args "-mca btl tcp"
+        # as -m "ca btl tcp"; a single-dash word with a space is a value (as before -m).
+        if arg_string.startswith("-m") and " " in arg_string:
+            return None
+        return super()._parse_optional(arg_string)
+
+
+def module_index(args, value_flags) -> "int | None":
+    """Where ``-m`` / ``-mMODULE`` stands among the options (before SCRIPT or ``--``)."""
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if tok == "--" or not tok.startswith("-") or tok == "-":
+            return None
+        if tok == "-m" or (tok.startswith("-m") and not tok.startswith("--")
+                           and tok not in value_flags and "=" not in tok
+                           and not any(tok.startswith(f) for f in value_flags
+                                       if f.startswith("-m") and f != "-m")):
+            return i
+        i += 2 if tok in value_flags else 1
+    return None
+
 
 def _help(o: Opt) -> str:
     text = o.help
@@ -176,6 +231,8 @@ def parser(command: str = RUN) -> argparse.ArgumentParser:
     given) so that :func:`setting` can tell a flag from a variable from a default."""
     prog = "mpilaunch" if command == RUN else f"mpilaunch {command}"
     p = _Parser(prog=prog, description=DESCRIPTIONS[command], allow_abbrev=False)
+    p.value_flags = frozenset(f for o in OPTIONS if command in o.commands and o.kind != "switch"
+                              for f in o.flags)
     groups = {}
     for o in OPTIONS:
         if command not in o.commands:

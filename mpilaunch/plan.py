@@ -16,7 +16,7 @@ SYSTEM_BIN_DIRS = ("/usr/bin", "/bin", "/usr/local/bin")
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
-class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_root ssh broadcast args dropped_x hostfile_path tune_path rank_command extra_env noprefix", defaults=({}, False))):
+class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_root ssh broadcast args dropped_x hostfile_path tune_path rank_command extra_env noprefix stdin scheduler", defaults=({}, False, None, None))):
     """mpi: MpiInfo;
     hosts: Tuple[hf.Host, ...];
     np: int;
@@ -31,6 +31,9 @@ class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_roo
     rank_command: Tuple[str, ...];
     extra_env: Mapping[str, str] # values moved out of argv (secrets);
     noprefix: bool # Open MPI 4 by absolute path acts as --prefix: PATH gets its bin first.
+    stdin: mpirun's --stdin target: a rank, all, none; None: rank 0, or none when the launcher's
+        stdin is closed or /dev/null (launcher.stdin_target; neither is written);
+    scheduler: (started on rank 0: bool, why: str) or None, for the failure summary.
     (A namedtuple: ``dataclasses`` costs ~12 ms of start-up at every launch.)"""
 
     __slots__ = ()
@@ -77,19 +80,26 @@ def rank_command(cfg: LaunchConfig, launcher_python: str = sys.executable) -> Li
         cmd += ["--visible-devices", cfg.visible_devices]
     if not cfg.scheduler:
         cmd.append("--no-scheduler")
+    if not cfg.port_check:
+        cmd.append("--no-port-check")
     if cfg.no_python:
         cmd.append("--no-python")
     else:
         cmd += ["--python", cfg.python]
-    cmd.append("--")
-    cmd.append(os.path.abspath(cfg.script) if not cfg.no_python else cfg.script)
+    if cfg.module:
+        # a flag of its own: "-m" as SCRIPT would be a file named -m in every rank's cwd
+        cmd += ["--module", "--", cfg.module]
+    else:
+        cmd.append("--")
+        cmd.append(os.path.abspath(cfg.script) if not cfg.no_python else cfg.script)
     cmd.extend(cfg.script_args)
     return cmd
 
 
 def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int) -> LaunchPlan:
     if mpi.hydra:   # MPICH / Intel MPI: mpilaunch/hydra.py
-        return LaunchPlan(**hydra.plan_fields(cfg, env, mpi, run_dir), rank_command=tuple(rank_command(cfg)))
+        return LaunchPlan(**hydra.plan_fields(cfg, env, mpi, run_dir), rank_command=tuple(rank_command(cfg)),
+                          stdin=cfg.stdin, scheduler=(cfg.scheduler, cfg.scheduler_why))
     dialect = mpi.dialect
     tokens: List[str] = []
     for setting in (cfg.bind_args, cfg.x_args, cfg.mca_args, cfg.extra_args):
@@ -142,6 +152,8 @@ def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: 
         # /usr/bin/mpirun (4.x) would put /usr/bin first on every rank's PATH, so PATH would not
         # arrive as sent; a system prefix is on the default PATH anyway, so drop the behaviour.
         noprefix=(dialect == OMPI4 and os.path.dirname(mpi.path) in SYSTEM_BIN_DIRS),
+        stdin=cfg.stdin,
+        scheduler=(cfg.scheduler, cfg.scheduler_why),
     )
 
 
@@ -159,6 +171,8 @@ def argv(plan: LaunchPlan) -> List[str]:
     cmd += list(plan.args)
     for name in plan.broadcast.routed:
         cmd += ["-x", name]
+    if plan.stdin not in (None, "0"):   # same spelling in 4.1 and 5.x: --stdin RANK|all|none
+        cmd += ["--stdin", plan.stdin]
     if plan.oversubscribe:
         cmd.append("--oversubscribe")
     if plan.run_as_root:

@@ -186,10 +186,29 @@ def _signal_name(sig: int) -> str:
         return f"signal {sig}"
 
 
+def scheduler_hint(root: Optional[Event], scheduler) -> Optional[str]:
+    """The fix when the launcher's guess about the scheduler was wrong (``scheduler``:
+    (started, why) from config, or None): the scheduler copy failed in a job that may not be
+    a MindSpore one, or a MindSpore worker failed without a scheduler."""
+    if root is None or not scheduler:
+        return None
+    started, why = scheduler
+    if started and root.role == "scheduler" and why != "--scheduler":
+        return (f"  fix: rank 0 ran a MindSpore scheduler copy of the script ({why}); if this "
+                "is not a MindSpore job, add --no-scheduler")
+    text = " ".join(root.tail or []) + " " + (root.message or "")
+    if not started and why not in ("--no-scheduler", "--exec") and "mindspore" in text.lower():
+        return (f"  fix: no MindSpore scheduler was started ({why}); add --scheduler if this "
+                "is a MindSpore job")
+    return None
+
+
 def render_summary(collector: Collector, status: int, tail_lines: int = 10,
-                   stopped_by: Optional[int] = None, mpirun_signal: Optional[int] = None) -> str:
+                   stopped_by: Optional[int] = None, mpirun_signal: Optional[int] = None,
+                   scheduler=None) -> str:
     """``stopped_by``: the signal that asked mpilaunch to stop (the user or the platform);
-    ``mpirun_signal``: the signal that ended mpirun itself, if one did."""
+    ``mpirun_signal``: the signal that ended mpirun itself, if one did; ``scheduler``:
+    (started on rank 0, why), for :func:`scheduler_hint`."""
     lines = [f"mpilaunch: job failed (exit status {status})"]
     if stopped_by is not None:
         lines.append(f"  root cause: stopped by {_signal_name(stopped_by)} sent to mpilaunch "
@@ -224,6 +243,9 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
     if root.tail:
         lines.append(f"  last {min(len(root.tail), tail_lines)} line(s) of the log:")
         lines += [f"    | {t}" for t in root.tail[-tail_lines:]]
+    hint = scheduler_hint(root, scheduler)
+    if hint:
+        lines.append(hint)
     _others(lines, collector, root)
     return "\n".join(lines) + "\n"
 

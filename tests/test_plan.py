@@ -13,7 +13,7 @@ PY = "/venv/bin/python3"
 
 def make(argv, env, mpi, tmp_path, euid=1000):
     script = tmp_path / "train.py"
-    script.write_text("pass\n")
+    script.write_text("import mindspore  # a MindSpore job: rank 0 runs the scheduler\n")
     args = run_parser().parse_args(["--python", PY] + argv + [str(script), "--lr", "0.1"])
     cfg = config.build(args, env)
     return plan.make_plan(cfg, env, mpi, "/run", euid), str(script)
@@ -144,7 +144,7 @@ def test_unsupported_mpi(text, message):
 def test_own_interpreter_starts_the_adapter_without_site(tmp_path):
     import sys
     script = tmp_path / "train.py"
-    script.write_text("pass\n")
+    script.write_text("import mindspore  # a MindSpore job: rank 0 runs the scheduler\n")
     args = run_parser().parse_args(["--python", sys.executable, "-np", "1", str(script)])
     cfg = config.build(args, {})
     cmd = plan.rank_command(cfg)
@@ -161,3 +161,68 @@ def test_keepalive_only_for_remote_hosts_and_not_twice(tmp_path):
     assert argv.count("oob_tcp_keepalive_time") == 1
     assert argv[argv.index("oob_tcp_keepalive_time") + 1] == "60"
     assert "oob_tcp_keepalive_probes" in argv
+
+
+def _cfg(tmp_path, source, *argv, env=None, name="train.py"):
+    script = tmp_path / name
+    script.write_text(source)
+    args = run_parser().parse_args(["--python", PY, *argv, str(script)])
+    return config.build(args, env or {})
+
+
+@pytest.mark.parametrize("source, extra, env, on, why", [
+    ("import mindspore as ms\n", [], {}, True, "train.py imports mindspore"),
+    ("import os, mindspore.nn as nn\n", [], {}, True, "imports mindspore"),
+    ("from src.net import Net\n", [], {}, True, "net.py imports mindspore"),   # a local module
+    ("import torch\n", [], {}, False, "does not import mindspore"),
+    ("import torch\n", ["--scheduler"], {}, True, "--scheduler"),
+    ("import mindspore\n", ["--no-scheduler"], {}, False, "--no-scheduler"),
+    ("print(1)\n", [], {"MS_WORKER_NUM": "2"}, True, "MS_WORKER_NUM is set"),
+    ("import mindspore\n", ["--exec"], {}, False, "--exec"),
+])
+def test_scheduler_only_for_mindspore_jobs(tmp_path, source, extra, env, on, why):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "__init__.py").write_text("")
+    (tmp_path / "src" / "net.py").write_text("from mindspore import nn\n")
+    cfg = _cfg(tmp_path, source, "-np", "2", *extra, env=env)
+    assert cfg.scheduler is on and why in cfg.scheduler_why
+    assert ("--no-scheduler" in plan.rank_command(cfg)) is (not on)
+
+
+def test_mpi_program_without_exec_refused_where_the_adapter_uses_mpi(tmp_path):
+    src = "from mpi4py import MPI\n"
+    assert not _cfg(tmp_path, src, "-np", "2").scheduler    # one host, fixed port: runs
+    for argv in (["-H", "a:1,b:1"], ["-np", "2", "--master_port", "0"]):
+        with pytest.raises(UsageError, match="MPI program .*mpi4py.*--exec"):
+            _cfg(tmp_path, src, *argv)
+    _cfg(tmp_path, src, "--exec", "-H", "a:1,b:1", "--master_addr", "a")
+
+
+def test_module_and_stdin_in_the_argv(tmp_path):
+    args = run_parser().parse_args(["--python", PY, "-np", "2", "--stdin", "all", "-m",
+                                    "pkg.mod", "--lr", "0.1"])
+    cfg = config.build(args, {})
+    p = plan.make_plan(cfg, {}, M5, "/run", 1000)
+    argv = plan.argv(p)
+    assert argv[argv.index("--stdin") + 1] == "all"
+    assert argv[-5:] == ["--module", "--", "pkg.mod", "--lr", "0.1"]
+    args = run_parser().parse_args(["--python", PY, "-np", "2", str(tmp_path / "x.py")])
+    (tmp_path / "x.py").write_text("")
+    assert "--stdin" not in plan.argv(plan.make_plan(config.build(args, {}), {}, M4, "/run", 1000))
+    with pytest.raises(UsageError, match="--stdin"):
+        config.build(run_parser().parse_args(["--stdin", "some", "-np", "1", "-m", "x"]), {})
+
+
+def test_exec_port_is_picked_or_passed_unchecked(tmp_path):
+    src = "from mpi4py import MPI\n"
+    cfg = _cfg(tmp_path, src, "--exec", "-np", "2")
+    assert cfg.master_port != 8118 and not cfg.port_check
+    assert "--no-port-check" in plan.rank_command(cfg)
+    cfg = _cfg(tmp_path, src, "--exec", "-np", "2", "--master_port", "0")
+    assert cfg.master_port != 0 and not cfg.port_check
+    cfg = _cfg(tmp_path, src, "--exec", "-np", "2", "--master_port", "29500")
+    assert (cfg.master_port, cfg.port_check) == (29500, True)
+    cfg = _cfg(tmp_path, src, "--exec", "-H", "a:1,b:1", "--master_addr", "a")
+    assert (cfg.master_port, cfg.port_check) == (8118, False)
+    with pytest.raises(UsageError, match="give a port"):
+        _cfg(tmp_path, src, "--exec", "-H", "a:1,b:1", "--master_addr", "a", "--master_port", "0")

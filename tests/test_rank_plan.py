@@ -191,3 +191,31 @@ def test_options_defaults():
             o.no_python, o.python, o.command) == (
         ".", "worker_{rank}.log", None, None, 8118, False, None, None, None, 300.0, False,
         False, None, ["s.py"])
+
+
+def test_scheduler_copy_never_carries_the_mpi_identity():
+    # was: the scheduler copy inherited OMPI_COMM_WORLD_RANK=0 etc.; an MPI script in it called
+    # MPI_Init as a second rank 0 and broke PMIx for the job (issue 14 item 4)
+    mpi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "PMIX_RANK": "0",
+           "PMIX_NAMESPACE": "prterun-x@1", "PMI_RANK": "0", "MPI_LOCALRANKID": "0",
+           "OMPI_MCA_ess_base_jobid": "1"}
+    sched, worker = plan.children(opts(), info(0, 2, 0, 2, 0, 1), "127.0.0.1", 8118,
+                                  dict(USER, **mpi), ARGV, "node-a")
+    assert sched.role == "scheduler" and sched.env == env(0, 2, 0, 2, 0, role="scheduler")
+    assert worker.env == env(0, 2, 0, 2, 0, **mpi)     # the worker is the rank
+    assert worker.inherit_stdin and not sched.inherit_stdin
+
+
+def test_module_runs_as_python_m_and_under_mpi4py_with_exec():
+    o = parse_args(["--python", "/usr/bin/python3", "--module", "--", "mpi4py.bench", "helloworld"])
+    from mpilaunch.rank.options import worker_argv
+    argv = worker_argv(o, "/usr/bin")
+    assert argv == ["/usr/bin/python3", "-m", "mpi4py.bench", "helloworld"]
+    o = parse_args(["--exec", "--no-port-check", "--python", "/usr/bin/python3", "--module", "--",
+                    "mpi4py.bench", "helloworld"])
+    assert not o.port_check
+    assert plan.exec_plan(o, info(0, 2, 0, 2, 0, 1), "127.0.0.1", USER, argv,
+                          own_python=True).argv == [
+        "/usr/bin/python3", "-m", "mpi4py", "-m", "mpi4py.bench", "helloworld"]
+    with pytest.raises(UsageError):
+        worker_argv(parse_args(["--no-python", "--module", "--", "x"]), "/usr/bin")

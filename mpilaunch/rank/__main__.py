@@ -83,12 +83,14 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
 def exec_script(opts, info, user_env: dict, argv) -> int:
     """``--exec``: no MPI, no scheduler, no supervision, no log files: derive the env and
     ``execvpe`` the script (it inherits the adapter's PDEATHSIG, so losing mpirun ends it).
-    What is allowed: :func:`mpilaunch.rank.plan.exec_check`. Rank 0 still checks the port."""
+    What is allowed: :func:`mpilaunch.rank.plan.exec_check`. Rank 0 checks the port only when
+    the user gave it (the launcher sends ``--no-port-check`` otherwise: an MPI program does its
+    own rendezvous)."""
     from mpilaunch.rank.agree import LOOPBACK, check_port, resolve_ipv4
 
     plan.exec_check(opts, info)
     addr = resolve_ipv4(opts.master_addr) if opts.master_addr else LOOPBACK
-    if info.rank == 0:
+    if info.rank == 0 and opts.port_check:
         check_port(addr, opts.master_port, info.hostname)
     cpus, numa = _cpus(opts)
     own = os.path.realpath(argv[0]) == os.path.realpath(sys.executable)

@@ -56,19 +56,24 @@ def _parser() -> argparse.ArgumentParser:
                    help="no MPI, scheduler or supervision: set the env and exec the script")
     p.add_argument("--no-python", action="store_true", help="SCRIPT is an executable")
     p.add_argument("--python", default=None, help="interpreter for SCRIPT (default: this one)")
+    p.add_argument("--module", action="store_true",
+                   help="SCRIPT is a module name: run python -m SCRIPT [ARGS...]")
+    p.add_argument("--no-port-check", action="store_true",
+                   help="--exec: rank 0 does not check --master-port (the launcher chose it)")
     p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
 
 
 class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr master_port "
                          "no_scheduler cluster_time_out bind visible_devices scheduler_grace "
-                         "exec_ no_python python command")):
+                         "exec_ no_python python command module port_check")):
     """The adapter's validated options (a namedtuple: ``dataclasses`` costs every rank ~11 ms).
 
     tail: parsed ``--tail-worker-log`` (None = every rank, else a frozenset of ranks);
     master_port, cluster_time_out (None = not given): int; bind: parsed ``--bind-core``
     (None, ``affinity.AUTO`` or ``{key: [cpu, ...]}``); visible_devices: tuple or None;
-    scheduler_grace: float; command: [SCRIPT, ARGS...]."""
+    scheduler_grace: float; command: [SCRIPT, ARGS...] (``module``: SCRIPT is a module name);
+    port_check: rank 0 checks --master-port (``--exec`` without a port the user gave: no)."""
 
     __slots__ = ()
 
@@ -107,7 +112,7 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
         master_port=master_port, no_scheduler=ns.no_scheduler,
         cluster_time_out=cluster_time_out, bind=bind, visible_devices=visible,
         scheduler_grace=grace, exec_=ns.exec_, no_python=ns.no_python, python=ns.python,
-        command=command)
+        command=command, module=ns.module, port_check=not ns.no_port_check)
 
 
 def _which(name: str, path: Optional[str]) -> Optional[str]:
@@ -125,6 +130,8 @@ def worker_argv(opts: Options, env_path: Optional[str]) -> List[str]:
     """The worker's argv; UsageError if the script or interpreter cannot be found (looks at
     the file system: the one impure check of the options)."""
     script, args = opts.command[0], opts.command[1:]
+    if opts.module and opts.no_python:
+        raise UsageError("--module and --no-python exclude each other")
     if opts.no_python:
         if opts.python:
             raise UsageError("--python and --no-python exclude each other")
@@ -136,6 +143,8 @@ def worker_argv(opts: Options, env_path: Optional[str]) -> List[str]:
     found = _which(python, path=env_path)
     if found is None:
         raise UsageError(f"--python {python!r} is not an executable")
+    if opts.module:
+        return [found, "-m", script] + args
     if not script.startswith("-") and not os.path.isfile(script):
         raise UsageError(f"script {script!r} not found (cwd {os.getcwd()})")
     return [found, script] + args

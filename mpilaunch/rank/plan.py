@@ -9,8 +9,11 @@ user's environment, the worker argv, the host name, and what ``__main__`` looked
 
 Decisions made here (and only here):
 
-* rank 0 runs the scheduler unless ``--no-scheduler``; it gets ``scheduler.log``, never the
-  console tail, never stdin;
+* rank 0 runs the scheduler unless ``--no-scheduler`` (the launcher sends it for every job
+  that is not a MindSpore one); it gets ``scheduler.log``, never the console tail, never
+  stdin, and never the MPI identity (``OMPI_*``, ``PMIX_*``, ``PMI_*``, Hydra's
+  ``MPI_LOCALRANKID``/``MPI_LOCALNRANKS``): a second process calling MPI_Init as rank 0 breaks
+  PMIx for the whole job; the worker inherits the adapter's stdin (rank 0's is mpirun's);
 * the worker's log is ``--worker-log-name`` with ``{rank}``, ``{hostname}``, ``{ip}`` filled;
   its output is relayed with ``[rank<R>] `` when ``--tail-worker-log`` selects the rank;
 * ``GLOO_SOCKET_IFNAME`` (worker only) = the interface routing to rank 0 when the ranks span
@@ -46,6 +49,16 @@ class ExecPlan(namedtuple("ExecPlan", "argv env cpus")):
     """``--exec``: the argv and environment to exec, and the CPUs to bind first (or None)."""
 
     __slots__ = ()
+
+
+MPI_IDENTITY_PREFIXES = ("OMPI_", "PMIX_", "PMI_", "PRTE_")
+MPI_IDENTITY_NAMES = ("MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+
+
+def without_mpi_identity(env: Mapping[str, str]) -> dict:
+    """``env`` minus what makes a process an MPI rank (the scheduler copy of the script)."""
+    return {k: v for k, v in env.items()
+            if not k.startswith(MPI_IDENTITY_PREFIXES) and k not in MPI_IDENTITY_NAMES}
 
 
 def framework_opts(opts) -> FrameworkOpts:
@@ -93,7 +106,8 @@ def children(opts, info, sched_addr: str, sched_port: int, user_env: Mapping[str
     if info.rank == 0 and not opts.no_scheduler:
         specs.append(ChildSpec(
             role="scheduler", argv=argv,
-            env=framework_env(info, sched_addr, sched_port, fw, user_env, role="scheduler"),
+            env=without_mpi_identity(
+                framework_env(info, sched_addr, sched_port, fw, user_env, role="scheduler")),
             log_path=os.path.join(opts.log_dir, logs.SCHEDULER_LOG_NAME), cpus=sched_cpus))
     specs.append(ChildSpec(
         role="worker", argv=argv, env=worker_env, log_path=worker_log,
@@ -113,8 +127,9 @@ def exec_check(opts, info) -> None:
         raise UsageError(f"--exec: the {info.launcher} launcher does not give the world size "
                          f"and local rank; run without --exec")
     if opts.master_port == 0:
-        raise UsageError("--exec cannot use --master-port 0 (picking a port needs the MPI "
-                         "agreement); give a port")
+        raise UsageError("--exec cannot use --master-port 0 here (picking a port needs the MPI "
+                         "agreement; the launcher picks one when rank 0 runs on its host); "
+                         "give a port")
     if not info.single_node and not opts.master_addr:
         raise UsageError("--exec with ranks on several hosts needs --master-addr (rank 0's "
                          "address cannot be learnt without MPI)")
