@@ -126,6 +126,12 @@ def test_run_and_job_reject_slots_in_vc_worker_hosts_alike():
     assert _run_answer(env) == expected
     assert _job_answer(env) == expected
 
+def test_split_argv_leaves_a_modules_arguments_alone():
+    args, rest = jcmd.split_argv(["--wait-hosts", "5", "-np", "2", "-m", "mod", "--wait-hosts", "1"])
+    assert (args.wait_hosts, args.module, args.script_args) == ("5", "mod", ["--wait-hosts", "1"])
+    assert rest == ["-np", "2", "-m", "mod", "--wait-hosts", "1"]
+
+
 def test_split_argv_keeps_the_script_and_its_arguments():
     args, rest = jcmd.split_argv(["--wait-hosts", "30", "-np", "4", "--lost-after=9", "train.py",
                                 "--wait-hosts", "1", "--lr", "0.1"])

@@ -23,8 +23,12 @@ def split_argv(argv: Sequence[str]):
     The script and its arguments are left exactly as given (job options after the script
     belong to the script)."""
     argv = list(argv)
-    args = options.parser(options.JOB).parse_args(argv)
-    if args.script is None:
+    parser = options.parser(options.JOB)
+    args = parser.parse_args(argv)
+    module_at = options.module_index(argv, parser.value_flags)
+    if module_at is not None:             # -m MODULE [ARGS]: everything from -m on is the module's
+        head, tail = argv[:module_at], argv[module_at:]
+    elif args.script is None:
         head, tail = argv, []
     else:
         cut = len(argv) - len(args.script_args) - 1

@@ -74,6 +74,10 @@ def check(opts, info, user_env: Mapping[str, str]) -> None:
                              f"(the job has {info.size} ranks)")
     if info.complete:
         device_id(info, framework_opts(opts), user_env)
+    if not opts.exec_:   # distinct per rank: the same rule the launcher applied (rankcheck.py)
+        from mpilaunch.rank import logs
+
+        logs.check_log_name(opts.worker_log_name, info.size)
 
 
 def needs_local_ip(opts) -> bool:
