@@ -36,21 +36,35 @@ def show_plan(plan, env) -> None:
         print("# dropped (unset here): " + " ".join(f"-x {n}" for n in plan.dropped_x))
 
 
-def preflight_fails(cfg) -> bool:
+def preflight_fails(cfg, mux=None) -> bool:
     """Before a multi-host launch: every host resolves, its ssh port answers, ssh logs in
     without a prompt. One line per failure naming the host, instead of Open MPI's
-    "daemon failed to report back" after its own time-out."""
+    "daemon failed to report back" after its own time-out. ``mux``: a ControlPath where each
+    login leaves its connection open for mpirun's ssh (mpilaunch/ssh.py, issue 13 goal 3)."""
     from mpilaunch import check
 
     if not check.hosts_needing_ssh(cfg.hosts):
         return False
-    bad = check.failed(check.run_checks(cfg, timeout=check.DEFAULT_TIMEOUT))
+    bad = check.failed(check.run_checks(cfg, timeout=check.DEFAULT_TIMEOUT, mux=mux))
     for result in bad:
         print(f"mpilaunch: preflight: {result.line()}", file=sys.stderr)
     if bad:
         print("mpilaunch: not started (details: mpilaunch check ...; --no-preflight skips this)",
               file=sys.stderr)
     return bool(bad)
+
+
+class _NotStarted(Exception):
+    """The preflight failed: nothing starts (exit 1)."""
+
+
+def _ssh_args_in_mca(cfg) -> bool:
+    """The user's MCA/extra args carry the ssh options (ModelArts' -mca plm_rsh_args): the
+    launcher adds none of its own (plan.make_plan refuses ssh options given twice)."""
+    text = " ".join(str(s.value) for s in (cfg.mca_args, cfg.extra_args))
+    if cfg.tune_import is not None:
+        text += " " + " ".join(cfg.tune_import.mca_tokens)
+    return "plm_rsh_args" in text or "plm_ssh_args" in text
 
 
 def _rank0_here(cfg) -> bool:
@@ -87,13 +101,21 @@ def main(argv: Sequence[str]) -> int:
         return 0
     # Inside a Slurm job, mpirun starts its daemons through Slurm (srun), not ssh: no ssh check.
     in_slurm = cfg.hosts_source.startswith("Slurm job ")
-    if not args.no_preflight and not in_slurm and preflight_fails(cfg):
-        return 1
     run_dir = launcher.make_run_dir()
     try:
+        if not args.no_preflight and not in_slurm:
+            from mpilaunch import ssh
+
+            mux = None if _ssh_args_in_mca(cfg) else ssh.mux_path(run_dir, len(cfg.hosts))
+            if preflight_fails(cfg, mux):
+                raise _NotStarted()
+            if mux and ssh.mux_sockets(run_dir):   # mpirun's ssh reuses the logins' connections
+                cfg = cfg._replace(ssh_extra=tuple(cfg.ssh_extra) + tuple(ssh.mux_client_options(mux)))
         plan = planmod.make_plan(cfg, env, info, run_dir, os.geteuid())
-    except BaseException:
-        os.rmdir(run_dir)
+    except BaseException as exc:
+        launcher.remove_run_dir(run_dir)
+        if isinstance(exc, _NotStarted):
+            return 1
         raise
     if args.verbose:
         for name in plan.dropped_x:

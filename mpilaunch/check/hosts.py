@@ -80,8 +80,11 @@ def check_host(index: int, host: hf.Host, p: Params, timeout: float) -> List[Che
 
     t2 = time.monotonic()
     remote = "true" if p.level != LEVEL_FULL else ssh.remote_command(probe_argv(p, rank0, timeout))
+    if p.ssh_mux and p.level != LEVEL_FULL:
+        remote = None   # the launch preflight: authenticate, leave the master for mpirun's ssh
     try:
-        proc = _run(ssh.ssh_argv(name, p.ssh_port, p.ssh_extra, timeout, remote), 2 * timeout)
+        extra = list(p.ssh_extra) + ssh.mux_master_options(p.ssh_mux)
+        proc = _run(ssh.ssh_argv(name, p.ssh_port, extra, timeout, remote), 2 * timeout)
     except FileNotFoundError:
         out.append(CheckResult(name, addr, "ssh", FAIL, ssh.NO_SSH))
         return out + skip_rest(name, addr, "ssh", p.level)
@@ -122,16 +125,19 @@ def probe_results(name, addr, rc, stdout, stderr, p: Params, rank0: bool, second
 
 
 def run_checks(cfg_or_params, timeout: float = DEFAULT_TIMEOUT, *, level: Optional[str] = None,
-               parallel: int = DEFAULT_PARALLEL) -> List[CheckResult]:
+               parallel: int = DEFAULT_PARALLEL, mux: Optional[str] = None) -> List[CheckResult]:
     """Check every host of a launch. ``cfg_or_params``: a ``LaunchConfig`` (then ``level``
     defaults to ``"ssh"``: resolve, ssh port, ssh login -- cheap enough before every launch)
-    or ``Params``. Returns every result; failures have ``status == "fail"``."""
+    or ``Params``. ``mux``: a ControlPath (``ssh.mux_path``): each login leaves a control master
+    there for mpirun's ssh to reuse. Returns every result; failures have ``status == "fail"``."""
     if isinstance(cfg_or_params, Params):
         p = cfg_or_params
         if level is not None and level != p.level:
             p = replace(p, level=level)
     else:
         p = params_from_config(cfg_or_params, level=level or LEVEL_SSH)
+    if mux is not None:
+        p = replace(p, ssh_mux=mux)
     contract.seconds(timeout, "--timeout")
     results: List[CheckResult] = [check_slots(p)]
     hosts = list(enumerate(p.hosts))

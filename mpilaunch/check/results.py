@@ -66,6 +66,7 @@ class Params:
     hosts_source: str = "the hostfile"
     np_source: str = "np"
     port_source: str = "SSHD_PORT/--ssh-port"
+    ssh_mux: Optional[str] = None                   # ControlPath: the login opens a master
 
 
 def params_from_config(cfg, level: str = LEVEL_SSH, mpi_info=None, oversubscribe: Optional[bool] = None,
