@@ -160,3 +160,69 @@ def discover(env: Mapping[str, str], slots_per_host, volcano_root: str = VOLCANO
 
 def in_slurm(env: Mapping[str, str]) -> bool:
     return bool(env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"))
+
+
+# JobState of a Slurm job that the scheduler is ending -> what the summary says
+_SLURM_STOPS = {
+    "CANCELLED": "cancelled by the scheduler (scancel)",
+    "TIMEOUT": "time limit reached",
+    "DEADLINE": "deadline reached",
+    "NODE_FAIL": "node lost",
+    "PREEMPTED": "preempted by the scheduler",
+    "BOOT_FAIL": "node lost (boot failure)",
+    "OUT_OF_MEMORY": "out of memory",
+}
+
+
+def _seconds(value: str) -> Optional[int]:
+    """Slurm's ``[days-][HH:]MM:SS`` -> seconds (None for UNLIMITED and the like)."""
+    m = re.match(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$", value)
+    if not m:
+        return None
+    d, h, mi, s = (int(x or 0) for x in m.groups())
+    return ((d * 24 + h) * 60 + mi) * 60 + s
+
+
+def slurm_stop_reason(text: str) -> Optional[str]:
+    """``scontrol show job -o`` of our job -> why Slurm is ending it, or None. Asked while the
+    batch script still runs, a job in COMPLETING is being ended by Slurm (measured, 22.05: after
+    scancel the state is ``COMPLETING Reason=None`` until the script exits): a time limit when
+    the run time has reached it, else a cancel."""
+    state = re.search(r"\bJobState=(\S+)", text)
+    field = {k: v for k, v in re.findall(r"\b(Reason|TimeLimit|RunTime)=(\S+)", text)}
+    if state and state.group(1) == "COMPLETING":
+        limit, ran = _seconds(field.get("TimeLimit", "")), _seconds(field.get("RunTime", ""))
+        if field.get("Reason", "").startswith("Node"):
+            return f"node lost (Reason={field['Reason']})"
+        if limit is not None and ran is not None and ran >= limit:
+            return f"time limit reached (TimeLimit={field['TimeLimit']})"
+        return "cancelled by the scheduler (scancel)"
+    if not state or state.group(1) not in _SLURM_STOPS:
+        return None
+    reason = re.search(r"\bReason=(\S+)", text)
+    why = _SLURM_STOPS[state.group(1)]
+    if state.group(1) == "TIMEOUT":
+        limit = re.search(r"\bTimeLimit=(\S+)", text)
+        why += f" (TimeLimit={limit.group(1)})" if limit else ""
+    elif reason and reason.group(1) not in ("None", "(null)"):
+        why += f" (Reason={reason.group(1)})"
+    return why
+
+
+def slurm_stop_cause(env: Mapping[str, str], timeout: float = 3.0) -> Optional[str]:
+    """Asked after a stop signal inside a Slurm job: is Slurm ending the job, and why? (runs
+    ``scontrol``; None when it cannot tell)."""
+    import shutil
+    import subprocess
+
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    scontrol = shutil.which("scontrol", path=env.get("PATH", os.defpath))
+    if not job or not scontrol:
+        return None
+    try:
+        out = subprocess.run([scontrol, "show", "job", "-o", job], stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=timeout, env=dict(env))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    why = slurm_stop_reason(out.stdout)
+    return f"Slurm job {job}: {why}" if why else None

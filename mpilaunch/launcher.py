@@ -25,7 +25,7 @@ import sys
 import threading
 from typing import List, Mapping, Optional
 
-from mpilaunch import rundir, tune
+from mpilaunch import allocation, rundir, tune
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
 from mpilaunch.plan import LaunchPlan, argv
 from mpilaunch.summary import STATUS_PREFIX, Collector, parse_status_line, render_summary
@@ -50,24 +50,6 @@ def make_run_dir() -> str:
 def write_files(plan: LaunchPlan) -> None:
     tune.write_atomic(plan.hostfile_path, plan.hostfile_text)   # Hydra: host:N form
     tune.write_atomic(plan.tune_path, plan.tune_text)
-
-
-def close_ssh_masters(run_dir: str) -> None:
-    """The preflight's ssh control masters (mpilaunch/ssh.py), while their sockets exist."""
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return
-    if any(n.startswith("cm-") for n in names):
-        from mpilaunch import ssh
-
-        ssh.close_masters(run_dir)
-
-
-def remove_run_dir(run_dir: str) -> None:
-    """A run dir whose launch did not start (preflight failed, bad plan)."""
-    close_ssh_masters(run_dir)
-    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def remove_files(plan: LaunchPlan, run_dir: str, keep_tune: bool) -> None:
@@ -241,7 +223,6 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
             proc.wait()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        close_ssh_masters(run_dir)
         remove_files(plan, run_dir, keep_tune)
 
     status = 128 - rc if rc < 0 else rc
@@ -260,6 +241,10 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
                                  mpirun_signal=-rc if rc < 0 and stop["first"] is None else None,
                                  scheduler=plan.scheduler)
         _Sink(2).write(summary.encode("utf-8", "replace"))
+        if stop["first"] is not None and allocation.in_slurm(env):   # who sent the stop?
+            cause = allocation.slurm_stop_cause(env)
+            if cause:
+                _Sink(2).write(f"  scheduler: {cause}\n".encode("utf-8", "replace"))
     return status
 
 

@@ -199,3 +199,23 @@ def test_dry_run_says_where_the_hosts_came_from(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "# hosts: Slurm job 77 (SLURM_JOB_NODELIST=vm, SLURM_TASKS_PER_NODE=2)" in out.stdout
     assert "-np 2" in out.stdout
+
+
+# -- why Slurm is ending the job (scontrol show job -o, as Slurm 22.05 prints it) ------------
+@pytest.mark.parametrize("line, why", [
+    ("JobId=3 JobName=j UserId=root(0) JobState=TIMEOUT Reason=TimeLimit Dependency=(null) "
+     "TimeLimit=00:01:00", "time limit reached (TimeLimit=00:01:00)"),
+    ("JobId=1 JobState=CANCELLED Reason=None", "cancelled by the scheduler (scancel)"),
+    ("JobId=4 JobState=NODE_FAIL Reason=NodeDown", "node lost (Reason=NodeDown)"),
+    ("JobId=5 JobState=RUNNING Reason=None", None),
+    # while the batch script runs (measured: after scancel, and at the time limit)
+    ("JobId=1 JobState=COMPLETING Reason=None RunTime=00:00:01 TimeLimit=UNLIMITED",
+     "cancelled by the scheduler (scancel)"),
+    ("JobId=3 JobState=COMPLETING Reason=None RunTime=00:01:02 TimeLimit=00:01:00",
+     "time limit reached (TimeLimit=00:01:00)"),
+    ("JobId=3 JobState=COMPLETING Reason=None RunTime=1-00:00:00 TimeLimit=2-00:00:00",
+     "cancelled by the scheduler (scancel)"),
+    ("", None),
+])
+def test_slurm_stop_reason(line, why):
+    assert al.slurm_stop_reason(line) == why

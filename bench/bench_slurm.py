@@ -1,0 +1,91 @@
+"""Launch time inside one Slurm allocation: mpilaunch (mpirun path and ``--launcher srun``)
+against bare ``srun`` and bare ``mpirun`` in the same allocation.
+
+Starts the test Slurm (tests/slurm/cluster.py: munged + slurmctld + slurmd on this machine,
+4 task slots), submits ONE batch job with ``-n N`` that runs every variant ROUNDS times,
+interleaved, and timed inside the job (so allocation and scheduling are outside the figures):
+
+* ``bare srun``: ``srun --mpi=pmix -n N python -S -c pass``
+* ``bare mpirun``: ``<wheel mpirun> -np N python -S -c pass`` (Open MPI 5 takes the Slurm
+  allocation itself)
+* ``mpilaunch``: ``python -m mpilaunch --no-scheduler --tail_worker_log none noop.py``
+* ``mpilaunch --launcher srun``: the same with srun starting the adapters
+
+Run: ``python3 bench/bench_slurm.py [N] [ROUNDS]`` (root, Slurm installed:
+scripts/setup_slurm.sh). Prints the median and min per variant in seconds.
+"""
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+from slurm.cluster import SlurmCluster, missing_prereqs  # noqa: E402
+
+PY = sys.executable
+MPIRUN = os.path.join(os.path.dirname(PY), "mpirun")
+
+
+def variants(noop):
+    ml = [PY, "-m", "mpilaunch", "--no-scheduler", "--tail_worker_log", "none",
+          "--master_port", "0", "--log_dir", os.path.dirname(noop)]
+    return {
+        "bare srun": ["srun", "--mpi=pmix", "-n", "$N", PY, "-S", "-c", "pass"],
+        "bare mpirun": [MPIRUN, "-np", "$N", "--allow-run-as-root", PY, "-S", "-c", "pass"],
+        "mpilaunch (mpirun)": ml + [noop],
+        "mpilaunch --launcher srun": ml + ["--launcher", "srun", noop],
+    }
+
+
+def job_script(names_argv, rounds, n):
+    lines = ["N=%d" % n, "cd %s" % shlex.quote(REPO)]
+    lines.append("for r in $(seq %d); do" % rounds)
+    for name, argv in names_argv.items():
+        cmd = " ".join(a if a == "$N" else shlex.quote(a) for a in argv)
+        lines.append('  t0=$(date +%%s.%%N); %s >/dev/null 2>&1 || echo "FAIL %s"; t1=$(date +%%s.%%N)'
+                     % (cmd, name))
+        lines.append('  echo "T|%s|$t0|$t1"' % name)
+    lines.append("done")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv):
+    n = int(argv[1]) if len(argv) > 1 else 2
+    rounds = int(argv[2]) if len(argv) > 2 else 7
+    why = missing_prereqs()
+    if why:
+        print("bench_slurm: skipped:", why)
+        return 0
+    work = tempfile.mkdtemp(prefix="bench-slurm-")
+    noop = os.path.join(work, "noop.py")
+    with open(noop, "w") as f:
+        f.write("pass\n")
+    cluster = SlurmCluster(cpus=4).start()
+    try:
+        env = cluster.env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        job, rc, out = cluster.sbatch(job_script(variants(noop), rounds, n), ["-n", str(n)],
+                                      env=env, timeout=600)
+        text = open(out).read()
+    finally:
+        cluster.stop()
+    times = {}
+    for line in text.splitlines():
+        if line.startswith("T|"):
+            _, name, t0, t1 = line.split("|")
+            times.setdefault(name, []).append(float(t1) - float(t0))
+    fails = [line for line in text.splitlines() if line.startswith("FAIL")]
+    print("launch time inside one Slurm allocation, N=%d, %d interleaved rounds (job %s, rc %s)"
+          % (n, rounds, job, rc))
+    for name, ts in times.items():
+        print("  %-28s median %.3f s  min %.3f s" % (name, statistics.median(ts), min(ts)))
+    if fails:
+        print("  failures:", len(fails), fails[:3])
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))
