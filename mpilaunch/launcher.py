@@ -52,6 +52,24 @@ def write_files(plan: LaunchPlan) -> None:
     tune.write_atomic(plan.tune_path, plan.tune_text)
 
 
+def close_ssh_masters(run_dir: str) -> None:
+    """The preflight's ssh control masters (mpilaunch/ssh.py), while their sockets exist."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return
+    if any(n.startswith("cm-") for n in names):
+        from mpilaunch import ssh
+
+        ssh.close_masters(run_dir)
+
+
+def remove_run_dir(run_dir: str) -> None:
+    """A run dir whose launch did not start (preflight failed, bad plan)."""
+    close_ssh_masters(run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def remove_files(plan: LaunchPlan, run_dir: str, keep_tune: bool) -> None:
     if not keep_tune:
         try:
@@ -223,6 +241,7 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
             proc.wait()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        close_ssh_masters(run_dir)
         remove_files(plan, run_dir, keep_tune)
 
     status = 128 - rc if rc < 0 else rc
