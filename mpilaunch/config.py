@@ -39,11 +39,13 @@ _CONFIG_FIELDS = (
     "launcher "
     # -m MODULE (script is then None); mpirun's --stdin target; why the scheduler is (not)
     # started; whether rank 0 checks the port (--exec: only a --master_port the user gave)
-    "module stdin scheduler_why port_check"
+    "module stdin scheduler_why port_check "
+    # more adapter flags, before '--' (issue 11: mpilaunch/restart.py writes them per attempt)
+    "rank_extra"
 )
 
 
-class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None, "mpirun", None, None, "", True))):
+class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None, "mpirun", None, None, "", True, ()))):
     """Everything the user asked for, validated. Notable fields: ``hosts`` (tuple of Host),
     ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
     (TUNE_ENV_FILE / --tune-file; None = the private run dir), ``bind_args``..``extra_args``

@@ -171,11 +171,13 @@ def stdin_target(plan: LaunchPlan) -> LaunchPlan:
 
 
 def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
-        command: Optional[List[str]] = None) -> int:
-    """``command``: the argv to run instead of ``argv(plan)`` (``--launcher srun``)."""
+        command: Optional[List[str]] = None, hooks=None) -> int:
+    """``command``: the argv to run instead of ``argv(plan)`` (``--launcher srun``);
+    ``hooks``: one attempt of a long job (``mpilaunch/restart.py`` ``Attempt``: graceful stop,
+    stall watchdog, the attempt's outcome)."""
     plan = stdin_target(plan)
     cmd: List[str] = list(command) if command is not None else argv(plan)
-    collector = Collector()
+    collector = Collector() if hooks is None else hooks.collector()
     stop = {"signals": 0, "first": None}
     proc: Optional[subprocess.Popen] = None
     timers: List[threading.Timer] = []
@@ -186,7 +188,9 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
             stop["first"] = signum
         if proc is None or proc.poll() is not None:
             return  # before mpirun started: acted on right after Popen returns (see below)
-        if not stop.get("forwarded"):
+        if hooks is not None and not stop.get("graceful") and hooks.on_stop(proc, signum, on_signal):
+            stop["graceful"] = True      # --term-grace: the workers save first (restart.py)
+        elif not stop.get("forwarded"):
             stop["forwarded"] = True
             print(f"mpilaunch: {signal.Signals(signum).name} received, stopping the job", file=sys.stderr, flush=True)
             _kill(proc, signal.SIGTERM)
@@ -226,6 +230,8 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
             # (measured: mpiexec waits for every other rank), so the first failure a rank
             # reports ends it here, as Open MPI's mpirun would (mpilaunch/hydra.py).
             relays[0].on_failure = lambda: _kill(proc, signal.SIGTERM)
+        if hooks is not None:
+            hooks.started(proc, _kill)
         for relay in relays:
             relay.start()
         rc = proc.wait()
@@ -255,10 +261,14 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
         status = 255  # Open MPI 5 sometimes exits 0 after losing a host: that job did not succeed
     if stop["first"] is not None:  # interrupted by the user: report the signal, as a shell would
         status = 128 + stop["first"]
+    if hooks is not None:   # a stalled job's status; the attempt's outcome (restart.py)
+        status = hooks.finish(status, collector, stop["first"])
     if status != 0:
         summary = render_summary(collector, status, stopped_by=stop["first"],
                                  mpirun_signal=-rc if rc < 0 and stop["first"] is None else None,
                                  scheduler=plan.scheduler)
+        if hooks is not None:
+            summary = hooks.summary(summary, collector)
         _Sink(2).write(summary.encode("utf-8", "replace"))
         if stop["first"] is not None and allocation.in_slurm(env):   # who sent the stop?
             cause = allocation.slurm_stop_cause(env)

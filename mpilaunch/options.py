@@ -24,6 +24,7 @@ GROUPS = {
     "hosts": "hosts and processes (ModelArts variables in brackets)",
     "mpirun": "mpirun",
     "rank": "inside every rank (msrun names)",
+    "long": "long jobs: restarts, graceful stop, stall watchdog",
     "check": "check",
     "job": "job",
 }
@@ -134,6 +135,24 @@ OPTIONS = (
        "(mpirun's --stdin)", "rank", shown="0 (none when mpilaunch's stdin is closed or /dev/null)",
        metavar="RANK"),
     _o(("--join",), "join", "msrun compatibility: always joined", "rank", kind="hidden"),
+    # -- long jobs (issue 11: mpilaunch/restart.py, mpilaunch/rank/longrun.py)
+    _o(("--max_restarts", "--max-restarts"), "max_restarts",
+       "restart the whole job after a failure, up to N times in all (logs: LOG_DIR/attempt<k>/)",
+       "long", default="0", metavar="N", commands=(RUN, JOB)),
+    _o(("--restart-delay", "--restart_delay"), "restart_delay",
+       "seconds between a failed attempt's teardown and the next start", "long", default="0",
+       metavar="SECONDS", commands=(RUN, JOB)),
+    _o(("--term-grace", "--term_grace"), "term_grace",
+       "on SIGTERM/SIGINT/SIGHUP: SIGTERM every worker and give it this long to save before "
+       "SIGKILL", "long", shown="off (Open MPI's own: 0.5 s on 5.x, 2 s on 4.1)",
+       metavar="SECONDS", commands=(RUN, JOB)),
+    _o(("--stall-timeout", "--stall_timeout"), "stall_timeout",
+       "end (or restart) the job when no worker logged output or touched "
+       "$MPILAUNCH_HEARTBEAT_FILE for this long; stacks to LOG_DIR/stacks_<rank>.txt", "long",
+       shown="off", metavar="SECONDS", commands=(RUN, JOB)),
+    _o(("--no-span-check",), "no_span_check",
+       "do not check that the ranks run on the planned hosts before the script starts", "long",
+       kind="switch", commands=(RUN, JOB)),
     # -- mpilaunch check
     _o(("--timeout",), "check_timeout", "seconds per check and host (ssh gets twice: log in, run)",
        "check", default="10", metavar="SECONDS", commands=(CHECK,)),

@@ -86,6 +86,7 @@ def rank_command(cfg: LaunchConfig, launcher_python: str = sys.executable) -> Li
         cmd.append("--no-python")
     else:
         cmd += ["--python", cfg.python]
+    cmd += list(cfg.rank_extra)   # restart count, grace, watchdog, span check (restart.py)
     if cfg.module:
         # a flag of its own: "-m" as SCRIPT would be a file named -m in every rank's cwd
         cmd += ["--module", "--", cfg.module]

@@ -82,18 +82,23 @@ def main(argv: Sequence[str]) -> int:
     env = dict(os.environ)
     cfg = config.build(args, env)
     config.check_here(cfg)
+    from mpilaunch import restart
+
+    long_run = restart.settings(args, cfg)   # restarts, grace, watchdog, span (issue 11)
     if cfg.launcher == "srun":   # Slurm starts the ranks, no mpirun (mpilaunch/srun.py)
         from mpilaunch import srun
 
         return srun.main(cfg, env, args)
     info = mpi.detect(cfg.mpirun, env)
     rankcheck.check(cfg, info)     # rank-side values, before mpirun starts (issue 12 item 8)
+    restart.check_mpi(long_run, info)
     if cfg.master_port == 0 and not cfg.dry_run and _rank0_here(cfg):
         # rank 0 runs here: pick (and so prove) the port now; then no rank needs the MPI
         # agreement (MPI_Init in every adapter, +0.35 s) only to learn it (issue 13 goal 2)
         from mpilaunch.rank import agree
 
         cfg = cfg._replace(master_port=agree.check_port(agree.LOOPBACK, 0, "", check_addr=False))
+    cfg = restart.attempt_cfg(cfg, long_run, 0)
     if cfg.dry_run:
         plan = planmod.make_plan(cfg, env, info, "<run-dir>", os.geteuid())
         show_plan(plan, env)
@@ -121,4 +126,4 @@ def main(argv: Sequence[str]) -> int:
         for name in plan.dropped_x:
             print(f"mpilaunch: -x {name} dropped: {name} is not set here", file=sys.stderr)
         print(f"mpilaunch: {render.show(planmod.argv(plan))}", file=sys.stderr)
-    return launcher.run(plan, env, run_dir, cfg.keep_tune_file)
+    return restart.run(long_run, cfg, env, info, plan, run_dir)

@@ -55,6 +55,10 @@ def _make_log_dir(log_dir: str) -> None:
 
 def run(opts, info, user_env: dict, hostname: str) -> int:
     plan.check(opts, info, user_env)
+    if opts.longrun is not None:   # span check, restart count, heartbeat (issue 11)
+        from mpilaunch.rank import longrun
+
+        longrun.prepare(opts, info, user_env)
     argv = rank_options.worker_argv(opts, user_env.get("PATH"))
     if opts.exec_:
         return exec_script(opts, info, user_env, argv)
@@ -74,6 +78,8 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
         if os.path.dirname(spec.log_path):
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
 
+    if opts.longrun is not None:   # graceful stop, stall watchdog (rank/longrun.py)
+        return longrun.supervise(specs, opts, info.rank, hostname, local_size=info.local_size)
     from mpilaunch.rank.supervisor import supervise
 
     return supervise(specs, info.rank, hostname, scheduler_grace=opts.scheduler_grace,
@@ -114,6 +120,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rank = _guess_rank(os.environ)
     try:
         opts = rank_options.parse_args(argv, os.cpu_count())
+        if opts.longrun is not None:   # before anything: SIGUSR1 must not kill us (longrun.py)
+            from mpilaunch.rank import longrun
+
+            longrun.early(opts)
         # Losing our parent (mpirun/orted/prted) must end us, and through us our children.
         parent = os.getppid()
         from mpilaunch.pdeathsig import set_parent_death_signal

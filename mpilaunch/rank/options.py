@@ -60,20 +60,26 @@ def _parser() -> argparse.ArgumentParser:
                    help="SCRIPT is a module name: run python -m SCRIPT [ARGS...]")
     p.add_argument("--no-port-check", action="store_true",
                    help="--exec: rank 0 does not check --master-port (the launcher chose it)")
+    # long jobs (issue 11): restart count, graceful stop, stall watchdog, span check
+    for flag in ("--restart-count", "--max-restarts", "--term-grace", "--stall-timeout",
+                 "--expect-ranks"):
+        p.add_argument(flag, default=None, help=argparse.SUPPRESS)
     p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
 
 
 class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr master_port "
                          "no_scheduler cluster_time_out bind visible_devices scheduler_grace "
-                         "exec_ no_python python command module port_check")):
+                         "exec_ no_python python command module port_check longrun",
+                         defaults=(None,))):
     """The adapter's validated options (a namedtuple: ``dataclasses`` costs every rank ~11 ms).
 
     tail: parsed ``--tail-worker-log`` (None = every rank, else a frozenset of ranks);
     master_port, cluster_time_out (None = not given): int; bind: parsed ``--bind-core``
     (None, ``affinity.AUTO`` or ``{key: [cpu, ...]}``); visible_devices: tuple or None;
     scheduler_grace: float; command: [SCRIPT, ARGS...] (``module``: SCRIPT is a module name);
-    port_check: rank 0 checks --master-port (``--exec`` without a port the user gave: no)."""
+    port_check: rank 0 checks --master-port (``--exec`` without a port the user gave: no);
+    longrun: the issue-11 flags (:class:`mpilaunch.rank.longrun.LongRun`) or None."""
 
     __slots__ = ()
 
@@ -112,7 +118,18 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
         master_port=master_port, no_scheduler=ns.no_scheduler,
         cluster_time_out=cluster_time_out, bind=bind, visible_devices=visible,
         scheduler_grace=grace, exec_=ns.exec_, no_python=ns.no_python, python=ns.python,
-        command=command, module=ns.module, port_check=not ns.no_port_check)
+        command=command, module=ns.module, port_check=not ns.no_port_check,
+        longrun=_longrun(ns))
+
+
+def _longrun(ns):
+    """The issue-11 flags (mpilaunch/rank/longrun.py), None when none was given."""
+    if all(getattr(ns, n) is None for n in ("restart_count", "max_restarts", "term_grace",
+                                            "stall_timeout", "expect_ranks")):
+        return None
+    from mpilaunch.rank import longrun
+
+    return longrun.parse(ns)
 
 
 def _which(name: str, path: Optional[str]) -> Optional[str]:

@@ -1,0 +1,141 @@
+"""Stall watchdog, rank side (issue 11 part 3): has this rank's worker shown progress?
+
+**Progress** is either of:
+
+* the worker's log file grew (anything the worker wrote reached ``worker_<rank>.log``;
+  Python block-buffers ``print`` into a file or pipe, so flush, or set ``PYTHONUNBUFFERED=1``);
+* the heartbeat file changed: every worker gets ``MPILAUNCH_HEARTBEAT_FILE`` (a path in the
+  log dir) and may touch it, e.g. ``pathlib.Path(os.environ["MPILAUNCH_HEARTBEAT_FILE"]).touch()``
+  once per step, when it prints nothing for long stretches.
+
+When neither changed for ``timeout`` s, the rank is *silent*: its worker's Python stacks are
+dumped to ``stacks_<rank>.txt`` in the log dir (``py-spy dump``, an optional dependency:
+``pip install py-spy`` or ``mpilaunch[stall]``; without it the file and the summary say so),
+and a status line ``event: stall`` goes to the launcher; progress after that sends
+``event: progress``. The launcher (``mpilaunch/stall.py``) ends the job only when **every**
+rank is silent at once, so a rank that computes quietly while others log is never a stall.
+The watchdog polls two ``stat`` calls every ``min(1, timeout/4)`` s.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+
+from mpilaunch.rank import status
+
+HEARTBEAT_VAR = "MPILAUNCH_HEARTBEAT_FILE"
+DUMP_TIMEOUT = 20.0
+
+
+def heartbeat_path(log_dir: str, rank: int) -> str:
+    return os.path.abspath(os.path.join(log_dir, f"heartbeat_{rank}"))
+
+
+def stacks_path(log_dir: str, rank: int) -> str:
+    return os.path.abspath(os.path.join(log_dir, f"stacks_{rank}.txt"))
+
+
+def _mark(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns)
+
+
+def find_py_spy(env_path) -> str:
+    """``py-spy`` next to this interpreter, else on the worker's PATH, else ""."""
+    import sys
+
+    dirs = [os.path.dirname(sys.executable)] + (env_path or os.defpath).split(os.pathsep)
+    for d in dirs:
+        candidate = os.path.join(d or ".", "py-spy")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return ""
+
+
+def dump_stacks(pid: int, out_path: str, py_spy: str) -> str:
+    """Write the stacks of ``pid`` (and its Python children) to ``out_path``; a one-line note."""
+    if not py_spy:
+        note = "py-spy is not installed: no stacks (pip install py-spy)"
+        _write(out_path, note + "\n")
+        return note
+    texts = []
+    pids = [pid] + _children(pid)
+    for p in pids:
+        try:
+            r = subprocess.run([py_spy, "dump", "--pid", str(p)], capture_output=True, text=True,
+                               timeout=DUMP_TIMEOUT, stdin=subprocess.DEVNULL)
+            texts.append(f"== py-spy dump --pid {p} (exit {r.returncode})\n{r.stdout}{r.stderr}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            texts.append(f"== py-spy dump --pid {p}: {exc}\n")
+    _write(out_path, "\n".join(texts))
+    return f"stacks: {out_path}"
+
+
+def _children(pid: int) -> list:
+    try:
+        import psutil
+
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except Exception:
+        return []
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError:
+        pass
+
+
+class Watchdog(threading.Thread):
+    """Watches one worker; ``pid_of()`` gives its pid (None before it started)."""
+
+    def __init__(self, timeout: float, log_path: str, heartbeat: str, stacks: str, pid_of,
+                 rank: int, host: str, py_spy: str):
+        super().__init__(name="stall-watchdog", daemon=True)
+        self.timeout, self.paths = timeout, (os.path.abspath(log_path), heartbeat)
+        self.stacks, self.pid_of, self.rank, self.host = stacks, pid_of, rank, host
+        self.py_spy = py_spy
+        self.done = threading.Event()
+
+    def start(self) -> None:
+        """Started with the adapter's signals blocked (as the supervisor's helper threads), so
+        the kernel delivers them to the main thread, whose wait they must interrupt."""
+        import signal
+
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT,
+                                                        signal.SIGHUP, signal.SIGCHLD))
+        try:
+            super().start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def run(self) -> None:
+        period = min(1.0, self.timeout / 4)
+        marks = [_mark(p) for p in self.paths]
+        last = time.monotonic()
+        silent = False
+        while not self.done.wait(period):
+            now_marks = [_mark(p) for p in self.paths]
+            now = time.monotonic()
+            if now_marks != marks:
+                marks, last = now_marks, now
+                if silent:
+                    silent = False
+                    status.emit(self.rank, self.host, "worker", "progress", None, None, "stall",
+                                self.paths[0], [])
+                continue
+            if silent or now - last < self.timeout:
+                continue
+            silent = True
+            pid = self.pid_of()
+            note = (dump_stacks(pid, self.stacks, self.py_spy) if pid is not None
+                    else "the worker has not started")
+            status.emit(self.rank, self.host, "worker", "stall", None, None, "stall",
+                        self.paths[0], [], message=f"no progress for {now - last:.0f} s; {note}")

@@ -1,0 +1,64 @@
+"""Where the ranks should run, for the check each rank makes before its script starts
+(issue 11 part 4; the check itself: ``mpilaunch/rank/span.py``). Pure.
+
+The plan is the hostfile's slots filled in order, which is what ``--map-by slot`` (the
+ModelArts default binding args) and Hydra's ``host:N`` hostfile do: ``exact``. When the
+user's own mpirun options choose the placement (``--map-by`` other than slot, ``--host``,
+``--rankfile``, ``--npernode``, ``-ppn``, ...), only a bound can be checked (no host runs more
+than its slots): ``bound``. With more ranks than slots (``--oversubscribe``), only the world
+size: ``size``.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Iterable, List, Optional
+
+# mpirun options that decide the placement themselves (Open MPI 4/5 and Hydra spellings)
+PLACEMENT = ("host", "h", "rankfile", "rf", "npernode", "pernode", "ppr", "npersocket",
+             "bynode", "byslot", "ppn", "rr", "hosts", "hostlist", "f", "machinefile",
+             "configfile", "mapall")
+
+
+def _tokens(settings: Iterable) -> List[str]:
+    out: List[str] = []
+    for s in settings:
+        try:
+            out += shlex.split(str(s.value))
+        except ValueError:
+            pass
+    return out
+
+
+def mode(tokens: List[str], oversubscribed: bool) -> str:
+    if oversubscribed:
+        return "size"
+    for i, tok in enumerate(tokens):
+        name = tok.lstrip("-").split("=", 1)[0].lower()
+        if not tok.startswith("-"):
+            continue
+        if name == "map-by":
+            value = tok.split("=", 1)[1] if "=" in tok else (tokens[i + 1] if i + 1 < len(tokens) else "")
+            if value.split(":")[0].lower() not in ("slot", "core"):
+                return "bound"
+        elif name in PLACEMENT or name == "h" and tok == "-H":
+            return "bound"
+    return "exact"
+
+
+def expect_spec(cfg) -> Optional[str]:
+    """``N;MODE;host:count,...`` for ``--expect-ranks``; None when there is nothing to check."""
+    if not cfg.hosts:
+        return None
+    tokens = _tokens((cfg.bind_args, cfg.extra_args, cfg.mca_args))
+    slots = sum(h.slots for h in cfg.hosts)
+    m = mode(tokens, cfg.np > slots)
+    if m == "exact":
+        left, table = cfg.np, []
+        for h in cfg.hosts:
+            take = min(h.slots, left)
+            if take:
+                table.append((h.name, take))
+            left -= take
+    else:
+        table = [(h.name, h.slots) for h in cfg.hosts]
+    return f"{cfg.np};{m};" + ",".join(f"{name}:{count}" for name, count in table)
