@@ -37,7 +37,6 @@ from mpilaunch.summary import Collector, describe_status
 
 PORT_WAIT = 60.0
 GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and exit
-GRACE_MIN_AGE = 1.0     # mpirun younger than this gets the plain stop (nothing saves yet)
 STALL_STATUS = 124      # as timeout(1)
 
 
@@ -170,8 +169,6 @@ class Attempt:
         to the grace), then the ordinary teardown when the job has not ended by itself."""
         grace = self.lr.term_grace
         if grace is None or proc is None or self.started_at is None:
-            return False
-        if time.monotonic() - self.started_at < GRACE_MIN_AGE:
             return False
         self.graceful = True
         print(f"mpilaunch: {signal.Signals(signum).name} received: SIGTERM to every worker, "
