@@ -1,12 +1,11 @@
 """Start and watch this rank's children: the worker, and on rank 0 the scheduler.
 
-* One thread per child forks it and waits on it, and lives as long as the child: children
-  get ``PR_SET_PDEATHSIG(SIGKILL)`` in a pre-exec hook, and the kernel fires that when the
-  *forking thread* exits. Children stay in the rank's process group (Open MPI's teardown
-  signals the group; a child in its own session would escape it).
-* Events (child exits, signals to the adapter) arrive on one ``queue.SimpleQueue``; the main
-  thread blocks on it. Helper threads block SIGTERM/SIGINT/SIGHUP so the kernel delivers
-  those to the main thread, whose blocking ``get`` they interrupt. Nothing polls.
+* One thread per child forks it, waits on it and lives as long as it: the kernel fires the
+  children's ``PR_SET_PDEATHSIG(SIGKILL)`` (pre-exec hook) when the *forking thread* exits.
+  Children stay in the rank's process group, which Open MPI's teardown signals.
+* Events (child exits, signals) arrive on one ``queue.SimpleQueue`` the main thread blocks on;
+  helper threads block SIGTERM/SIGINT/SIGHUP, so those interrupt the main thread's ``get``.
+  Nothing polls.
 * Output: a non-tailed child writes straight to its log file (zero copy). A tailed worker
   writes to a pipe (1 MiB); a relay thread copies large chunks to the log and whole lines,
   each prefixed ``[rank<R>] ``, to the adapter's stdout (a partial line is shown after
@@ -15,23 +14,18 @@
   and Python block-buffers ``print``; set ``PYTHONUNBUFFERED=1`` for live prints. A pty was
   measured and rejected: 200 MB of lines took 2-3x as long as through a pipe.
 * A child failing (non-zero status or signal) -> status line ``cause: self``, the other
-  child is terminated (SIGTERM, SIGKILL after ``kill_grace`` s), exit with the child's
-  status (128+N for signal N). SIGTERM/SIGINT/SIGHUP to the adapter -> the same teardown,
-  status lines ``cause: terminated``, exit 128+N. Rank 0's worker exiting 0 -> wait for the
-  scheduler to leave on its own for at most ``scheduler_grace`` s, then terminate it (status
-  line ``event: grace-expired``, exit status stays 0). The scheduler exiting 0 first ->
-  keep waiting for the worker.
-* Descendants (issue 12 item 2): the adapter is a child subreaper (``PR_SET_CHILD_SUBREAPER``),
-  so whatever a child starts (DataLoader workers, a shell, a daemon that double-forks or calls
-  setsid) stays in the adapter's subtree when its parent dies: it is re-parented to the
-  adapter, not to init. Chosen over process groups (a child calling setsid/setpgid escapes
-  them, and children must stay in the rank's group for Open MPI's teardown) and cgroups (not
-  available to an unprivileged rank). On every way out of :meth:`Supervisor.run` (a failure,
-  a stop, a success) the whole subtree is ended: orphans get SIGTERM with the children,
-  everything left gets SIGKILL after the grace, and every orphan is reaped (the adapter is
-  their parent now; ``SIGCHLD`` reaps the ones that exit during the run, so none stays a
-  zombie). A successful worker's leftovers are ended when the adapter exits (SIGTERM, SIGKILL
-  after ``DESCENDANT_GRACE`` s). Not covered: the adapter itself SIGKILLed (its children die
+  child is terminated (SIGTERM, SIGKILL after ``kill_grace`` s), exit with the child's status
+  (128+N for signal N). SIGTERM/SIGINT/SIGHUP to the adapter -> the same teardown, status lines
+  ``cause: terminated``, exit 128+N. Rank 0's worker exiting 0 -> the scheduler is stopped
+  quietly once every rank's worker exited 0 (``rank/jobdone.py``), else when it has not left
+  by itself within ``scheduler_grace`` s (``event: grace-expired``); status 0 either way.
+* Descendants (issue 12 item 2): the adapter is a child subreaper, so whatever a child starts
+  (DataLoader workers, a shell, a setsid daemon) is re-parented to the adapter, not to init
+  (process groups: setsid escapes them, and children must stay in the rank's group for Open
+  MPI's teardown; cgroups: not available to a rank). On every way out of :meth:`Supervisor.run`
+  the whole subtree is ended: orphans get SIGTERM with the children, everything left SIGKILL
+  after the grace (``DESCENDANT_GRACE`` s after a success), and every orphan is reaped (also
+  during the run, on ``SIGCHLD``). Not covered: the adapter itself SIGKILLed (its children die
   by PDEATHSIG; their descendants are left to Open MPI's process-group kill).
 """
 from __future__ import annotations
@@ -50,7 +44,7 @@ if TYPE_CHECKING:
     from mpilaunch.rank.plan import ChildSpec   # what to start: rank/plan.py decides it
 
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl as _prctl
-from mpilaunch.rank import logs, status
+from mpilaunch.rank import jobdone, logs, status
 from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS, _grow_pipe, relay
 
 TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -255,6 +249,7 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, self._on_sigchld)
         old = signal.pthread_sigmask(signal.SIG_BLOCK, TEARDOWN_SIGNALS + (signal.SIGCHLD,))
         try:
+            self.jobdone = jobdone.listener_for(self.rank, self.children, self.events.put)
             for child in self.children.values():
                 child.thread = threading.Thread(target=self._run_child, args=(child,),
                                                 name=f"child-{child.spec.role}", daemon=True)
@@ -288,6 +283,9 @@ class Supervisor:
                 return self._teardown(ev[1])
             if ev[0] == "sigchld":
                 self._reap_orphans()
+            elif ev[0] == "peer-done" and jobdone.stop_scheduler_if_all_done(self):
+                return 0    # rank 0: the last other rank's worker exited 0
+            if ev[0] != "exit":
                 continue
             child = self.children[ev[1]]
             if child.reported:
@@ -295,7 +293,9 @@ class Supervisor:
             if child.start_error is None and child.status == 0:
                 child.reported = True
                 self._finish_relay(child)
-                if not self._running():
+                if child.spec.role == "worker":
+                    jobdone.send_done(child.spec.env, self.rank)
+                if not self._running() or jobdone.stop_scheduler_if_all_done(self):
                     return 0
                 if child.spec.role == "worker" and "scheduler" in self.children:
                     deadline = time.monotonic() + self.scheduler_grace
