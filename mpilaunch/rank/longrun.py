@@ -139,6 +139,7 @@ def _watchdog(sup, opts, rank: int, hostname: str, timeout: float):
     dog = watchdog.Watchdog(timeout, worker.spec.log_path,
                             watchdog.heartbeat_path(opts.log_dir, rank),
                             watchdog.stacks_path(opts.log_dir, rank), pid_of, rank, hostname,
-                            watchdog.find_py_spy(worker.spec.env.get("PATH")))
+                            watchdog.find_py_spy(worker.spec.env.get("PATH")),
+                            status_of=lambda: worker.status)
     dog.start()
     return dog

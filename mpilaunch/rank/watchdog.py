@@ -97,11 +97,11 @@ class Watchdog(threading.Thread):
     """Watches one worker; ``pid_of()`` gives its pid (None before it started)."""
 
     def __init__(self, timeout: float, log_path: str, heartbeat: str, stacks: str, pid_of,
-                 rank: int, host: str, py_spy: str):
+                 rank: int, host: str, py_spy: str, status_of=lambda: None):
         super().__init__(name="stall-watchdog", daemon=True)
         self.timeout, self.paths = timeout, (os.path.abspath(log_path), heartbeat)
         self.stacks, self.pid_of, self.rank, self.host = stacks, pid_of, rank, host
-        self.py_spy = py_spy
+        self.py_spy, self.status_of = py_spy, status_of
         self.done = threading.Event()
 
     def start(self) -> None:
@@ -122,6 +122,11 @@ class Watchdog(threading.Thread):
         last = time.monotonic()
         silent = False
         while not self.done.wait(period):
+            if self.status_of() is not None:    # the worker ended: a success is not silence
+                if self.status_of() == 0:
+                    status.emit(self.rank, self.host, "worker", "done", 0, None, "stall",
+                                self.paths[0], [])
+                return
             now_marks = [_mark(p) for p in self.paths]
             now = time.monotonic()
             if now_marks != marks:
