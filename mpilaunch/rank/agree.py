@@ -242,6 +242,27 @@ def mca_tweak(env: Mapping[str, str]) -> Optional[str]:
     return None
 
 
+def node_from_plan(info: RankInfo, expect) -> RankInfo:
+    """Node index and count from the launcher's plan (``--expect-ranks``, parsed by
+    ``rank/span.py``) in ``exact`` mode (hostfile slots filled in order), when it agrees with
+    what the MPI launcher says here (world size, this host's rank count, local rank = rank -
+    the host's first rank): ranks spanning hosts then need no MPI agreement for the node index
+    (issue 13 goal 2). Anything else (other modes, a mismatch): ``info`` unchanged."""
+    if expect is None or not info.complete or info.node_index is not None:
+        return info
+    n, mode, table = expect
+    if mode != "exact" or n != info.size or not table:
+        return info
+    total = 0
+    for index, (_, count) in enumerate(table):
+        if info.rank < total + count:
+            if count == info.local_size and info.rank - total == info.local_rank:
+                return info._replace(node_index=index, num_nodes=len(table))
+            return info
+        total += count
+    return info
+
+
 def needs_mpi(info: RankInfo, master_addr: Optional[str], master_port: int) -> bool:
     if not info.complete or master_port == 0:
         return True
