@@ -41,10 +41,12 @@ def preflight_fails(cfg, mux=None) -> bool:
     without a prompt. One line per failure naming the host, instead of Open MPI's
     "daemon failed to report back" after its own time-out. ``mux``: a ControlPath where each
     login leaves its connection open for mpirun's ssh (mpilaunch/ssh.py, issue 13 goal 3)."""
+    from mpilaunch import ssh
+
+    if all(ssh.is_local(h.name, []) for h in cfg.hosts):   # check.hosts_needing_ssh, without
+        return False                                     # importing check (12 ms) on one host
     from mpilaunch import check
 
-    if not check.hosts_needing_ssh(cfg.hosts):
-        return False
     bad = check.failed(check.run_checks(cfg, timeout=check.DEFAULT_TIMEOUT, mux=mux))
     for result in bad:
         print(f"mpilaunch: preflight: {result.line()}", file=sys.stderr)
