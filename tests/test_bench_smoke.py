@@ -42,7 +42,7 @@ def test_bench_smoke_writes_full_report(tmp_path):
 
     results = json.loads((out / "results.json").read_text())
     keys = [s["key"] for s in results["sections"]]
-    assert keys == ["launch", "msstart", "teardown", "plan", "relay", "cpu"]
+    assert keys[:6] == ["launch", "msstart", "teardown", "plan", "relay", "cpu"]   # then hydra, multihost, ...
     for s in results["sections"]:
         assert s["verdicts"], f"section {s['key']} has no figure"
         assert not s.get("error"), s.get("error")
