@@ -1,0 +1,206 @@
+"""Issue 11 benchmarks: restart latency and graceful-stop latency.
+
+1. **Restart**: 2 ranks train (torch, gloo, a checkpoint every step); rank 1 SIGKILLs itself
+   at step 3 of attempt 0 and writes the time just before. Measured: that time -> the
+   restarted job's first training step (the latest rank's), for ``mpilaunch --max_restarts 1``
+   and ``torchrun --nproc-per-node 2 --max-restarts 1`` on the same script, interleaved. Also
+   a fresh launch (launcher start -> first step of attempt 0) for the restart overhead.
+2. **Stop**: SIGTERM to mpilaunch -> launcher and every descendant gone, workers that exit
+   at once on SIGTERM (a 0 s save): ``--term-grace 5`` vs no grace (Open MPI's own teardown).
+
+    python3 bench/bench_restart.py [--trials 5] [--mpirun PATH]
+
+Prints one line per trial and the medians; nothing is asserted (tests/ test behaviour).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TRAIN = r'''
+import os, signal, sys, time
+out = sys.argv[1]
+attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+import torch, torch.distributed as dist
+rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo")
+model = torch.nn.Linear(64, 1)
+ckpt = os.path.join(out, "ckpt.pt")
+start = 0
+if os.path.exists(ckpt):
+    st = torch.load(ckpt)
+    model.load_state_dict(st["model"])
+    start = st["step"]
+dist.barrier()      # every rank has read the checkpoint before rank 0 writes the next one
+for step in range(start + 1, 7):
+    if attempt == 0 and rank == 1 and step == 3:
+        open(os.path.join(out, "killed"), "w").write(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    x = torch.randn(16, 64)
+    model.zero_grad()
+    model(x).pow(2).mean().backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+    if step == start + 1:
+        open(os.path.join(out, f"first_{attempt}_{rank}"), "w").write(repr(time.time()))
+    if rank == 0:
+        torch.save({"model": model.state_dict(), "step": step}, ckpt + ".tmp")
+        os.replace(ckpt + ".tmp", ckpt)
+    dist.barrier()
+    time.sleep(0.2)
+dist.destroy_process_group()
+'''
+
+STOPPER = r'''
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+open(os.path.join(sys.argv[1], "up_" + os.environ["RANK"]), "w").close()
+while True:
+    time.sleep(0.05)
+'''
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _env():
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("OPENMPI_", "OMPI_COMM", "PMIX_", "MA_", "VC_"))}
+
+
+def restart_trial(kind: str, mpirun: str, work: str):
+    out = tempfile.mkdtemp(dir=work)
+    script = os.path.join(work, "train.py")
+    if kind == "mpilaunch":
+        argv = [sys.executable, "-m", "mpilaunch", "--mpirun", mpirun, "-np", "2",
+                "--no-scheduler", "--master_port", "0", "--max_restarts", "1",
+                "--log_dir", os.path.join(out, "logs"), script, out]
+    else:
+        torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+        argv = [torchrun, "--nproc-per-node", "2", "--max-restarts", "1",
+                "--master-port", str(free_port()), script, out]
+    t0 = time.time()
+    import psutil
+
+    log = os.path.join(out, "launcher.err")
+    with open(log, "w") as errf:
+        proc = subprocess.Popen(argv, env=_env(), cwd=REPO, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=errf)
+    seen = {}
+    end = time.monotonic() + 120        # torchrun's workers run in sessions of their own and
+    while proc.poll() is None and time.monotonic() < end:   # were seen to hang after a restart
+        try:
+            for c in psutil.Process(proc.pid).children(recursive=True):
+                seen.setdefault(c.pid, c)
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    if proc.poll() is None:
+        proc.kill()
+    for c in seen.values():     # only what this trial started
+        try:
+            c.kill()
+        except psutil.Error:
+            pass
+    proc.wait()
+
+    class r:
+        returncode, stderr = proc.returncode, open(log).read()
+
+    def read(name):
+        with open(os.path.join(out, name)) as f:
+            return float(f.read())
+    try:
+        killed = read("killed")
+        first0 = max(read(f"first_0_{r_}") for r_ in (0, 1))
+        first1 = max(read(f"first_1_{r_}") for r_ in (0, 1))
+    except OSError:
+        print(f"  {kind}: no restarted step (rc {r.returncode}): "
+              + " | ".join(r.stderr.strip().splitlines()[-3:])[-300:], flush=True)
+        return None
+    return first1 - killed, first0 - t0
+
+
+def stop_trial(grace, mpirun: str, work: str):
+    out = tempfile.mkdtemp(dir=work)
+    script = os.path.join(work, "stopper.py")
+    argv = [sys.executable, "-m", "mpilaunch", "--mpirun", mpirun, "-np", "2", "--no-scheduler",
+            "--master_port", "0", "--log_dir", os.path.join(out, "logs")]
+    if grace is not None:
+        argv += ["--term-grace", str(grace)]
+    import psutil
+
+    proc = subprocess.Popen(argv + [script, out], env=_env(), cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 60
+    while not all(os.path.exists(os.path.join(out, f"up_{r}")) for r in (0, 1)):
+        if time.monotonic() > end:
+            proc.kill()
+            return None
+        time.sleep(0.02)
+    kids = psutil.Process(proc.pid).children(recursive=True)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait()
+    while any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE for k in kids):
+        time.sleep(0.005)
+    return time.monotonic() - t0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--trials", type=int, default=5)
+    p.add_argument("--mpirun", default=os.path.join(os.path.dirname(sys.executable), "mpirun"))
+    a = p.parse_args()
+    work = tempfile.mkdtemp(prefix="bench-restart-")
+    with open(os.path.join(work, "train.py"), "w") as f:
+        f.write(TRAIN)
+    with open(os.path.join(work, "stopper.py"), "w") as f:
+        f.write(STOPPER)
+    print(f"# mpirun {a.mpirun}; load {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
+    res = {"mpilaunch": [], "torchrun": []}
+    fresh = {"mpilaunch": [], "torchrun": []}
+    for i in range(a.trials):
+        for kind in (("mpilaunch", "torchrun") if i % 2 == 0 else ("torchrun", "mpilaunch")):
+            got = restart_trial(kind, a.mpirun, work)
+            if got:
+                res[kind].append(got[0])
+                fresh[kind].append(got[1])
+                print(f"trial {i} {kind:9s} SIGKILL -> first step after restart {got[0]:.3f} s; "
+                      f"fresh launch -> first step {got[1]:.3f} s")
+    for kind in res:
+        if res[kind]:
+            print(f"restart {kind}: median {statistics.median(res[kind]):.3f} s "
+                  f"(min {min(res[kind]):.3f}, n={len(res[kind])}); fresh launch median "
+                  f"{statistics.median(fresh[kind]):.3f} s")
+    stops = {"--term-grace 5": [], "no grace": []}
+    for i in range(a.trials):
+        for name, grace in (("--term-grace 5", 5), ("no grace", None)):
+            t = stop_trial(grace, a.mpirun, work)
+            if t is not None:
+                stops[name].append(t)
+                print(f"trial {i} SIGTERM -> all gone, {name}: {t:.3f} s", flush=True)
+    for name, ts in stops.items():
+        if ts:
+            print(f"stop {name}: median {statistics.median(ts):.3f} s (min {min(ts):.3f})")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
