@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from launchutil import MPIRUNS, REPO, clean_env, mpilaunch_argv
+from launchutil import MPIRUNS, REPO, clean_env, free_port, mpilaunch_argv
 
 from mpilaunch import restart, span
 
@@ -163,6 +163,7 @@ def test_usage_error_is_not_restarted(tmp_path):
     script = tmp_path / "x.py"
     script.write_text("print('never')\n")
     r = subprocess.run(mpilaunch_argv("-np", "2", "--no-preflight", "--no-scheduler",
+                                      "--master_port", free_port(),
                                       "--hostfile", str(_two_names(tmp_path)), "--extra-args",
                                       "--host localhost:2", "--max_restarts", "3", "--log_dir",
                                       str(tmp_path / "logs"), str(script)),
