@@ -20,14 +20,18 @@ OWNER = "owner"
 
 def _start_time(pid: int):
     """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), or
-    None if there is no such process. Tells a live launcher from a reused pid."""
+    None if there is no such process or it is a zombie. Tells a live launcher from a reused
+    pid."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read()
     except OSError:
         return None
     try:
-        return int(data[data.rindex(b")") + 2:].split()[19])
+        fields = data[data.rindex(b")") + 2:].split()
+        if fields[0] in (b"Z", b"X"):   # a zombie has ended: only its parent has not reaped it
+            return None
+        return int(fields[19])
     except (ValueError, IndexError):
         return None
 
