@@ -1,6 +1,6 @@
 """Hydra's ``mpiexec`` (MPICH, Intel MPI): the same launch as on Open MPI, in Hydra's words. Pure.
 
-The argv: ``mpiexec.hydra -n NP -f HOSTFILE [ssh] [translated OPENMPI_* args]
+The argv: ``mpiexec.hydra -n NP -f|-machinefile HOSTFILE [ssh] [translated OPENMPI_* args]
 [-genvlist NAME,...] RANK_COMMAND``, the hostfile in Hydra's ``host:N`` form.
 
 * **Env broadcast**: every selected variable (``--env-prefixes``, a user's tune file, ``-x
@@ -36,7 +36,7 @@ HYDRA_OPTIONS = {
     "-launcher": 1, "-launcher-exec": 1, "-bootstrap": 1, "-bootstrap-exec": 1,
     "-bootstrap-exec-args": 1, "-bind-to": 1, "-map-by": 1, "-wdir": 1, "-outfile-pattern": 1,
     "-errfile-pattern": 1, "-prepend-pattern": 1, "-prepend-timestamp": 0, "-cpu-bind": 1,
-    "-disable-auto-cleanup": 0,
+    "-disable-auto-cleanup": 0, "-localhost": 1,
 }
 # Open MPI options (canonical spelling, see render.normalize) and their arity.
 _OMPI_ARITY = {"-x": 1, "--mca": 2, "--prtemca": 2, "--gmca": 2, "--pmixmca": 2, "--bind-to": 1,
@@ -151,6 +151,30 @@ def ssh_tokens(ssh_args: Sequence[str], dialect: str) -> Tuple[List[str], Dict[s
     return ["-bootstrap-exec-args", joined], {}
 
 
+def intel_iface(hosts) -> List[str]:
+    """``-iface IF`` for an Intel MPI launch over other hosts: IF = the interface routing to the
+    first remote one. Intel's bootstrap proxies connect back to mpiexec by this host's *name*
+    (measured on the namespace test hosts, whose names resolve nowhere: every remote proxy failed
+    "getaddrinfo returned error -3 ... unable to connect to server mlh-host1"; ``-localhost ADDR``
+    did not change it, ``-iface IF`` did; a name resolving to 127.0.1.1 fails the same way).
+    MPICH's proxies need nothing. [] for one host or when no route is found."""
+    import socket
+
+    import psutil
+
+    from mpilaunch import ssh
+    from mpilaunch.rank.agree import route_source
+
+    remote = [h.name for h in hosts if not ssh.is_local(h.name, [h.name])]
+    src = route_source(remote[0]) if remote else None
+    if not src or src.startswith("127."):
+        return []
+    for name, addrs in psutil.net_if_addrs().items():
+        if name != "lo" and any(a.family == socket.AF_INET and a.address == src for a in addrs):
+            return ["-iface", name]
+    return []
+
+
 def render_hostfile(hosts) -> str:
     """Hydra's hostfile: ``host:N`` per line (Open MPI's ``slots=`` form is not read)."""
     return "".join(f"{h.name}:{h.slots}\n" for h in hosts)
@@ -164,9 +188,22 @@ def genv_tokens(names: Sequence[str]) -> List[str]:
 
 
 def argv(mpi_path: str, np: int, hostfile_path: str, ssh: Sequence[str], args: Sequence[str],
-         names: Sequence[str], rank_command: Sequence[str]) -> List[str]:
-    return [mpi_path, "-n", str(np), "-f", hostfile_path, *ssh, *args, *genv_tokens(names),
+         names: Sequence[str], rank_command: Sequence[str], dialect: str = MPICH,
+         stdin: "str | None" = None) -> List[str]:
+    """Intel MPI reads the counts of ``host:N`` only with ``-machinefile``: with ``-f`` it put
+    2 ranks on the first host of ``a:1 b:1`` (measured, 2021.18; MPICH's ``-f`` honours them).
+    ``stdin``: Intel's ``-s all|N`` (plan_fields refuses what MPICH cannot do)."""
+    hostfile = ["-machinefile" if dialect == IMPI else "-f", hostfile_path]
+    stdin_tokens = ["-s", stdin] if dialect == IMPI and stdin not in (None, "0", "none") else []
+    return [mpi_path, "-n", str(np), *hostfile, *ssh, *args, *stdin_tokens, *genv_tokens(names),
             *rank_command]
+
+
+def stdin_check(stdin, dialect: str) -> None:
+    """MPICH's mpiexec forwards stdin to rank 0 only (no ``-s`` in ``mpiexec.hydra -h``, 5.0.2)."""
+    if dialect == MPICH and stdin not in (None, "0", "none"):
+        raise UsageError(f"--stdin {stdin}: MPICH's mpiexec forwards stdin to rank 0 only; "
+                         "give --stdin 0 or none (Intel MPI and Open MPI take a rank or all)")
 
 
 def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
@@ -175,6 +212,8 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     import os
 
     from mpilaunch import render, tune
+
+    stdin_check(getattr(cfg, "stdin", None), mpi.dialect)
 
     args: List[str] = []
     names: List[str] = []
@@ -202,6 +241,8 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
         raise UsageError("the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
                          "plm_rsh_args in the MCA/extra args; keep one")
     ssh, ssh_env = ssh_tokens(ssh_args or ssh_found, mpi.dialect)
+    if mpi.dialect == IMPI and "-iface" not in args and not env.get("I_MPI_HYDRA_IFACE"):
+        args += intel_iface(cfg.hosts)
 
     selected = dict(tune.select(env, cfg.env_prefixes))
     if imported is not None:

@@ -162,7 +162,7 @@ def argv(plan: LaunchPlan) -> List[str]:
     """The exact mpirun command: the ModelArts shape, in this Open MPI's dialect."""
     if plan.mpi.hydra:
         return hydra.argv(plan.mpi.path, plan.np, plan.hostfile_path, plan.ssh, plan.args,
-                          plan.broadcast.routed, plan.rank_command)
+                          plan.broadcast.routed, plan.rank_command, plan.mpi.dialect, plan.stdin)
     cmd = [plan.mpi.path]
     if plan.noprefix:
         cmd.append("--noprefix")

@@ -58,7 +58,8 @@ def test_intel_multi_node_ssh_port_and_no_pinning(tmp_path):
     hostfile.write_text("node-a slots=2\nnode-b:2\n")
     env = {"OPENMPI_HOST_FILE_PATH": str(hostfile), "SSHD_PORT": "2222", "MA_JOB": "7"}
     p = make([], env, IM, tmp_path)
-    assert plan.argv(p) == ["/w/bin/mpiexec.hydra", "-n", "4", "-f", "/run/hostfile",
+    # -machinefile: Intel MPI ignores host:N counts under -f (2 ranks on the first of a:1 b:1)
+    assert plan.argv(p) == ["/w/bin/mpiexec.hydra", "-n", "4", "-machinefile", "/run/hostfile",
                             "-bootstrap-exec-args", "-p 2222", "-genv", "I_MPI_PIN", "0", *DEFAULT_GENV,
                             "-genvlist", "MA_JOB", *rank_tail(p)]
     assert p.hostfile_text == "node-a:2\nnode-b:2\n"
@@ -130,3 +131,35 @@ def test_hydra_options_pass_through_and_ssh_twice_is_refused(tmp_path):
 def test_hostfile_in_hydras_form():
     from mpilaunch.hostfile import Host
     assert hydra.render_hostfile((Host("a", 2), Host("10.0.0.2", 1))) == "a:2\n10.0.0.2:1\n"
+
+
+def test_intel_gets_the_interface_routing_to_the_remote_hosts(tmp_path, monkeypatch):
+    """Intel MPI's remote bootstrap proxies call back by this host's name: -iface keeps them off
+    name resolution (measured on the namespace test hosts); MPICH needs nothing."""
+    import psutil
+    from collections import namedtuple
+
+    from mpilaunch.rank import agree
+    addr = namedtuple("addr", "family address")
+    monkeypatch.setattr(agree, "route_source", lambda dest: "10.9.0.5")
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: {"lo": [addr(2, "127.0.0.1")], "ens7": [addr(2, "10.9.0.5")]})
+    argv = ["--hostfile", str(tmp_path / "hosts")]
+    (tmp_path / "hosts").write_text("10.9.0.6 slots=1\n10.9.0.7 slots=1\n")
+    assert "-iface ens7" in " ".join(plan.argv(make(argv, {}, IM, tmp_path)))
+    assert "-iface" not in plan.argv(make(argv, {}, MC, tmp_path))
+    given = plan.argv(make(argv + ["--extra-args", "-iface ib0"], {}, IM, tmp_path))
+    assert given.count("-iface") == 1 and "ib0" in given
+    assert "-iface" not in plan.argv(make(argv, {"I_MPI_HYDRA_IFACE": "ib0"}, IM, tmp_path))
+    assert "-iface" not in plan.argv(make(["-np", "2"], {}, IM, tmp_path))   # one host
+
+
+def test_stdin_in_hydras_words(tmp_path):
+    for value, tokens in (("all", ["-s", "all"]), ("2", ["-s", "2"])):
+        argv = plan.argv(make(["-np", "4", "--stdin", value], {}, IM, tmp_path))
+        assert argv[argv.index("-s"):argv.index("-s") + 2] == tokens
+    for value in ("0", "none"):
+        assert "-s" not in plan.argv(make(["-np", "4", "--stdin", value], {}, IM, tmp_path))
+        assert "-s" not in plan.argv(make(["-np", "4", "--stdin", value], {}, MC, tmp_path))
+    for value in ("all", "1"):
+        with pytest.raises(UsageError, match="MPICH's mpiexec forwards stdin to rank 0 only"):
+            make(["-np", "4", "--stdin", value], {}, MC, tmp_path)
