@@ -33,6 +33,7 @@ from collections import namedtuple
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
+from mpilaunch.rank import longrun
 from mpilaunch.summary import Collector, describe_status
 
 PORT_WAIT = 60.0
@@ -136,6 +137,8 @@ class _Collector(Collector):
     def feed_status(self, event) -> None:
         if event.cause == "stall":
             self.attempt.stall_event(event)
+        elif event.event == longrun.GRACE_EVENT:    # an adapter's graceful stop
+            self.attempt.grace_stops.append(event)
         else:
             super().feed_status(event)
 
@@ -150,7 +153,9 @@ class Attempt:
         self.silent = {}        # rank -> its last stall event
         self.done = set()       # ranks whose worker exited 0
         self.stalled = None     # the silent ranks' events when the job was ended for it
-        self.graceful = False
+        self.graceful = False   # the launcher asked for a graceful stop
+        self.grace_stops = []   # adapters that made one (asked or not: see finish)
+        self.foreign = False    # ... when mpilaunch had not asked
         self.stopped_by = None
         self.status = None
         self.cause = ""
@@ -206,6 +211,12 @@ class Attempt:
                           + ", ".join(str(r) for r in sorted(self.stalled)))
         elif stopped_by is not None:
             self.cause = f"stopped by {signal.Signals(stopped_by).name}"
+        elif self.grace_stops and not self.graceful and status == 0:
+            # SIGUSR1 to mpirun (or a rank) from something else: the adapters saved and
+            # exited 0, but the job did not finish; the status it has without --term-grace
+            self.foreign = True
+            status = 128 + longrun.GRACE_SIGNAL
+            self.cause = "stopped by a SIGUSR1 mpilaunch did not send"
         else:
             self.cause = _root_text(collector, status)
         self.status = status
@@ -222,7 +233,13 @@ class Attempt:
                 ev = self.stalled[rank]
                 lines.append(f"  stalled: rank {rank} on host {ev.host}: {ev.message}")
             return "\n".join(lines) + "\n"
-        if self.graceful:
+        if self.foreign:
+            ranks = ", ".join(str(e.rank) for e in sorted(self.grace_stops, key=lambda e: e.rank))
+            text = (f"mpilaunch: job failed (exit status {self.status})\n"
+                    "  root cause: SIGUSR1 reached the ranks, but mpilaunch did not send it (a "
+                    "process sent it to mpirun or to the ranks); with --term-grace it is the "
+                    f"graceful-stop signal: ranks {ranks} stopped their workers\n")
+        if self.graceful or self.foreign:
             text += _grace_lines(collector, self.lr.term_grace)
         return text
 

@@ -27,7 +27,9 @@ while True:
 '''
 
 
-def _stop(mpirun, tmp_path, grace, save, np=2):
+def _stop(mpirun, tmp_path, grace, save, np=2, to_mpirun=None):
+    """SIGTERM to the launcher; or, with ``to_mpirun``, that signal to mpirun (the launcher's
+    child) from outside, as another process would send it."""
     script = tmp_path / "saver.py"
     script.write_text(SAVER)
     out = tmp_path / "out"
@@ -42,7 +44,11 @@ def _stop(mpirun, tmp_path, grace, save, np=2):
         assert wait_for(lambda: all((out / f"up_{r}").exists() for r in range(np)), 60)
         kids = psutil.Process(proc.pid).children(recursive=True)
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        if to_mpirun is None:
+            proc.send_signal(signal.SIGTERM)
+        else:
+            mpirun_proc, = psutil.Process(proc.pid).children()
+            mpirun_proc.send_signal(to_mpirun)
         _, err = proc.communicate(timeout=grace + 30)
         took = time.monotonic() - t0
     finally:
@@ -70,4 +76,18 @@ def test_grace_shorter_than_the_save_cuts_it_and_says_so(mpirun, tmp_path):
     assert all((out / f"saving_{r}").exists() for r in range(2))
     assert not any((out / f"saved_{r}").exists() for r in range(2))
     assert "save cut: rank 0, rank 1 still running after the 1 s grace" in err
+    assert left == []
+
+
+@pytest.mark.parametrize("mpirun", MPIRUNS)
+def test_sigusr1_mpilaunch_did_not_send_is_a_failure_not_success(mpirun, tmp_path):
+    """SIGUSR1 is the graceful-stop signal mpirun forwards to the ranks: sent to mpirun by
+    something else, the workers still get their grace (the adapters cannot tell who sent it),
+    but the job did not finish: 128+SIGUSR1, as without --term-grace (it was 0)."""
+    rc, err, out, took, left = _stop(mpirun, tmp_path, grace=10, save=1, to_mpirun=signal.SIGUSR1)
+    assert rc == 128 + signal.SIGUSR1, err
+    assert all((out / f"saved_{r}").exists() for r in range(2)), err
+    assert "mpilaunch: job failed (exit status 138)" in err
+    assert "SIGUSR1 reached the ranks, but mpilaunch did not send it" in err
+    assert "stopped their workers" in err and "ended within the grace: rank 0, rank 1" in err
     assert left == []

@@ -11,9 +11,13 @@ mpirun, which both Open MPI 4.1 and 5.0 forward by default to every rank's *proc
   mask) and, by exec, still **ignored**: a worker (and whatever it starts) is never killed
   by the forwarded SIGUSR1; a script may still install its own SIGUSR1 handler;
 * on SIGUSR1 the adapter sends SIGTERM to its children and waits up to ``S`` s for them
-  (instead of the usual 2 s) before SIGKILL; then it exits **0**, so Open MPI does not tear
-  the other ranks down while they are still saving (a rank exiting non-zero would make
-  mpirun kill the job at once). The launcher reports the stop (exit 128+N).
+  (instead of the usual 2 s) before SIGKILL; then it writes a ``grace-stop`` status line and
+  exits **0**, so Open MPI does not tear the other ranks down while they are still saving (a
+  rank exiting non-zero would make mpirun kill the job at once). The adapter cannot tell who
+  sent the signal (a file in the launcher's run dir is not seen on other hosts); the
+  launcher can: after a stop it asked for it reports the stop (exit 128+N), after a
+  ``grace-stop`` it did not ask for (SIGUSR1 sent to mpirun or a rank by something else) the
+  job failed with 128+SIGUSR1, as it would have without ``--term-grace`` (restart.py).
 
 Under ``--exec`` there is no adapter to do this: the launcher refuses ``--term-grace`` there.
 """
@@ -27,6 +31,7 @@ from mpilaunch import contract
 from mpilaunch.errors import UsageError
 
 GRACE_SIGNAL = signal.SIGUSR1
+GRACE_EVENT = "grace-stop"      # the status line after a graceful stop (launcher: restart.py)
 RESTART_VARS = ("MPILAUNCH_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")
 MAX_VARS = ("MPILAUNCH_MAX_RESTARTS", "TORCHELASTIC_MAX_RESTARTS")
 
@@ -106,7 +111,12 @@ def supervise(specs, opts, rank: int, hostname: str, local_size: int = 1) -> int
     finally:
         if dog is not None:
             dog.done.set()
-    return 0 if state["graceful"] else rc
+    if not state["graceful"]:
+        return rc
+    from mpilaunch.rank import status
+
+    status.emit(rank, hostname, "adapter", GRACE_EVENT, rc, int(GRACE_SIGNAL), "grace", None)
+    return 0
 
 
 def _start_grace_thread(sup, grace: float, state: dict) -> None:
