@@ -22,7 +22,7 @@ def show_plan(plan, env) -> None:
             name, _, value = tok.partition("=")
             tok = f"{name}={contract.mask_value(name, value)}"
         shown.append(tok)
-    print(f"# mpirun: {plan.mpi.path} (Open MPI {plan.mpi.version_str})")
+    print(f"# mpirun: {plan.mpi.path} ({plan.mpi.name})")
     print(render.show(shown))
     print(f"# hostfile {plan.hostfile_path}:")
     sys.stdout.write("".join(f"#   {line}\n" for line in plan.hostfile_text.splitlines()))

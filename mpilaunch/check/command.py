@@ -37,7 +37,7 @@ def main(argv: Sequence[str]) -> int:
                            check_script=script_given)
     what = f"{len(p.hosts)} host(s) from {cfg.hosts_source}, np {p.np}, python {p.python}"
     if info is not None:
-        what += f", Open MPI {info.version_str} ({info.path})"
+        what += f", {info.name} ({info.path})"
     print(f"mpilaunch check: {what}, mpilaunch {mpilaunch.__version__}, time-out {timeout:g}s per check",
           flush=True)
     from mpilaunch import rundir

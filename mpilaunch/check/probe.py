@@ -111,24 +111,24 @@ def evaluate_sysctl(host: str, addr: str, values: Mapping[str, int], ranks: int)
 
 
 def _mpirun(host: str, addr: str, probe: Mapping, p: Params) -> CheckResult:
-    from mpilaunch.mpi import parse_version_output
+    from mpilaunch.mpi import _NAMES, parse_version_output
 
     want = ".".join(map(str, p.mpi_version or ()))
     if "mpirun_err" in probe or probe.get("mpirun_rc") not in (0, None):
         why = probe.get("mpirun_err") or f"exit {probe.get('mpirun_rc')}"
         return CheckResult(host, addr, "mpirun", FAIL,
-                           f"{p.mpirun} does not run there ({why}) — install the same Open MPI "
+                           f"{p.mpirun} does not run there ({why}) — install the same MPI "
                            f"({want}) at the same path on every host")
     try:
-        got, _ = parse_version_output(probe.get("mpirun_out", ""), p.mpirun)
-        got_s = ".".join(map(str, got))
+        got, dialect = parse_version_output(probe.get("mpirun_out", ""), p.mpirun)
+        got_s = f"{_NAMES.get(dialect, dialect)} " + ".".join(map(str, got))
     except UsageError:
         got, got_s = None, "an unrecognised MPI"
     if p.mpi_version is not None and got != tuple(p.mpi_version):
         return CheckResult(host, addr, "mpirun", FAIL,
-                           f"{p.mpirun} is Open MPI {got_s} there, {want} here — install the same "
-                           "Open MPI at the same path on every host")
-    return CheckResult(host, addr, "mpirun", OK, f"Open MPI {got_s}")
+                           f"{p.mpirun} is {got_s} there, {want} here — install the same "
+                           "MPI at the same path on every host")
+    return CheckResult(host, addr, "mpirun", OK, got_s)
 
 
 def evaluate_probe(host: str, addr: str, probe: Mapping, p: Params, rank0_host: bool) -> List[CheckResult]:
