@@ -16,8 +16,9 @@ from mpilaunch import restart, span
 
 # A 2-rank data-parallel linear model, gradients averaged with all_reduce (gloo), a checkpoint
 # (rank 0, atomic rename) every --every steps; resumes from it. --kill-step S: rank --kill-rank
-# SIGKILLs itself at step S (attempt 0 only, unless --kill-always). Rank 0 writes the final
-# parameters as exact float hex strings.
+# SIGKILLs itself at step S (attempt 0 only, unless --kill-always); --hold-step S: it writes its
+# pid to holding_<rank> and waits there (attempt 0) for a test to kill it. Rank 0 writes the
+# final parameters as exact float hex strings.
 TRAIN = r'''
 import argparse, json, os, signal, sys, time
 p = argparse.ArgumentParser()
@@ -27,6 +28,7 @@ p.add_argument("--out")
 p.add_argument("--kill-step", type=int, default=None)
 p.add_argument("--kill-rank", type=int, default=1)
 p.add_argument("--kill-always", action="store_true")
+p.add_argument("--hold-step", type=int, default=None)
 a = p.parse_args()
 import torch, torch.distributed as dist
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -46,6 +48,10 @@ if os.path.exists(ckpt):
 for step in range(start + 1, a.steps + 1):
     if step == a.kill_step and rank == a.kill_rank and (attempt == 0 or a.kill_always):
         os.kill(os.getpid(), signal.SIGKILL)
+    if step == a.hold_step and rank == a.kill_rank and attempt == 0:
+        with open(os.path.join(a.out, f"holding_{rank}"), "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(600)       # until a test kills it from outside
     if step == start + 1:
         with open(os.path.join(a.out, f"first_step_{attempt}_{rank}"), "w") as f:
             f.write(repr(time.time()))
