@@ -5,29 +5,32 @@ foreground (``-D``) from a small ``slurm.conf`` whose state, spool, log and sock
 live under one temp dir, on ports chosen free at start. Slurm's client commands find it
 through ``SLURM_CONF`` (:meth:`SlurmCluster.env`).
 
-Only PIDs this module started are ever signalled: the three daemons, and what ``slurmd``
-started. ``slurmd`` is exec'd with ``PR_SET_CHILD_SUBREAPER`` set (kept across ``execve``),
-so the ``slurmstepd`` processes it double-forks, and the job's tasks, stay its descendants
-instead of moving to init: teardown finds them through ``/proc`` ppid links from slurmd.
+Only PIDs this module started are ever signalled: the daemons, and what ``slurmd``
+started. Each ``slurmd`` runs as the child of a small subreaper (reaper.py), so the
+``slurmstepd`` processes it double-forks, and the job's tasks, are re-parented to the reaper
+instead of init: teardown finds them through ``/proc`` ppid links from the reaper, and every
+ended ``slurmstepd`` is reaped at once (no zombies left after teardown).
 
 Accounting: ``sacct`` needs ``slurmdbd`` and a MariaDB, far over the CI budget; job end states
 come from ``jobcomp/filetxt`` (one ``JobId=.. JobState=FAILED .. ExitCode=3:0`` line per job,
 written by slurmctld) and from ``scontrol show job`` (kept ``MinJobAge`` seconds).
 """
 import contextlib
-import ctypes
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
 SBIN = "/usr/sbin"
 DAEMONS = ("munged", "slurmctld", "slurmd")
+REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
+PYTHON3 = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
 
 
 def missing_prereqs():
@@ -49,19 +52,25 @@ def free_port():
         return s.getsockname()[1]
 
 
-def render_conf(d, node, cpus, ctld_port, slurmd_port, kill_wait=5):
-    """slurm.conf text: one node ``node`` with ``cpus`` CPUs (``config_overrides``: more task
-    slots than cores is fine for tests), everything under the directory ``d``."""
+def render_conf(d, nodes, cpus, ctld_port, slurmd_port, kill_wait=5, ctld=None,
+                munge_socket=None, tmp_fs=None):
+    """slurm.conf text: the nodes ``[(name, addr)]`` with ``cpus`` CPUs each
+    (``config_overrides``: more task slots than cores is fine for tests), the controller
+    ``ctld = (name, addr)`` (default: the first node's name at 127.0.0.1), everything under the
+    directory ``d`` but the munge socket (default ``d/munge.socket``) and ``TmpFS`` (where the
+    pmix plugin makes its per-step dirs; default /tmp)."""
+    ctld = ctld or (nodes[0][0], "127.0.0.1")
+    names = ",".join(n for n, _ in nodes)
     return "\n".join([
         "ClusterName=mpltest",
-        "SlurmctldHost=%s(127.0.0.1)" % node,
+        "SlurmctldHost=%s(%s)" % ctld,
         "SlurmctldPort=%d" % ctld_port,
         "SlurmdPort=%d" % slurmd_port,
         "SlurmUser=root",
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        "AuthInfo=socket=%s/munge.socket" % d,
+        "AuthInfo=socket=%s" % (munge_socket or d + "/munge.socket"),
         "StateSaveLocation=%s/state" % d,
         "SlurmdSpoolDir=%s/spool-%%n" % d,
         "SlurmctldPidFile=%s/slurmctld.pid" % d,
@@ -69,6 +78,7 @@ def render_conf(d, node, cpus, ctld_port, slurmd_port, kill_wait=5):
         "SlurmctldLogFile=%s/slurmctld.log" % d,
         "SlurmdLogFile=%s/slurmd-%%n.log" % d,
         "SlurmdParameters=config_overrides",
+        "TmpFS=%s" % (tmp_fs or "/tmp"),
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "SelectType=select/cons_tres",
@@ -86,17 +96,11 @@ def render_conf(d, node, cpus, ctld_port, slurmd_port, kill_wait=5):
         "MessageTimeout=10",
         "SlurmctldTimeout=30",
         "SlurmdTimeout=30",
-        "NodeName=%s NodeAddr=127.0.0.1 CPUs=%d State=UNKNOWN" % (node, cpus),
+    ] + ["NodeName=%s NodeAddr=%s CPUs=%d State=UNKNOWN" % (n, a, cpus) for n, a in nodes] + [
         "PartitionName=debug Nodes=%s Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
-        % node,
+        % names,
         "",
     ])
-
-
-def _subreaper_then_new_group():
-    os.setsid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def _children_map():
@@ -116,8 +120,7 @@ def _children_map():
 
 
 def descendants(pid):
-    """Live descendants of pid. Zombies are skipped: a slurmstepd that ended is re-parented
-    to slurmd (the subreaper), which does not reap what it did not expect."""
+    """Live descendants of pid (zombies skipped: one may be seen before its reaper ran)."""
     kids, out, todo, seen = _children_map(), [], [pid], set()
     while todo:
         for c, state in kids.get(todo.pop(), ()):
@@ -141,6 +144,7 @@ class SlurmCluster:
         self.kill_wait = kill_wait
         self.conf = os.path.join(self.dir, "slurm.conf")
         self.procs = {}             # name -> Popen (only what we started)
+        self.slurmd_pidfiles = {}   # node -> file where its reaper wrote slurmd's pid
 
     # -- environment for clients ----------------------------------------------------
     def env(self, base=None, **extra):
@@ -166,42 +170,58 @@ class SlurmCluster:
             raise
         return self
 
-    def _spawn(self, name, argv, **kw):
-        log = open(os.path.join(self.dir, name + ".out"), "ab")
+    def _spawn(self, name, argv, log_name=None, **kw):
+        log = open(os.path.join(self.dir, (log_name or name) + ".out"), "ab")
         try:
             self.procs[name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                                stderr=subprocess.STDOUT, env=self.env(), **kw)
+                                                stderr=subprocess.STDOUT, env=self.env(),
+                                                start_new_session=True, **kw)
         finally:
             log.close()
 
-    def _start(self, timeout):
-        d = self.dir
-        for sub in ("state", "spool-%s" % self.node):
-            os.makedirs(os.path.join(d, sub), mode=0o755, exist_ok=True)
-        key = os.path.join(d, "munge.key")
+    def _write_key(self):
+        key = os.path.join(self.dir, "munge.key")
         with open(key, "wb") as f:
             f.write(os.urandom(1024))
         os.chmod(key, 0o400)
-        with open(self.conf, "w") as f:
-            f.write(render_conf(d, self.node, self.cpus, free_port(), free_port(),
-                                self.kill_wait))
-        self.munge_socket = os.path.join(d, "munge.socket")
-        self._spawn("munged", [os.path.join(SBIN, "munged"), "-F", "--force",
-                               "--key-file", key, "--socket", self.munge_socket,
-                               "--pid-file", os.path.join(d, "munged.pid"),
-                               "--log-file", os.path.join(d, "munged.log"),
-                               "--seed-file", os.path.join(d, "munged.seed")],
-                    start_new_session=True)
-        self._wait(lambda: os.path.exists(self.munge_socket), timeout, "munged socket")
-        self._spawn("slurmctld", [os.path.join(SBIN, "slurmctld"), "-D", "-i", "-f", self.conf],
-                    start_new_session=True)
-        self._spawn("slurmd", [os.path.join(SBIN, "slurmd"), "-D", "-f", self.conf,
-                               "-N", self.node], preexec_fn=_subreaper_then_new_group)
-        self._wait(self._node_idle, timeout, "node %s idle in sinfo" % self.node)
+        return key
 
-    def _node_idle(self):
+    def _spawn_munged(self, name, key, socket_path, enter=()):
+        """munged in the foreground; ``enter``: an argv prefix (nsenter into a test host)."""
+        d, tag = self.dir, name.replace("@", "-")
+        self._spawn(name, list(enter) + [
+            os.path.join(SBIN, "munged"), "-F", "--force", "--key-file", key,
+            "--socket", socket_path, "--pid-file", os.path.join(d, tag + ".pid"),
+            "--log-file", os.path.join(d, tag + ".log"),
+            "--seed-file", os.path.join(d, tag + ".seed")], log_name=tag)
+
+    def _spawn_slurmd(self, node, enter=()):
+        """slurmd -D for ``node`` as the child of reaper.py (its pid in slurmd@node.pid)."""
+        os.makedirs(os.path.join(self.dir, "spool-%s" % node), mode=0o755, exist_ok=True)
+        pidfile = os.path.join(self.dir, "reaped-slurmd-%s.pid" % node)
+        self._spawn("slurmd@" + node, list(enter) + [
+            PYTHON3, "-S", REAPER, pidfile, os.path.join(SBIN, "slurmd"), "-D", "-f", self.conf,
+            "-N", node], log_name="slurmd-" + node)
+        self.slurmd_pidfiles[node] = pidfile
+
+    def _start(self, timeout):
+        d = self.dir
+        os.makedirs(os.path.join(d, "state"), mode=0o755, exist_ok=True)
+        key = self._write_key()
+        self.munge_socket = os.path.join(d, "munge.socket")
+        with open(self.conf, "w") as f:
+            f.write(render_conf(d, [(self.node, "127.0.0.1")], self.cpus, free_port(),
+                                free_port(), self.kill_wait))
+        self._spawn_munged("munged", key, self.munge_socket)
+        self._wait(lambda: os.path.exists(self.munge_socket), timeout, "munged socket")
+        self._spawn("slurmctld", [os.path.join(SBIN, "slurmctld"), "-D", "-i", "-f", self.conf])
+        self._spawn_slurmd(self.node)
+        self._wait(lambda: self._nodes_idle([self.node]), timeout,
+                   "node %s idle in sinfo" % self.node)
+
+    def _nodes_idle(self, nodes):
         out = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10).stdout
-        return bool(re.search(r"^%s idle\b" % re.escape(self.node), out, re.M))
+        return all(re.search(r"^%s idle\b" % re.escape(n), out, re.M) for n in nodes)
 
     def _wait(self, cond, timeout, what):
         deadline = time.monotonic() + timeout
@@ -219,15 +239,37 @@ class SlurmCluster:
     def logs(self, n=15):
         out = []
         for name in sorted(os.listdir(self.dir)):
-            if name.endswith((".log", ".out")):
+            if name.endswith((".log", ".out")) and not name.startswith("job-"):
                 with open(os.path.join(self.dir, name), errors="replace") as f:
                     out.append("== %s\n%s" % (name, "".join(f.readlines()[-n:])))
         return "\n".join(out)
 
-    def job_pids(self):
-        """Live processes slurmd started (slurmstepd and the tasks below it)."""
-        p = self.procs.get("slurmd")
-        return [] if p is None or p.poll() is not None else descendants(p.pid)
+    def slurmd_pid(self, node):
+        """The pid of ``node``'s slurmd (written by its reaper), or None."""
+        try:
+            with open(self.slurmd_pidfiles[node]) as f:
+                return int(f.read())
+        except (KeyError, OSError, ValueError):
+            return None
+
+    def job_pids(self, node=None):
+        """Live processes the slurmd of ``node`` (default: every node) started: slurmstepd
+        and the tasks below it (descendants of its reaper, slurmd itself excepted)."""
+        out = []
+        for name, p in self.procs.items():
+            if not name.startswith("slurmd@") or (node and name != "slurmd@" + node):
+                continue
+            if p.poll() is None:
+                main = self.slurmd_pid(name[len("slurmd@"):])
+                out += [pid for pid in descendants(p.pid) if pid != main]
+        return out
+
+    def zombies(self):
+        """Zombie processes whose parent is one of our reapers or slurmds (should be none)."""
+        ours = {p.pid for n, p in self.procs.items() if n.startswith("slurmd@")}
+        ours |= {self.slurmd_pid(n[len("slurmd@"):]) for n in self.procs if n.startswith("slurmd@")}
+        kids = _children_map()
+        return [c for parent in ours for c, state in kids.get(parent, ()) if state == "Z"]
 
     def stop(self):
         """Cancel every job, then stop our daemons and what slurmd started; remove the dir."""
@@ -239,24 +281,30 @@ class SlurmCluster:
         while left and time.monotonic() < deadline:
             time.sleep(0.2)
             left = self.job_pids()
-        for name in ("slurmd", "slurmctld", "munged"):
-            p = self.procs.get(name)
-            if p is None or p.poll() is not None:
+        order = sorted(self.procs, key=lambda n: (not n.startswith("slurmd@"),
+                                                  n.startswith("munged")))
+        for name in order:
+            p = self.procs[name]
+            if p.poll() is not None:
                 continue
-            extra = descendants(p.pid) if name == "slurmd" else []
+            # a reaper forwards SIGTERM to its slurmd, then exits once all below it ended
+            extra = descendants(p.pid) if name.startswith("slurmd@") else []
             for pid in [p.pid] + extra:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
             try:
                 p.wait(10)
             except subprocess.TimeoutExpired:
-                p.kill()
+                for pid in descendants(p.pid) + [p.pid]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 p.wait(5)
-            for pid in extra:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
         self.procs.clear()
+        self._cleanup()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _cleanup(self):
+        """What a subclass created besides the dir (nothing here)."""
 
     # -- jobs -----------------------------------------------------------------------
     def sbatch(self, script, opts=(), env=None, wait=True, timeout=180):
