@@ -120,6 +120,10 @@ class Collector:
             sig = int(m.group(4))
             out.append(Event(int(m.group(1)), m.group(3), "rank", "exit", 128 + sig, sig,
                              "self", None, [], float("inf")))
+        from mpilaunch.hydra_report import bad_terminations   # Hydra: MPICH, Intel MPI
+        for rank, pid, host, sig, code in bad_terminations(self._text):
+            out.append(Event(rank, host, "rank", "exit", code if sig is None else 128 + sig, sig, "self",
+                             None, [], float("inf"), message=f"pid {pid} (Hydra's report)"))
         return out
 
     @property

@@ -163,3 +163,18 @@ def test_stdin_in_hydras_words(tmp_path):
     for value in ("all", "1"):
         with pytest.raises(UsageError, match="MPICH's mpiexec forwards stdin to rank 0 only"):
             make(["-np", "4", "--stdin", value], {}, MC, tmp_path)
+
+
+def test_hydras_bad_termination_block_names_rank_host_and_pid():
+    from mpilaunch.summary import Collector
+    bar = "=" * 20
+    intel = (f"{bar}\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   RANK 1 PID 4242 RUNNING AT "
+             f"node-b\n=   KILLED BY SIGNAL: 9 (Killed)\n{bar}\n")
+    mpich = (f"{bar}\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   PID 4691 RUNNING AT 10.0.0.2\n"
+             f"=   EXIT CODE: 9\n=   CLEANING UP REMAINING PROCESSES\n{bar}\n")
+    victim = intel.replace("RANK 1 PID 4242", "RANK 0 PID 11").replace("SIGNAL: 9 (Killed)", "SIGNAL: 15 (Terminated)")
+    c = Collector()
+    c.feed_text(victim + intel + mpich)
+    got = [(e.rank, e.host, e.signal, e.code, e.message) for e in c.notices]
+    assert got == [(1, "node-b", 9, 137, "pid 4242 (Hydra's report)"), (None, "10.0.0.2", None, 9, "pid 4691 (Hydra's report)")]
+    assert c.root_cause().rank == 1
