@@ -70,6 +70,11 @@ def commands(mpirun: str, np: int, work: str, py: str = C.PY) -> dict:
     from mpilaunch import plan as planmod
 
     env = C.base_env()
+    if py != C.PY:
+        # the clean-site venv reaches this interpreter's site-packages through a .pth line, which
+        # the adapter's `python -S _boot.py` does not read: without this it finds no psutil
+        import site
+        env["PYTHONPATH"] = os.pathsep.join(site.getsitepackages())
     log_dir = os.path.join(work, "logs")
     run_dir = os.path.join(work, "run")
     os.makedirs(run_dir, exist_ok=True)
