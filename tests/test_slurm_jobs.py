@@ -126,3 +126,4 @@ def test_scancel_mid_run(slurm_cluster, tmp_path, launcher):
     assert slurm_cluster.job_record(job)[0] == "CANCELLED"
     assert "  scheduler: Slurm job %s: cancelled by the scheduler (scancel)" % job in text, text
     assert took < 15, took
+    assert slurm_cluster.zombies() == []    # reaper.py collected every ended slurmstepd

@@ -158,3 +158,35 @@ def test_two_nodes_scancel_leaves_nothing(slurm_nodes, tmp_path, launcher):
     assert slurm_nodes.job_record(job)[0] == "CANCELLED"
     assert "  scheduler: Slurm job %s: cancelled by the scheduler (scancel)" % job in text, text
     assert slurm_nodes.zombies() == []
+
+
+def test_check_inside_the_allocation(slurm_nodes, tmp_path):
+    """``mpilaunch check`` in a 2-node job checks the allocation (node state, a step on each
+    node running the probe) instead of ssh; a drained node fails it and is named."""
+    out = _out(tmp_path)
+    node2 = slurm_nodes.nodes[1]
+    check = [sys.executable, "-m", "mpilaunch", "check", "--mpirun", OMPI5, "--table"]
+    q = " ".join(shlex.quote(a) for a in check)
+    script = _job(out, "%s %s; echo CHECK1=$?" % (q, shlex.quote(WORKER)),
+                  "scontrol update nodename=%s state=drain reason=mpltest" % node2,
+                  "%s --ssh-only; echo CHECK2=$?" % q,
+                  "scontrol update nodename=%s state=resume" % node2)
+    try:
+        job, rc, log = slurm_nodes.sbatch(script, ["-N2", "--ntasks-per-node=2"],
+                                          env=_env(slurm_nodes))
+    finally:
+        slurm_nodes.run(["scontrol", "update", "nodename=" + node2, "state=resume"])
+    text = open(log).read()
+    first, second = text.split("CHECK1=")
+    assert "CHECK1=0" in text, text
+    assert "4 host(s)" not in first and "2 host(s) from Slurm job %s" % job in first, first
+    assert "mpilaunch check: OK — 2 host(s) passed" in first, first
+    rows = [line.split() for line in first.splitlines() if line.startswith(tuple(
+        slurm_nodes.nodes))]
+    assert [r[0] for r in rows] == slurm_nodes.nodes, first
+    head = next(line for line in first.splitlines() if line.startswith("HOST"))
+    assert "NODE  SRUN  PYTHON" in head and "SSH" not in head, head
+    assert "CHECK2=1" in second, second
+    assert "FAIL %s: Slurm State=ALLOCATED+DRAIN, Reason=mpltest [root@" % node2 in second, second
+    print(text)
+    assert "sbatch --exclude=%s" % node2 in second

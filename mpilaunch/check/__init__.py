@@ -16,6 +16,8 @@ sched-port      the scheduler/master port is free on rank 0's host (the first ho
 somaxconn,      ``net.core.somaxconn`` / ``net.ipv4.tcp_max_syn_backlog`` (warning only) for
 syn-backlog     large jobs (>= 64 ranks): below max(4096, ranks) connections may be dropped
 slots           the hosts' slots cover np (job-wide)
+node, srun      inside a Slurm job, instead of resolve/ssh-port/ssh: the allocated node's
+                Slurm state, and a one-task step on it that runs the probe (``check/slurm.py``)
 ==============  ==========================================================================
 
 Modules: ``results`` (what is checked, what is found), ``probe`` (the remote probe and its

@@ -45,7 +45,12 @@ def main(argv: Sequence[str]) -> int:
     for path in rundir.reclaim_stale():   # files of launchers that died by SIGKILL
         print(f"mpilaunch check: removed {path} (its launcher is gone)", flush=True)
     t0 = time.monotonic()
-    results = run_checks(p, timeout, parallel=parallel)
+    if cfg.hosts_source.startswith("Slurm job "):   # the allocation, not ssh (check/slurm.py)
+        from mpilaunch.check import slurm
+
+        results = slurm.run_checks(p, env, timeout, parallel=parallel)
+    else:
+        results = run_checks(p, timeout, parallel=parallel)
     for line in report_lines(results, len(p.hosts), time.monotonic() - t0,
                              table=True if args.check_table else None):
         print(line)

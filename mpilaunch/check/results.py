@@ -18,9 +18,10 @@ OK, FAIL, WARN, SKIP = "ok", "fail", "warn", "skip"
 LEVEL_SSH, LEVEL_FULL = "ssh", "full"
 
 # Column order of the table (and of checks per host); the first three are the ssh level.
-CHECKS = ("resolve", "ssh-port", "ssh", "python", "mpilaunch", "mpi4py", "mpirun", "script",
-          "sched-port", "somaxconn", "syn-backlog")
+CHECKS = ("resolve", "ssh-port", "ssh", "node", "srun", "python", "mpilaunch", "mpi4py", "mpirun",
+          "script", "sched-port", "somaxconn", "syn-backlog")
 SSH_CHECKS = CHECKS[:3]
+SLURM_CHECKS = ("node", "srun")     # inside a Slurm job, instead of the ssh ones (check/slurm.py)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def check_slots(p: Params) -> CheckResult:
 
 def skip_rest(host: str, addr: str, after: str, level: str) -> List[CheckResult]:
     """``skip`` results for the checks of ``level`` that come after the failed ``after``."""
-    names = CHECKS if level == LEVEL_FULL else SSH_CHECKS
+    names = [c for c in (CHECKS if level == LEVEL_FULL else SSH_CHECKS) if c not in SLURM_CHECKS]
     return [CheckResult(host, addr, c, SKIP) for c in names[names.index(after) + 1:]]
 
 
