@@ -11,13 +11,21 @@ interleaved, and timed inside the job (so allocation and scheduling are outside 
 * ``mpilaunch``: ``python -m mpilaunch --no-scheduler --tail_worker_log none noop.py``
 * ``mpilaunch --launcher srun``: the same with srun starting the adapters
 
-Run: ``python3 bench/bench_slurm.py [N] [ROUNDS]`` (root, Slurm installed:
-scripts/setup_slurm.sh). Prints the median and min per variant in seconds.
+Run: ``python3 bench/bench_slurm.py [N] [ROUNDS] [NODES]`` (root, Slurm installed:
+scripts/setup_slurm.sh). Prints the median and min per variant in seconds. NODES=2: the
+multi-node test Slurm instead (tests/slurm/multinode.py: a slurmd in each of 2 namespace test
+hosts, brought up here and torn down after), job ``-N2 --ntasks-per-node=N/2``.
 
 Measured 2026-11-30 (2 cores, Slurm 22.05.8, Open MPI 5.0.11 wheel, one node), N=2, 7 rounds:
 bare srun 0.158 s, bare mpirun 0.034 s (one node: no daemons), mpilaunch (mpirun) 0.209 s,
 mpilaunch --launcher srun 0.458 s. Both mpilaunch variants use ``--master_port 0``, which makes
 the adapters agree over MPI (MPI_Init under srun's PMIx is the larger share of the srun gap).
+
+Measured 2026-11-30, 2 nodes (``bench_slurm.py 4 7 2``: 2 namespace hosts x 2 tasks, load
+2.4-5, two runs): bare srun 0.286 / 0.261 s, bare mpirun 0.185 / 0.142 s, mpilaunch (mpirun)
+1.503 / 1.557 s, --launcher srun 1.768 / 1.626 s, --master_addr given 1.472 s. Spanning nodes,
+every adapter still MPI_Inits to learn its node index (agree.node_from_plan is written but
+not wired into rank/__main__.py), so giving rank 0's address alone does not help.
 """
 import os
 import shlex
@@ -43,14 +51,17 @@ def variants(noop):
         "bare mpirun": [MPIRUN, "-np", "$N", "--allow-run-as-root", PY, "-S", "-c", "pass"],
         "mpilaunch (mpirun)": ml + [noop],
         "mpilaunch --launcher srun": ml + ["--launcher", "srun", noop],
+        # rank 0's address given: spanning nodes, the adapters then need no MPI agreement
+        "mpilaunch --master_addr": ml + ["--master_addr", "$ADDR", noop],
     }
 
 
 def job_script(names_argv, rounds, n):
-    lines = ["N=%d" % n, "cd %s" % shlex.quote(REPO)]
+    lines = ["N=%d" % n, "cd %s" % shlex.quote(REPO),
+             "ADDR=$(hostname -I | cut -d' ' -f1)"]     # this node's (rank 0's) address
     lines.append("for r in $(seq %d); do" % rounds)
     for name, argv in names_argv.items():
-        cmd = " ".join(a if a == "$N" else shlex.quote(a) for a in argv)
+        cmd = " ".join(a if a in ("$N", "$ADDR") else shlex.quote(a) for a in argv)
         lines.append('  t0=$(date +%%s.%%N); %s >/dev/null 2>&1 || echo "FAIL %s"; t1=$(date +%%s.%%N)'
                      % (cmd, name))
         lines.append('  echo "T|%s|$t0|$t1"' % name)
@@ -69,22 +80,39 @@ def main(argv):
     noop = os.path.join(work, "noop.py")
     with open(noop, "w") as f:
         f.write("pass\n")
-    cluster = SlurmCluster(cpus=4).start()
+    nodes = int(argv[3]) if len(argv) > 3 else 1
+    os.chmod(work, 0o755)
+    prefix = None
     try:
-        env = cluster.env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        job, rc, out = cluster.sbatch(job_script(variants(noop), rounds, n), ["-n", str(n)],
-                                      env=env, timeout=600)
-        text = open(out).read()
+        if nodes > 1:
+            import hosts
+            from fixtures_hosts import SESSION_PREFIXES, TestHosts
+            from slurm.multinode import SlurmNodes
+
+            prefix = next(p for p in SESSION_PREFIXES[::-1] if not hosts.prefix_in_use(p))
+            th = TestHosts(hosts.up(nodes, prefix=prefix, owner_pid=os.getpid()))
+            cluster = SlurmNodes(th, n=nodes, cpus=max(1, n // nodes)).start(timeout=60)
+            opts = ["-N", str(nodes), "--ntasks-per-node", str(n // nodes)]
+        else:
+            cluster, opts = SlurmCluster(cpus=4).start(), ["-n", str(n)]
+        try:
+            env = cluster.env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+            job, rc, out = cluster.sbatch(job_script(variants(noop), rounds, n), opts,
+                                          env=env, timeout=600)
+            text = open(out).read()
+        finally:
+            cluster.stop()
     finally:
-        cluster.stop()
+        if prefix:
+            hosts.down(prefix)
     times = {}
     for line in text.splitlines():
         if line.startswith("T|"):
             _, name, t0, t1 = line.split("|")
             times.setdefault(name, []).append(float(t1) - float(t0))
     fails = [line for line in text.splitlines() if line.startswith("FAIL")]
-    print("launch time inside one Slurm allocation, N=%d, %d interleaved rounds (job %s, rc %s)"
-          % (n, rounds, job, rc))
+    print("launch time inside one Slurm allocation, N=%d on %d node(s), %d interleaved rounds "
+          "(job %s, rc %s)" % (n, nodes, rounds, job, rc))
     for name, ts in times.items():
         print("  %-28s median %.3f s  min %.3f s" % (name, statistics.median(ts), min(ts)))
     if fails:
