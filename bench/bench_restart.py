@@ -3,14 +3,27 @@
 1. **Restart**: 2 ranks train (torch, gloo, a checkpoint every step); rank 1 SIGKILLs itself
    at step 3 of attempt 0 and writes the time just before. Measured: that time -> the
    restarted job's first training step (the latest rank's), for ``mpilaunch --max_restarts 1``
-   and ``torchrun --nproc-per-node 2 --max-restarts 1`` on the same script, interleaved. Also
-   a fresh launch (launcher start -> first step of attempt 0) for the restart overhead.
+   and torchrun's standard single-node form ``torchrun --standalone --nnodes 1
+   --nproc-per-node 2 --max-restarts 1`` on the same script, interleaved. Also a fresh launch
+   (launcher start -> first step of attempt 0) for the restart overhead.
+
+   The script handles ``TORCHELASTIC_RESTART_COUNT``: under torchrun
+   (``TORCHELASTIC_USE_AGENT_STORE=True``) the workers' TCPStore is the agent's, which
+   outlives a restart with the last attempt's keys in it, so each attempt's keys go under a
+   ``PrefixStore("attempt<k>")``. Without that (``init_process_group("gloo")`` alone, as in
+   torch's own examples) attempt 1 reads attempt 0's gloo addresses and fails with
+   "Gloo connectFullMesh failed ... Connection refused" (pytorch/pytorch#135712;
+   ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` is torch's switch for it). ``--stock`` runs that
+   unmodified script once under torchrun and prints what happened. Under mpilaunch every
+   attempt is a new mpirun with a fresh port: no state survives, the plain init works.
 2. **Stop**: SIGTERM to mpilaunch -> launcher and every descendant gone, workers that exit
    at once on SIGTERM (a 0 s save): ``--term-grace 5`` vs no grace (Open MPI's own teardown).
 
-    python3 bench/bench_restart.py [--trials 5] [--mpirun PATH]
+    python3 bench/bench_restart.py [--trials 5] [--mpirun PATH] [--stock]
 
 Prints one line per trial and the medians; nothing is asserted (tests/ test behaviour).
+Only the processes a trial started (the launcher's descendants, seen while it ran) are
+killed after it.
 """
 from __future__ import annotations
 
@@ -30,10 +43,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = r'''
 import os, signal, sys, time
 out = sys.argv[1]
+STOCK = len(sys.argv) > 2 and sys.argv[2] == "--stock"
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 import torch, torch.distributed as dist
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dist.init_process_group("gloo")
+if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and not STOCK:
+    # torchrun: the agent's store keeps the last attempt's keys: keep each attempt's apart
+    store = dist.PrefixStore(f"attempt{attempt}", dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
+else:
+    dist.init_process_group("gloo")
 model = torch.nn.Linear(64, 1)
 ckpt = os.path.join(out, "ckpt.pt")
 start = 0
@@ -83,7 +103,7 @@ def _env():
             if not k.startswith(("OPENMPI_", "OMPI_COMM", "PMIX_", "MA_", "VC_"))}
 
 
-def restart_trial(kind: str, mpirun: str, work: str):
+def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
     out = tempfile.mkdtemp(dir=work)
     script = os.path.join(work, "train.py")
     if kind == "mpilaunch":
@@ -92,8 +112,8 @@ def restart_trial(kind: str, mpirun: str, work: str):
                 "--log_dir", os.path.join(out, "logs"), script, out]
     else:
         torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
-        argv = [torchrun, "--nproc-per-node", "2", "--max-restarts", "1",
-                "--master-port", str(free_port()), script, out]
+        argv = [torchrun, "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
+                "--max-restarts", "1", script, out] + (["--stock"] if stock else [])
     t0 = time.time()
     import psutil
 
@@ -112,6 +132,16 @@ def restart_trial(kind: str, mpirun: str, work: str):
         time.sleep(0.1)
     if proc.poll() is None:
         proc.kill()
+        print(f"  {kind}: still running after 120 s: killed", flush=True)
+    left = []
+    for c in seen.values():
+        try:
+            if c.is_running() and c.status() != psutil.STATUS_ZOMBIE:
+                left.append(c.pid)
+        except psutil.Error:
+            pass
+    if left:
+        print(f"  {kind}: {len(left)} process(es) it started outlived it: killed", flush=True)
     for c in seen.values():     # only what this trial started
         try:
             c.kill()
@@ -130,8 +160,11 @@ def restart_trial(kind: str, mpirun: str, work: str):
         first0 = max(read(f"first_0_{r_}") for r_ in (0, 1))
         first1 = max(read(f"first_1_{r_}") for r_ in (0, 1))
     except OSError:
+        lines = r.stderr.strip().splitlines()
+        why = ([ln for ln in lines if "connectFullMesh failed" in ln][-1:]
+               or [ln for ln in lines if "Error:" in ln][-1:])
         print(f"  {kind}: no restarted step (rc {r.returncode}): "
-              + " | ".join(r.stderr.strip().splitlines()[-3:])[-300:], flush=True)
+              + " | ".join(why or lines[-3:])[-400:], flush=True)
         return None
     return first1 - killed, first0 - t0
 
@@ -166,6 +199,8 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--mpirun", default=os.path.join(os.path.dirname(sys.executable), "mpirun"))
+    p.add_argument("--stock", action="store_true",
+                   help="also run torchrun once on the script without the per-attempt store keys")
     a = p.parse_args()
     work = tempfile.mkdtemp(prefix="bench-restart-")
     with open(os.path.join(work, "train.py"), "w") as f:
@@ -173,6 +208,11 @@ def main() -> int:
     with open(os.path.join(work, "stopper.py"), "w") as f:
         f.write(STOPPER)
     print(f"# mpirun {a.mpirun}; load {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
+    if a.stock:
+        got = restart_trial("torchrun", a.mpirun, work, stock=True)
+        print("torchrun --standalone --max-restarts 1, stock init_process_group: "
+              + (f"restarted, first step {got[0]:.3f} s after the kill" if got else
+                 "no restarted step (see the line above)"), flush=True)
     res = {"mpilaunch": [], "torchrun": []}
     fresh = {"mpilaunch": [], "torchrun": []}
     for i in range(a.trials):
