@@ -138,7 +138,7 @@ class _Collector(Collector):
         if event.cause == "stall":
             self.attempt.stall_event(event)
         elif event.event == longrun.GRACE_EVENT:    # an adapter's graceful stop
-            self.attempt.grace_stops.append(event)
+            self.attempt.grace_event(event)
         else:
             super().feed_status(event)
 
@@ -183,6 +183,19 @@ class Attempt:
         timer.daemon = True
         timer.start()
         return True
+
+    def grace_event(self, event) -> None:
+        """An adapter stopped its worker on SIGUSR1. Not asked by us (sent to mpirun or to a
+        rank by another process): the job cannot finish without that rank, so every rank
+        gets the same graceful stop (mpirun forwards it; an adapter already stopping ignores
+        it) and the job ends with 128+SIGUSR1 (see finish)."""
+        with self.lock:
+            self.grace_stops.append(event)
+            first = len(self.grace_stops) == 1 and not self.graceful
+        if first and self.proc is not None:
+            print(f"mpilaunch: rank {event.rank} stopped its worker on a SIGUSR1 mpilaunch did "
+                  "not send: the same graceful stop for every rank", file=sys.stderr, flush=True)
+            self.kill(self.proc, longrun.GRACE_SIGNAL)
 
     # -- stall watchdog
     def stall_event(self, event) -> None:

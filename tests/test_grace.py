@@ -27,9 +27,10 @@ while True:
 '''
 
 
-def _stop(mpirun, tmp_path, grace, save, np=2, to_mpirun=None):
+def _stop(mpirun, tmp_path, grace, save, np=2, to_mpirun=None, to_rank=None):
     """SIGTERM to the launcher; or, with ``to_mpirun``, that signal to mpirun (the launcher's
-    child) from outside, as another process would send it."""
+    child) from outside, as another process would send it; or, with ``to_rank`` (rank, signal),
+    that signal to that rank's adapter alone."""
     script = tmp_path / "saver.py"
     script.write_text(SAVER)
     out = tmp_path / "out"
@@ -44,7 +45,12 @@ def _stop(mpirun, tmp_path, grace, save, np=2, to_mpirun=None):
         assert wait_for(lambda: all((out / f"up_{r}").exists() for r in range(np)), 60)
         kids = psutil.Process(proc.pid).children(recursive=True)
         t0 = time.monotonic()
-        if to_mpirun is None:
+        if to_rank is not None:
+            rank, sig = to_rank
+            adapter, = [k for k in kids if "_boot.py" in " ".join(k.cmdline())
+                        and k.environ().get("OMPI_COMM_WORLD_RANK") == str(rank)]
+            adapter.send_signal(sig)
+        elif to_mpirun is None:
             proc.send_signal(signal.SIGTERM)
         else:
             mpirun_proc, = psutil.Process(proc.pid).children()
@@ -90,4 +96,18 @@ def test_sigusr1_mpilaunch_did_not_send_is_a_failure_not_success(mpirun, tmp_pat
     assert "mpilaunch: job failed (exit status 138)" in err
     assert "SIGUSR1 reached the ranks, but mpilaunch did not send it" in err
     assert "stopped their workers" in err and "ended within the grace: rank 0, rank 1" in err
+    assert left == []
+
+
+@pytest.mark.parametrize("mpirun", MPIRUNS)
+def test_sigusr1_to_one_rank_stops_every_rank_gracefully(mpirun, tmp_path):
+    """Only rank 1's adapter gets it: its worker saves and stops; the job cannot finish
+    without it, so the launcher gives every rank the same graceful stop (rank 0 looped
+    forever before)."""
+    rc, err, out, took, left = _stop(mpirun, tmp_path, grace=10, save=1,
+                                     to_rank=(1, signal.SIGUSR1))
+    assert rc == 128 + signal.SIGUSR1, err
+    assert all((out / f"saved_{r}").exists() for r in range(2)), err
+    assert "rank 1 stopped its worker on a SIGUSR1 mpilaunch did not send" in err
+    assert "ended within the grace: rank 0, rank 1" in err
     assert left == []
