@@ -331,8 +331,8 @@ def _where(files, pattern) -> str:
 def _launch_proposals(imp_ad, imp_fe) -> List[str]:
     """What is still worth changing, read from the current mpilaunch source (so the text
     stays true when mpilaunch changes between runs)."""
-    L = ["**What to change in mpilaunch** (read from the mpilaunch source as it was when this run started; not "
-         "changed here, this work may only touch `bench/`):", ""]
+    L = ["**What to change in mpilaunch** (proposals read from the mpilaunch source as it was when this run "
+         "started):", ""]
     n = 1
     boot = _grep("plan.py", r"_boot\.py")
     if boot:
