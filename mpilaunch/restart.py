@@ -84,6 +84,26 @@ def _rank0_here(cfg) -> bool:
     return bool(cfg.hosts) and ssh.is_local(cfg.hosts[0].name, [cfg.hosts[0].name])
 
 
+def rank0_address(cfg):
+    """Rank 0 runs here and some ranks elsewhere: the address of this host that the first
+    other host routes to (what the ranks' MPI agreement would pick, decided here once), or
+    None when that host is given by name (the agreement decides then)."""
+    import socket
+
+    from mpilaunch import ssh
+    from mpilaunch.rank import agree
+
+    for h in cfg.hosts[1:]:
+        if ssh.is_local(h.name, [h.name]):
+            continue
+        try:   # an address only: a name lookup here could wait on DNS; the ranks' agreement
+            socket.inet_pton(socket.AF_INET, h.name)   # then decides, as before
+        except OSError:
+            return None
+        return agree.route_source(h.name)
+    return None
+
+
 def attempt_cfg(cfg, lr: LongRun, k: int):
     """The config of attempt ``k``: its log dir, port and adapter flags."""
     extra = []
@@ -101,6 +121,11 @@ def attempt_cfg(cfg, lr: LongRun, k: int):
         spec = span.expect_spec(cfg)
         if spec:
             extra += ["--expect-ranks", spec]
+    if (lr.span and lr.rank0_here and not cfg.master_addr and not cfg.exec_mode
+            and "--expect-ranks" in extra):
+        addr = rank0_address(cfg)
+        if addr:   # with the plan's node index, the adapters need no MPI agreement at all
+            changes["master_addr"] = addr
     if k > 0 and not lr.port_given:   # a fresh port: nothing of the last attempt holds it
         changes["master_port"] = (_fresh_port() if lr.rank0_here
                                   else cfg.master_port if cfg.exec_mode else 0)

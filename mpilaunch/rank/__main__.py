@@ -66,6 +66,12 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
     _make_log_dir(opts.log_dir)
     from mpilaunch.rank import agree
 
+    if opts.longrun is not None and opts.longrun.expect is not None:
+        # the node index from the launcher's plan, when it matches what the MPI launcher says
+        # here: ranks across hosts then need no MPI_Init just to learn it (issue 13 goal 2)
+        from mpilaunch.rank import span
+
+        info = agree.node_from_plan(info, span.parse(opts.longrun.expect))
     ag = agree.agree(info, opts.master_addr, opts.master_port)
     info = ag.info
     ip = agree.local_ip(ag.sched_addr) if plan.needs_local_ip(opts) else ""
