@@ -11,6 +11,9 @@ interleaved, and timed inside the job (so allocation and scheduling are outside 
 * ``mpilaunch``: ``python -m mpilaunch --no-scheduler --tail_worker_log none noop.py``
 * ``mpilaunch --launcher srun``: the same with srun starting the adapters
 
+``BENCH_BASELINE=DIR`` (a checkout of an older commit, e.g. ``git archive``) adds ``before:``
+variants that run that checkout's mpilaunch, interleaved with the others in the same job.
+
 Run: ``python3 bench/bench_slurm.py [N] [ROUNDS] [NODES]`` (root, Slurm installed:
 scripts/setup_slurm.sh). Prints the median and min per variant in seconds. NODES=2: the
 multi-node test Slurm instead (tests/slurm/multinode.py: a slurmd in each of 2 namespace test
@@ -43,10 +46,16 @@ PY = sys.executable
 MPIRUN = os.path.join(os.path.dirname(PY), "mpirun")
 
 
-def variants(noop):
-    ml = [PY, "-m", "mpilaunch", "--no-scheduler", "--tail_worker_log", "none",
-          "--master_port", "0", "--log_dir", os.path.dirname(noop)]
-    return {
+def variants(noop, base=None):
+    args = ["--no-scheduler", "--tail_worker_log", "none", "--master_port", "0", "--log_dir",
+            os.path.dirname(noop)]
+    ml = [PY, "-m", "mpilaunch"] + args
+    before = {}
+    if base:   # another checkout (BENCH_BASELINE), interleaved in the same job: before/after
+        old = ["env", "-C", base, PY, "-m", "mpilaunch"] + args
+        before = {"before: mpilaunch (mpirun)": old + [noop],
+                  "before: --launcher srun": old + ["--launcher", "srun", noop]}
+    return {**before,
         "bare srun": ["srun", "--mpi=pmix", "-n", "$N", PY, "-S", "-c", "pass"],
         "bare mpirun": [MPIRUN, "-np", "$N", "--allow-run-as-root", PY, "-S", "-c", "pass"],
         "mpilaunch (mpirun)": ml + [noop],
@@ -97,7 +106,8 @@ def main(argv):
             cluster, opts = SlurmCluster(cpus=4).start(), ["-n", str(n)]
         try:
             env = cluster.env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-            job, rc, out = cluster.sbatch(job_script(variants(noop), rounds, n), opts,
+            base = os.environ.get("BENCH_BASELINE")
+            job, rc, out = cluster.sbatch(job_script(variants(noop, base), rounds, n), opts,
                                           env=env, timeout=600)
             text = open(out).read()
         finally:

@@ -97,6 +97,49 @@ def slurm(env: Mapping[str, str]) -> Optional[Allocation]:
     return Allocation(hosts, source, SLURM, job)
 
 
+def from_slurm(source: str) -> bool:
+    """Hosts whose ``source`` (LaunchConfig.hosts_source) is a Slurm allocation."""
+    return source.startswith("Slurm job ")
+
+
+def node_addrs(text: str) -> dict:
+    """``scontrol show node -o`` -> {NodeName: NodeAddr} (NodeAddr defaults to the name)."""
+    out = {}
+    for line in text.splitlines():
+        name, addr = re.search(r"\bNodeName=(\S+)", line), re.search(r"\bNodeAddr=(\S+)", line)
+        if name and addr:
+            out[name.group(1)] = addr.group(1)
+    return out
+
+
+def slurm_node_addr(name: str, env: Mapping[str, str], timeout: float = 5.0,
+                    run=None) -> Optional[str]:
+    """Slurm's ``NodeAddr`` of node ``name`` (one ``scontrol show node -o NAME``; slurmctld
+    knows it from slurm.conf: no DNS lookup here), or None when scontrol cannot tell. Asked by
+    ``restart.rank0_address`` only for a multi-node job whose rank 0 runs here."""
+    import shutil
+    import subprocess
+
+    scontrol = shutil.which("scontrol", path=env.get("PATH", os.defpath))
+    if not scontrol:
+        return None
+    try:
+        out = (run or subprocess.run)([scontrol, "show", "node", "-o", name],
+                                      stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                      errors="replace", timeout=timeout, env=dict(env))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return node_addrs(out.stdout).get(name)
+
+
+def node_addr_lookup(source: str, env: Mapping[str, str]):
+    """name -> Slurm's NodeAddr (:func:`slurm_node_addr`) when the hosts came from a Slurm
+    allocation (``source``: LaunchConfig.hosts_source), else None."""
+    if not from_slurm(source or ""):
+        return None
+    return lambda name: slurm_node_addr(name, env)
+
+
 def kubeflow(env: Mapping[str, str]) -> Optional[Allocation]:
     """The hostfile an MPI operator pointed the MPI library at, or None."""
     for name in HOSTFILE_VARIABLES:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -84,24 +85,28 @@ def _rank0_here(cfg) -> bool:
     return bool(cfg.hosts) and ssh.is_local(cfg.hosts[0].name, [cfg.hosts[0].name])
 
 
-def rank0_address(cfg):
+def rank0_address(cfg, node_addr=None):
     """Rank 0 runs here and some ranks elsewhere: the address of this host that the first
     other host routes to (what the ranks' MPI agreement would pick, decided here once), or
-    None when that host is given by name (the agreement decides then)."""
-    import socket
-
+    None when that host is given by name (the agreement decides then). ``node_addr``: name ->
+    the address the scheduler knows for it (Slurm's NodeAddr), asked for that host only."""
     from mpilaunch import ssh
     from mpilaunch.rank import agree
 
     for h in cfg.hosts[1:]:
         if ssh.is_local(h.name, [h.name]):
             continue
-        try:   # an address only: a name lookup here could wait on DNS; the ranks' agreement
-            socket.inet_pton(socket.AF_INET, h.name)   # then decides, as before
-        except OSError:
-            return None
-        return agree.route_source(h.name)
+        # an address only: a name lookup here could wait on DNS; the agreement decides then
+        addr = h.name if _ipv4(h.name) else node_addr(h.name) if node_addr else None
+        return agree.route_source(addr) if _ipv4(addr) else None
     return None
+
+
+def _ipv4(text) -> bool:
+    try:
+        return bool(text) and bool(socket.inet_pton(socket.AF_INET, text))
+    except OSError:
+        return False
 
 
 def attempt_cfg(cfg, lr: LongRun, k: int):
@@ -123,7 +128,9 @@ def attempt_cfg(cfg, lr: LongRun, k: int):
             extra += ["--expect-ranks", spec]
     if (lr.span and lr.rank0_here and not cfg.master_addr and not cfg.exec_mode
             and "--expect-ranks" in extra):
-        addr = rank0_address(cfg)
+        from mpilaunch import allocation   # Slurm: node names, their NodeAddr from scontrol
+
+        addr = rank0_address(cfg, allocation.node_addr_lookup(cfg.hosts_source, os.environ))
         if addr:   # with the plan's node index, the adapters need no MPI agreement at all
             changes["master_addr"] = addr
     if k > 0 and not lr.port_given:   # a fresh port: nothing of the last attempt holds it

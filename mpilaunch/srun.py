@@ -172,6 +172,7 @@ def main(cfg, env: Mapping[str, str], args) -> int:
                          "set); run mpilaunch from sbatch/salloc, or use --launcher mpirun")
     srun = find_srun(env)
     plugin = detect_plugin(srun, env)
+    cfg = rank0_side(cfg, env)
     if cfg.dry_run:
         plan = make_plan(cfg, env, srun, plugin, "<run-dir>")
         show(plan, argv(plan, cfg.oversubscribe))
@@ -186,6 +187,27 @@ def main(cfg, env: Mapping[str, str], args) -> int:
     if getattr(args, "verbose", False):
         print(f"mpilaunch: {render.show(cmd)}", file=sys.stderr)
     return launcher.run(launch_plan(plan), env, run_dir, False, command=cmd)
+
+
+def rank0_side(cfg, env: Mapping[str, str]):
+    """Rank 0 runs on this node (task 0 is on the allocation's first node, where the batch
+    script runs): pick the port here (unless --dry-run) and, across nodes, take rank 0's
+    address from Slurm (the route towards the next node's NodeAddr, restart.rank0_address).
+    The node index is Slurm's (SLURM_NODEID), so the adapters then need no MPI agreement
+    (MPI_Init under srun's PMIx in every adapter, ~1.3 s on 2 nodes)."""
+    from mpilaunch import allocation, restart, ssh
+    from mpilaunch.rank import agree
+
+    if cfg.exec_mode or not cfg.hosts or not ssh.is_local(cfg.hosts[0].name, [cfg.hosts[0].name]):
+        return cfg
+    changes = {}
+    if cfg.master_port == 0 and not cfg.dry_run:
+        changes["master_port"] = agree.check_port(agree.LOOPBACK, 0, "", check_addr=False)
+    if not cfg.master_addr and len(cfg.hosts) > 1:
+        addr = restart.rank0_address(cfg, allocation.node_addr_lookup(cfg.hosts_source, env))
+        if addr:
+            changes["master_addr"] = addr
+    return cfg._replace(**changes)
 
 
 def launch_plan(plan: SrunPlan):

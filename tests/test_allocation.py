@@ -219,3 +219,74 @@ def test_dry_run_says_where_the_hosts_came_from(tmp_path):
 ])
 def test_slurm_stop_reason(line, why):
     assert al.slurm_stop_reason(line) == why
+
+
+# -- rank 0's address inside a Slurm allocation: Slurm's NodeAddr, never a DNS lookup -------
+NODE_LINE = ("NodeName=node-b Arch=x86_64 CoresPerSocket=1 CPUAlloc=2 CPUTot=2 "
+             "NodeAddr=10.231.0.12 NodeHostName=node-b Version=22.05.8 OS=Linux State=ALLOCATED")
+
+
+def test_node_addrs_from_scontrol_show_node():
+    text = NODE_LINE + "\nNodeName=node-c Arch=x86_64 NodeAddr=node-c State=IDLE\n"
+    assert al.node_addrs(text) == {"node-b": "10.231.0.12", "node-c": "node-c"}
+
+
+def test_slurm_node_addr_asks_scontrol_once_for_that_node(tmp_path):
+    calls = []
+
+    def run(argv, **kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, NODE_LINE + "\n", "")
+
+    (tmp_path / "scontrol").write_text("#!/bin/sh\n")
+    (tmp_path / "scontrol").chmod(0o755)
+    env = {"PATH": str(tmp_path)}
+    assert al.slurm_node_addr("node-b", env, run=run) == "10.231.0.12"
+    assert calls == [[str(tmp_path / "scontrol"), "show", "node", "-o", "node-b"]]
+    assert al.slurm_node_addr("node-b", {"PATH": str(tmp_path / "none")}, run=run) is None
+    assert al.node_addr_lookup("-H a,b", env) is None
+    assert al.node_addr_lookup("Slurm job 7 (SLURM_JOB_NODELIST=a,b, 1 task per node)", env)
+
+
+def test_rank0_address_from_the_first_other_nodes_nodeaddr():
+    from collections import namedtuple
+
+    from mpilaunch import restart
+
+    cfg = namedtuple("Cfg", "hosts")((Host("localhost", 2), Host("node-b", 2), Host("node-c", 2)))
+    asked = []
+
+    def addr_of(table):
+        return lambda name: asked.append(name) or table.get(name)
+
+    # the route source towards node-b's NodeAddr (loopback here, so the output is exact)
+    assert restart.rank0_address(cfg, addr_of({"node-b": "127.0.0.2"})) == "127.0.0.1"
+    assert asked == ["node-b"]          # only the first other node is asked about
+    # NodeAddr not an address (Slurm's default: the name), or unknown: the ranks agree
+    assert restart.rank0_address(cfg, addr_of({"node-b": "node-b"})) is None
+    assert restart.rank0_address(cfg, addr_of({})) is None
+    assert restart.rank0_address(cfg) is None
+    asked.clear()
+    assert restart.rank0_address(cfg._replace(hosts=cfg.hosts[:1]), addr_of({})) is None
+    assert asked == []                  # one node: nothing to ask
+
+
+def test_dry_run_in_a_two_node_allocation_shows_rank0_address(tmp_path):
+    import socket
+
+    script = tmp_path / "x.py"
+    script.write_text("")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "scontrol").write_text("#!/bin/sh\necho 'NodeName=node-b NodeAddr=127.0.0.2 "
+                                   "State=ALLOCATED'\n")
+    (fake / "scontrol").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OPENMPI_", "VC_"))}
+    env.update(SLURM_JOB_ID="77", SLURM_JOB_NODELIST=socket.gethostname() + ",node-b",
+               SLURM_TASKS_PER_NODE="2(x2)", SLURM_NTASKS="4",
+               PATH=str(fake) + os.pathsep + env.get("PATH", ""))
+    out = subprocess.run([sys.executable, "-m", "mpilaunch", "--dry-run", str(script)], env=env,
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "--master-addr 127.0.0.1 " in out.stdout, out.stdout
+    assert "--expect-ranks '4;exact;" in out.stdout, out.stdout

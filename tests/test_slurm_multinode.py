@@ -11,6 +11,7 @@ slurmd + munged in each of 2 namespace test hosts, 2 task slots each): ``sbatch 
 
 Marked ``slurm``, ``multinode``, ``slow``."""
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -77,11 +78,18 @@ def test_two_nodes_identity_and_broadcast(slurm_nodes, tmp_path, launcher):
     if launcher[1] and not os.access(launcher[1], os.X_OK):
         pytest.skip(launcher[1] + " not installed")
     out = _out(tmp_path)
-    job, rc, log = slurm_nodes.sbatch(_job(out, "exec " + _launch(out, *launcher, WORKER)),
+    job, rc, log = slurm_nodes.sbatch(_job(out, "export MPILAUNCH_DEBUG_AGREE=1",
+                                           "exec " + _launch(out, *launcher, WORKER)),
                                       ["-N2", "--ntasks-per-node=2"], env=_env(slurm_nodes))
     text = open(log).read()
     assert rc == 0, text + slurm_nodes.logs()
     _check_ranks(_ranks(out, 4), job, slurm_nodes.hosts)
+    # rank 0's address from Slurm's NodeAddr, the node index from the plan (mpirun) or
+    # SLURM_NODEID (srun), the port picked by the launcher: no adapter loads MPI any more
+    addr = slurm_nodes.hosts[0].addr
+    for rank, node in enumerate([0, 0, 1, 1]):
+        assert re.search(r"rank %d node %d agreement: used_mpi=False mpi4py_loaded=False at "
+                         r"%s:\d+$" % (rank, node, re.escape(addr)), text, re.M), text
     assert "s3cr3t" not in text
     assert slurm_nodes.job_record(job) == ("COMPLETED", "0:0")
     if launcher[0] == "mpirun":    # inside the allocation: no ssh preflight, no ssh at all
