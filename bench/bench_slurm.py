@@ -29,6 +29,12 @@ Measured 2026-11-30, 2 nodes (``bench_slurm.py 4 7 2``: 2 namespace hosts x 2 ta
 1.503 / 1.557 s, --launcher srun 1.768 / 1.626 s, --master_addr given 1.472 s. Spanning nodes,
 every adapter still MPI_Inits to learn its node index (agree.node_from_plan is written but
 not wired into rank/__main__.py), so giving rank 0's address alone does not help.
+
+Measured 2026-11-30, 2 nodes, after rank 0's address came from Slurm's NodeAddr (no adapter
+MPI_Inits; ``BENCH_BASELINE`` = the commit before, same job, 7 interleaved rounds, load 0.8,
+two runs): mpilaunch (mpirun) 1.000 / 1.068 s before -> 0.440 / 0.452 s, --launcher srun
+1.108 / 1.070 s -> 0.520 / 0.510 s, --master_addr given 0.418 / 0.423 s; bare srun 0.186 /
+0.191 s, bare mpirun 0.105 / 0.090 s.
 """
 import os
 import shlex
@@ -60,7 +66,7 @@ def variants(noop, base=None):
         "bare mpirun": [MPIRUN, "-np", "$N", "--allow-run-as-root", PY, "-S", "-c", "pass"],
         "mpilaunch (mpirun)": ml + [noop],
         "mpilaunch --launcher srun": ml + ["--launcher", "srun", noop],
-        # rank 0's address given: spanning nodes, the adapters then need no MPI agreement
+        # rank 0's address given (as the launcher now derives it from Slurm's NodeAddr)
         "mpilaunch --master_addr": ml + ["--master_addr", "$ADDR", noop],
     }
 
