@@ -240,6 +240,13 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     if ssh_args and ssh_found:
         raise UsageError("the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
                          "plm_rsh_args in the MCA/extra args; keep one")
+    if len(cfg.hosts) > 1:   # a proxy's ssh ends when its host's link dies (no control master)
+        from mpilaunch.ssh import keepalive_options
+
+        if ssh_found:
+            ssh_found = ssh_found + keepalive_options()
+        else:
+            ssh_args = ssh_args + keepalive_options()
     ssh, ssh_env = ssh_tokens(ssh_args or ssh_found, mpi.dialect)
     if mpi.dialect == IMPI and "-iface" not in args and not env.get("I_MPI_HYDRA_IFACE"):
         args += intel_iface(cfg.hosts)

@@ -36,3 +36,117 @@ def bad_terminations(text: str) -> List[tuple]:
             continue
         out.append((rank, int(m.group(2)), m.group(3), sig, code))
     return out
+
+
+# Hydra's words when a proxy (its host) went away rather than a rank: MPICH 5.0.2 after a host
+# crash ends the job with 255 and only "control_cb ... assert (!closed) failed" (no host named);
+# the ssh that started the proxy may add "Connection to X closed" / "Timeout, server X not
+# responding" (keepalive) / "Broken pipe".
+_LOST_SIGNS = re.compile(r"assert \(!closed\) failed|control_cb|Timeout, server \S+ not responding|"
+                         r"closed by remote host|Connection reset by peer|Broken pipe|"
+                         r"unable to (?:connect|read|write)|Connection (?:timed out|refused)")
+
+
+def proxy_lost(text: str) -> bool:
+    """Hydra's output says a proxy or its connection was lost (no rank named)."""
+    return _LOST_SIGNS.search(text) is not None
+
+
+def _ssh_args(plan) -> List[str]:
+    """The ssh options Hydra's ssh gets (MPICH: HYDRA_LAUNCHER_EXTRA_ARGS; Intel MPI:
+    -bootstrap-exec-args), split."""
+    import shlex
+
+    joined = plan.extra_env.get("HYDRA_LAUNCHER_EXTRA_ARGS", "")
+    ssh = list(plan.ssh)
+    if "-bootstrap-exec-args" in ssh and ssh.index("-bootstrap-exec-args") + 1 < len(ssh):
+        joined = ssh[ssh.index("-bootstrap-exec-args") + 1]
+    try:
+        return shlex.split(joined)
+    except ValueError:
+        return joined.split()
+
+
+def unreachable_hosts(plan, timeout: float = 2.0) -> List[str]:
+    """The remote hosts of ``plan`` whose ssh port (where ``ssh -G`` says ssh goes, with the
+    launch's ssh options) does not accept a TCP connection within ``timeout`` s, probed in
+    parallel: a crashed host refuses it (its sshd is gone), a host behind a dead link times out."""
+    from mpilaunch import ssh
+
+    extra = _ssh_args(plan)
+    remote = [h.name for h in plan.hosts if not ssh.is_local(h.name, [h.name])]
+
+    def probe(name: str):
+        target = ssh.ssh_target(name, None, extra, timeout=timeout)
+        addrs, _ = ssh.resolve(target.hostname, timeout)
+        if not addrs:
+            return name
+        return name if ssh.tcp_probe(addrs[0], target.port, timeout) is not None else None
+
+    found = ssh.parallel_map(probe, remote, 32) if remote else []
+    return [r for r in found if isinstance(r, str)]
+
+
+class ProxyWatch:
+    """While mpiexec runs: Hydra keeps one ssh per remote host (the one that started its proxy)
+    and does not notice when it ends (measured, MPICH 5.0.2: a link-down host's ssh ended by its
+    keepalive at ~28 s and mpiexec still ran 50 s later, its proxy connection stalled). When such
+    an ssh ends while mpiexec still runs and its host's ssh port does not answer, ``on_lost(host)``
+    is called once (the launcher stops the job, the summary names the host)."""
+
+    POLL = 1.0
+
+    def __init__(self, plan, pid: int, on_lost):
+        import threading
+
+        self.plan, self.pid, self.on_lost = plan, pid, on_lost
+        self.thread = threading.Thread(target=self._run, name="hydra-proxy-watch", daemon=True)
+
+    def start(self) -> "ProxyWatch":
+        self.thread.start()
+        return self
+
+    def _hosts_with_ssh(self, proc, names) -> set:
+        import psutil
+
+        seen = set()
+        for child in proc.children():
+            try:
+                if child.name() != "ssh":
+                    continue
+                seen.update(a for a in child.cmdline()[1:] if a in names)
+            except psutil.Error:
+                continue
+        return seen
+
+    def _run(self) -> None:
+        import time
+
+        import psutil
+
+        from mpilaunch import ssh
+
+        names = {h.name for h in self.plan.hosts if not ssh.is_local(h.name, [h.name])}
+        try:
+            proc = psutil.Process(self.pid)
+        except psutil.Error:
+            return
+        seen: set = set()
+        probed: set = set()
+        while True:
+            time.sleep(self.POLL)
+            try:
+                if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                    return
+                now = self._hosts_with_ssh(proc, names)
+            except psutil.Error:
+                return
+            gone = (seen - now) - probed
+            seen |= now
+            if not gone:
+                continue
+            probed |= gone
+            lost = unreachable_hosts(self.plan._replace(hosts=[h for h in self.plan.hosts if h.name in gone]))
+            if lost and proc.is_running():
+                self.on_lost(lost)
+                return

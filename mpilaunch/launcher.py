@@ -31,6 +31,7 @@ from mpilaunch.plan import LaunchPlan, argv
 from mpilaunch.summary import STATUS_PREFIX, Collector, parse_status_line, render_summary
 
 ESCALATE_AFTER = 10.0
+HOST_LOST_ESCALATE = 3.0   # Hydra, a host lost: mpiexec's own teardown waits on the dead proxy
 
 
 def _child_setup_for(prctl):
@@ -230,6 +231,10 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
             # (measured: mpiexec waits for every other rank), so the first failure a rank
             # reports ends it here, as Open MPI's mpirun would (mpilaunch/hydra.py).
             relays[0].on_failure = lambda: _kill(proc, signal.SIGTERM)
+            if len(plan.hosts) > 1:   # a host lost mid-job: Hydra may wait forever on it
+                from mpilaunch.hydra_report import ProxyWatch
+
+                ProxyWatch(plan, proc.pid, lambda lost: _host_lost(proc, collector, lost, timers)).start()
         if hooks is not None:
             hooks.started(proc, _kill)
         for relay in relays:
@@ -251,14 +256,25 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
         remove_files(plan, run_dir, keep_tune)
 
     status = 128 - rc if rc < 0 else rc
+    if plan.mpi.hydra and status != 0 and stop["first"] is None and len(plan.hosts) > 1:
+        # -- Hydra names no lost host (MPICH: "control_cb assert (!closed) failed"): when it
+        # reports a lost proxy, or no rank failed, the remote hosts whose ssh port stopped
+        # answering are named (mpilaunch/hydra_report.py)
+        from mpilaunch import hydra_report
+
+        if not collector.unreachable and (collector.root_cause() is None
+                                          or hydra_report.proxy_lost(collector._text)):
+            collector.unreachable = hydra_report.unreachable_hosts(plan)
     if plan.mpi.hydra and status != 0 and stop["first"] is None:
         # -- Hydra: mpiexec's own status after our SIGTERM is 15 (MPICH) / 255 (Intel MPI);
         # report the failing rank's, as on Open MPI.
         root = collector.root_cause()
         if root is not None and (root.signal or root.code):
             status = 128 + root.signal if root.signal else root.code
-    if status == 0 and collector.lost_hosts():
-        status = 255  # Open MPI 5 sometimes exits 0 after losing a host: that job did not succeed
+    if (status == 0 or (plan.mpi.hydra and collector.unreachable)) and collector.lost_hosts():
+        # Open MPI 5 sometimes exits 0 after losing a host: that job did not succeed; Hydra, a
+        # host lost: 255 as MPICH's own, not mpiexec's status after our SIGTERM/SIGKILL
+        status = 255
     if stop["first"] is not None:  # interrupted by the user: report the signal, as a shell would
         status = 128 + stop["first"]
     if hooks is not None:   # a stalled job's status; the attempt's outcome (restart.py)
@@ -321,6 +337,19 @@ class _StdinRelay(threading.Thread):
 
 class _StoppedBeforeStart(Exception):
     """A stop signal arrived before mpirun was started: start nothing."""
+
+
+def _host_lost(proc: subprocess.Popen, collector: Collector, lost: List[str], timers) -> None:
+    """Hydra lost the proxy of ``lost`` (its ssh ended, its ssh port does not answer): end the
+    job (mpiexec's teardown may hang on the dead proxy: SIGKILL soon after)."""
+    collector.unreachable = list(lost)
+    print(f"mpilaunch: host {', '.join(lost)} lost (its ssh connection ended and its ssh port does not "
+          "answer): stopping the job", file=sys.stderr, flush=True)
+    _kill(proc, signal.SIGTERM)
+    timer = threading.Timer(HOST_LOST_ESCALATE, _kill, (proc, signal.SIGKILL))
+    timer.daemon = True
+    timer.start()
+    timers.append(timer)
 
 
 def _kill(proc: subprocess.Popen, sig: int) -> None:

@@ -123,6 +123,7 @@ def classify_ssh_error(stderr: str, port: int, timeout: float, port_source: str 
 # SIGKILLed (it exits after that long without a session).
 MUX_NAME = "cm-%C"            # %C: hash of local host, remote host, port, user (40 hex)
 MUX_PERSIST = 15              # s a master lingers with no session
+KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 5, 5   # s, probes: see keepalive_options
 MUX_MAX_HOSTS = 256           # one master process per host: not for thousands of hosts
 _SUN_PATH_MAX = 104 - 17      # ssh binds "<path>.<16 random chars>" first, then renames
 
@@ -143,7 +144,16 @@ def mux_master_options(path: Optional[str]) -> List[str]:
     if not path:
         return []
     return ["-o", "ControlMaster=auto", "-o", f"ControlPath={path}",
-            "-o", f"ControlPersist={MUX_PERSIST}"]
+            "-o", f"ControlPersist={MUX_PERSIST}", *keepalive_options()]
+
+
+def keepalive_options() -> List[str]:
+    """ssh-level keepalive: a host whose link died is given up after ~25-30 s, so the ssh
+    sessions carried by this connection (mpirun's / Hydra's, which start the daemons or
+    proxies) end; the launcher watches Hydra's (hydra_report.ProxyWatch: MPICH and Intel MPI
+    otherwise wait forever on a link-down host). Later than Open MPI's own daemon keepalive
+    (~19 s, render.KEEPALIVE), which still decides there."""
+    return ["-o", f"ServerAliveInterval={KEEPALIVE_INTERVAL}", "-o", f"ServerAliveCountMax={KEEPALIVE_COUNT}"]
 
 
 def mux_client_options(path: Optional[str]) -> List[str]:

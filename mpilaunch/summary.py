@@ -100,6 +100,7 @@ class Collector:
 
     def __init__(self) -> None:
         self.events: List[Event] = []
+        self.unreachable: List[str] = []   # Hydra: hosts whose ssh port stopped answering
         self._streams = {"stdout": _Tail(self.TAIL), "stderr": _Tail(self.TAIL)}
 
     def feed_status(self, event: Event) -> None:
@@ -152,7 +153,7 @@ class Collector:
             for m in pattern.finditer(self._text):
                 found.append((m.start(), m.group(1).rstrip(".,")))
         out: List[str] = []
-        for _, host in sorted(found):
+        for host in [h for _, h in sorted(found)] + self.unreachable:
             if host not in out:
                 out.append(host)
         return out
@@ -221,8 +222,9 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
         return "\n".join(lines) + "\n"
     lost = collector.lost_hosts()
     if lost:
-        lines.append(f"  root cause: host {lost[0]} lost: Open MPI lost its daemon there "
-                     "(host down, crashed or unreachable)")
+        why = ("its ssh port no longer answers and Hydra lost its proxy there" if lost[0] in collector.unreachable
+               else "Open MPI lost its daemon there")
+        lines.append(f"  root cause: host {lost[0]} lost: {why} (host down, crashed or unreachable)")
         if len(lost) > 1:
             lines.append("  also lost: " + ", ".join(lost[1:]))
         lines.append("  check it with: mpilaunch check --hostfile ... (same options as the launch)")

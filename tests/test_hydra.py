@@ -5,6 +5,9 @@ from mpilaunch import config, hydra, mpi, plan
 from mpilaunch.errors import UsageError
 from mpilaunch.mpi import IMPI, MPICH, MpiInfo, parse_version_output
 from mpilaunch.options import parser as run_parser
+from mpilaunch.ssh import keepalive_options
+
+KA = " ".join(keepalive_options())   # a proxy's ssh ends when its host's link dies
 
 MC = MpiInfo("/v/bin/mpiexec.hydra", (5, 0, 2), MPICH)
 IM = MpiInfo("/w/bin/mpiexec.hydra", (2021, 18, 1), IMPI)
@@ -60,7 +63,7 @@ def test_intel_multi_node_ssh_port_and_no_pinning(tmp_path):
     p = make([], env, IM, tmp_path)
     # -machinefile: Intel MPI ignores host:N counts under -f (2 ranks on the first of a:1 b:1)
     assert plan.argv(p) == ["/w/bin/mpiexec.hydra", "-n", "4", "-machinefile", "/run/hostfile",
-                            "-bootstrap-exec-args", "-p 2222", "-genv", "I_MPI_PIN", "0", *DEFAULT_GENV,
+                            "-bootstrap-exec-args", "-p 2222 " + KA, "-genv", "I_MPI_PIN", "0", *DEFAULT_GENV,
                             "-genvlist", "MA_JOB", *rank_tail(p)]
     assert p.hostfile_text == "node-a:2\nnode-b:2\n"
     assert p.dropped_x == ("LD_LIBRARY_PATH",)
@@ -68,7 +71,7 @@ def test_intel_multi_node_ssh_port_and_no_pinning(tmp_path):
 
 def test_mpich_ssh_port_travels_in_mpiexecs_environment(tmp_path):
     p = make(["--ssh-port", "2222", "--ssh-args", "-F /cfg"], {}, MC, tmp_path)
-    assert p.extra_env == {"HYDRA_LAUNCHER_EXTRA_ARGS": "-p 2222 -F /cfg"}
+    assert p.extra_env == {"HYDRA_LAUNCHER_EXTRA_ARGS": "-p 2222 -F /cfg"}   # one host: no keepalive
     assert "-p 2222 -F /cfg" not in plan.argv(p)
 
 
@@ -178,3 +181,17 @@ def test_hydras_bad_termination_block_names_rank_host_and_pid():
     got = [(e.rank, e.host, e.signal, e.code, e.message) for e in c.notices]
     assert got == [(1, "node-b", 9, 137, "pid 4242 (Hydra's report)"), (None, "10.0.0.2", None, 9, "pid 4691 (Hydra's report)")]
     assert c.root_cause().rank == 1
+
+
+def test_lost_host_found_by_the_launcher_is_the_summarys_root_cause(tmp_path):
+    from mpilaunch import hydra_report
+    from mpilaunch.summary import Collector, render_summary
+
+    assert hydra_report.proxy_lost("[mpiexec@h1] control_cb (mpiexec/pmiserv_cb.c:291): assert (!closed) failed")
+    assert not hydra_report.proxy_lost("step 3 loss 0.25")
+    c = Collector()
+    c.unreachable = ["node-c"]
+    text = render_summary(c, 255)
+    assert "root cause: host node-c lost: its ssh port no longer answers" in text, text
+    p = make(["-H", "node-a:1,node-b:1", "--ssh-port", "2222", "--ssh-args", "-F /cfg"], {}, MC, tmp_path)
+    assert hydra_report._ssh_args(p) == ["-p", "2222", "-F", "/cfg", *keepalive_options()]
