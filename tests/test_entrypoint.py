@@ -283,11 +283,14 @@ def test_without_platform_variables_job_is_a_plain_launch(tmp_path):
 
 # --------------------------------------------------------------------------- real hosts
 
-def _start(th, host, index, argv, tmp_path, wait_hosts=60, lost_after=None):
-    """Start `mpilaunch job` in a host's namespaces, as the platform would on that host."""
+def _start(th, host, index, argv, tmp_path, wait_hosts=60, lost_after=None, mpi=None):
+    """Start `mpilaunch job` in a host's namespaces, as the platform would on that host
+    (``mpi``: a tests/mpis.py install: its interpreter and mpirun, the same on every host)."""
     h = th.host(host)
     env = clean_env(VC_WORKER_HOSTS=",".join(x.addr for x in th.hosts), VC_TASK_INDEX=index,
                     MA_NUM_GPUS=1, SSHD_PORT=th.port)
+    if mpi is not None:
+        env.update(MPILAUNCH_PYTHON=mpi.python, MPILAUNCH_MPIRUN=mpi.mpirun)
     job = [ENTRY_SH, "--wait-hosts", str(wait_hosts)]
     if lost_after is not None:
         job += ["--lost-after", str(lost_after)]
@@ -363,6 +366,31 @@ def test_failing_job_ends_every_entrypoint_with_its_status(testhosts, tmp_path):
     assert codes == [3, 3, 3], "\n----\n".join(logs)
     assert "mpilaunch: job failed (exit status 3)" in logs[0]
     assert "root cause: rank 1" in logs[0]
+    assert wait_for(lambda: not _job_processes(str(script)), 15)
+
+
+@pytest.mark.multinode
+def test_job_with_mpich_places_ranks_and_ends_every_entrypoint_with_its_status(testhosts, tmp_path):
+    """`mpilaunch job` with Hydra's mpiexec (MPICH's venv on every host): rank r on host r,
+    a rank's failure ends every host's entrypoint with its status, nothing left."""
+    from mpis import MPICH
+
+    if MPICH.missing():
+        pytest.skip(MPICH.missing())
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    for how, status in (("ok", 0), ("fail", 3)):
+        procs = [_start(testhosts, i, i, ["-v", str(script), str(tmp_path), how], tmp_path, mpi=MPICH)
+                 for i in range(3)]
+        codes = _finish(procs, 120)
+        logs = [open(tmp_path / f"entry{i}.log").read() for i in range(3)]
+        assert codes == [status] * 3, "\n----\n".join(logs)
+        assert f"mpilaunch: {os.path.dirname(MPICH.mpirun)}/mpiexec.hydra -n 3 -f " in logs[0], logs[0]
+        if how == "ok":
+            seen = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(3)]
+            assert [s["host"] for s in seen] == [h.hostname for h in testhosts.hosts], seen
+            assert "reports the job ended with status 0" in logs[1] and "reports the job ended" in logs[2]
+    assert "mpilaunch: job failed (exit status 3)" in logs[0] and "root cause: rank 1" in logs[0], logs[0]
     assert wait_for(lambda: not _job_processes(str(script)), 15)
 
 
