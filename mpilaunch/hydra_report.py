@@ -127,6 +127,8 @@ class ProxyWatch:
         from mpilaunch import ssh
 
         names = {h.name for h in self.plan.hosts if not ssh.is_local(h.name, [h.name])}
+        if not names:
+            return
         try:
             proc = psutil.Process(self.pid)
         except psutil.Error:
