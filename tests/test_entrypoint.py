@@ -18,6 +18,7 @@ from mpilaunch.job import waiter as jwait
 from mpilaunch.job import worker0 as jw0
 
 from launchutil import REPO, clean_env, mpilaunch_argv, wait_for
+from mpis import HYDRA
 
 ENTRY_SH = os.path.join(REPO, "scripts", "modelarts_entry.sh")
 
@@ -289,8 +290,8 @@ def _start(th, host, index, argv, tmp_path, wait_hosts=60, lost_after=None, mpi=
     h = th.host(host)
     env = clean_env(VC_WORKER_HOSTS=",".join(x.addr for x in th.hosts), VC_TASK_INDEX=index,
                     MA_NUM_GPUS=1, SSHD_PORT=th.port)
-    if mpi is not None:
-        env.update(MPILAUNCH_PYTHON=mpi.python, MPILAUNCH_MPIRUN=mpi.mpirun)
+    if mpi is not None:   # PYTHONPATH: this tree's mpilaunch, not the one the venv has installed
+        env.update(MPILAUNCH_PYTHON=mpi.python, MPILAUNCH_MPIRUN=mpi.mpirun, PYTHONPATH=REPO)
     job = [ENTRY_SH, "--wait-hosts", str(wait_hosts)]
     if lost_after is not None:
         job += ["--lost-after", str(lost_after)]
@@ -370,22 +371,21 @@ def test_failing_job_ends_every_entrypoint_with_its_status(testhosts, tmp_path):
 
 
 @pytest.mark.multinode
-def test_job_with_mpich_places_ranks_and_ends_every_entrypoint_with_its_status(testhosts, tmp_path):
-    """`mpilaunch job` with Hydra's mpiexec (MPICH's venv on every host): rank r on host r,
-    a rank's failure ends every host's entrypoint with its status, nothing left."""
-    from mpis import MPICH
-
-    if MPICH.missing():
-        pytest.skip(MPICH.missing())
+@pytest.mark.parametrize("mpi", HYDRA)
+def test_job_with_hydra_places_ranks_and_ends_every_entrypoint_with_its_status(testhosts, mpi, tmp_path):
+    """`mpilaunch job` with Hydra's mpiexec (MPICH's or Intel MPI's venv, the same on every
+    host): rank r on host r, a rank's failure ends every host's entrypoint with its status,
+    nothing left."""
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
     for how, status in (("ok", 0), ("fail", 3)):
-        procs = [_start(testhosts, i, i, ["-v", str(script), str(tmp_path), how], tmp_path, mpi=MPICH)
+        procs = [_start(testhosts, i, i, ["-v", str(script), str(tmp_path), how], tmp_path, mpi=mpi)
                  for i in range(3)]
         codes = _finish(procs, 120)
         logs = [open(tmp_path / f"entry{i}.log").read() for i in range(3)]
         assert codes == [status] * 3, "\n----\n".join(logs)
-        assert f"mpilaunch: {os.path.dirname(MPICH.mpirun)}/mpiexec.hydra -n 3 -f " in logs[0], logs[0]
+        assert f"mpilaunch: {os.path.dirname(mpi.mpirun)}/mpiexec.hydra -n 3 " in logs[0], logs[0]
+        assert f"{REPO}/mpilaunch/rank/_boot.py" in logs[0], logs[0]
         if how == "ok":
             seen = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(3)]
             assert [s["host"] for s in seen] == [h.hostname for h in testhosts.hosts], seen
