@@ -259,12 +259,6 @@ def _stdin(value: Optional[str]) -> Optional[str]:
     raise UsageError(f"--stdin={value!r}: give a rank (0 is mpirun's default), all or none")
 
 
-def _rank0_local(hosts) -> bool:
-    from mpilaunch import ssh
-
-    return bool(hosts) and ssh.is_local(hosts[0].name, [hosts[0].name])
-
-
 def _exec_port(port: int, source: str, hosts) -> Tuple[int, bool]:
     """``--exec``: an MPI program does its own rendezvous; the port is only what
     MASTER_PORT/MS_SCHED_PORT say. -> (port, check it on rank 0). A port the user gave is
@@ -273,12 +267,12 @@ def _exec_port(port: int, source: str, hosts) -> Tuple[int, bool]:
     MPI agreement runs under --exec to pick one)."""
     if source != "default" and port != 0:
         return port, True
-    if _rank0_local(hosts):
-        import socket
+    from mpilaunch import ssh
 
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            return sock.getsockname()[1], False
+    if ssh.rank0_is_here(hosts):
+        from mpilaunch.rank import agree
+
+        return agree.free_port(), False
     if port == 0:
         raise UsageError(f"{source}=0: --exec cannot pick a port when rank 0 runs on another "
                          f"host ({hosts[0].name}); give a port, or leave --master_port out "

@@ -165,7 +165,7 @@ def intel_iface(hosts) -> List[str]:
     from mpilaunch import ssh
     from mpilaunch.rank.agree import route_source
 
-    remote = [h.name for h in hosts if not ssh.is_local(h.name, [h.name])]
+    remote = [h.name for h in hosts if not ssh.host_is_here(h)]
     src = route_source(remote[0]) if remote else None
     if not src or src.startswith("127."):
         return []

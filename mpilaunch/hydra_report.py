@@ -74,7 +74,7 @@ def unreachable_hosts(plan, timeout: float = 2.0) -> List[str]:
     from mpilaunch import ssh
 
     extra = _ssh_args(plan)
-    remote = [h.name for h in plan.hosts if not ssh.is_local(h.name, [h.name])]
+    remote = [h.name for h in plan.hosts if not ssh.host_is_here(h)]
 
     def probe(name: str):
         target = ssh.ssh_target(name, None, extra, timeout=timeout)
@@ -126,7 +126,7 @@ class ProxyWatch:
 
         from mpilaunch import ssh
 
-        names = {h.name for h in self.plan.hosts if not ssh.is_local(h.name, [h.name])}
+        names = {h.name for h in self.plan.hosts if not ssh.host_is_here(h)}
         if not names:
             return
         try:

@@ -19,10 +19,6 @@ from mpilaunch.errors import UsageError
 from mpilaunch.rank import affinity, agree, logs
 
 
-def _local(host) -> bool:
-    return ssh.is_local(host.name, [host.name])
-
-
 def _ipv4s(name: str) -> set:
     try:
         return {i[4][0] for i in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)}
@@ -34,9 +30,9 @@ def check(cfg, mpi_info=None) -> None:
     """UsageError (``NAME=value: why; how to fix``) for any rank-side value the ranks would
     refuse. ``mpi_info`` is unused today (kept for dialect-specific rules)."""
     hosts = list(cfg.hosts)
-    all_local = all(_local(h) for h in hosts)
-    any_local = any(_local(h) for h in hosts)
-    rank0_local = bool(hosts) and _local(hosts[0])
+    all_local = all(ssh.host_is_here(h) for h in hosts)
+    any_local = any(ssh.host_is_here(h) for h in hosts)
+    rank0_local = ssh.rank0_is_here(hosts)
 
     if cfg.bind_core:
         affinity.parse_bind_core(cfg.bind_core, os.cpu_count() if all_local else None,
@@ -76,7 +72,7 @@ def _master_addr(cfg, hosts, rank0_local: bool) -> str:
         raise UsageError(f"--master_addr={cfg.master_addr!r}: does not resolve to an IPv4 "
                          f"address; {fix}")
     addr = sorted(addrs)[0] if name not in addrs else name
-    if addr.startswith("127.") and not all(_local(h) for h in hosts):
+    if addr.startswith("127.") and not all(ssh.host_is_here(h) for h in hosts):
         raise UsageError(f"--master_addr={cfg.master_addr!r}: a loopback address, but the ranks "
                          f"span several hosts; {fix}")
     if rank0_local:

@@ -50,7 +50,7 @@ class LongRun(namedtuple("LongRun", "max_restarts restart_delay term_grace stall
 
 
 def settings(args, cfg) -> LongRun:
-    from mpilaunch import options
+    from mpilaunch import options, ssh
 
     def value(dest, **kw):
         raw, source = options.setting(args, {}, dest)
@@ -61,7 +61,7 @@ def settings(args, cfg) -> LongRun:
     lr = LongRun(n, value("restart_delay") or 0.0, value("term_grace"), value("stall_timeout"),
                  not getattr(args, "no_span_check", False), cfg.log_dir,
                  str(getattr(args, "master_port", None) or "0").strip() != "0",  # 0: pick
-                 _rank0_here(cfg))
+                 ssh.rank0_is_here(cfg.hosts))
     if lr.stall_timeout == 0:
         raise UsageError(f"{options.BY_DEST['stall_timeout'].name}=0: give a number of seconds > 0")
     if cfg.exec_mode and (lr.term_grace is not None or lr.stall_timeout):
@@ -79,12 +79,6 @@ def check_mpi(lr: LongRun, info) -> None:
                          "forwarding SIGUSR1 to the ranks; not measured for Hydra)")
 
 
-def _rank0_here(cfg) -> bool:
-    from mpilaunch import ssh
-
-    return bool(cfg.hosts) and ssh.is_local(cfg.hosts[0].name, [cfg.hosts[0].name])
-
-
 def rank0_address(cfg, node_addr=None):
     """Rank 0 runs here and some ranks elsewhere: the address of this host that the first
     other host routes to (what the ranks' MPI agreement would pick, decided here once), or
@@ -94,7 +88,7 @@ def rank0_address(cfg, node_addr=None):
     from mpilaunch.rank import agree
 
     for h in cfg.hosts[1:]:
-        if ssh.is_local(h.name, [h.name]):
+        if ssh.host_is_here(h):
             continue
         # an address only: a name lookup here could wait on DNS; the agreement decides then
         addr = h.name if _ipv4(h.name) else node_addr(h.name) if node_addr else None
@@ -134,15 +128,11 @@ def attempt_cfg(cfg, lr: LongRun, k: int):
         if addr:   # with the plan's node index, the adapters need no MPI agreement at all
             changes["master_addr"] = addr
     if k > 0 and not lr.port_given:   # a fresh port: nothing of the last attempt holds it
-        changes["master_port"] = (_fresh_port() if lr.rank0_here
+        from mpilaunch.rank import agree
+
+        changes["master_port"] = (agree.free_port() if lr.rank0_here
                                   else cfg.master_port if cfg.exec_mode else 0)
     return cfg._replace(rank_extra=tuple(extra), **changes)
-
-
-def _fresh_port() -> int:
-    from mpilaunch.rank import agree
-
-    return agree.check_port(agree.LOOPBACK, 0, "", check_addr=False)
 
 
 def _wait_port_free(port: int, stopped) -> None:

@@ -69,12 +69,6 @@ def _ssh_args_in_mca(cfg) -> bool:
     return "plm_rsh_args" in text or "plm_ssh_args" in text
 
 
-def _rank0_here(cfg) -> bool:
-    from mpilaunch import ssh
-
-    return bool(cfg.hosts) and ssh.is_local(cfg.hosts[0].name, [cfg.hosts[0].name])
-
-
 def main(argv: Sequence[str]) -> int:
     from mpilaunch import config, launcher, mpi, options, rankcheck
     from mpilaunch import plan as planmod
@@ -94,12 +88,14 @@ def main(argv: Sequence[str]) -> int:
     info = mpi.detect(cfg.mpirun, env)
     rankcheck.check(cfg, info)     # rank-side values, before mpirun starts (issue 12 item 8)
     restart.check_mpi(long_run, info)
-    if cfg.master_port == 0 and not cfg.dry_run and _rank0_here(cfg):
+    from mpilaunch import ssh
+
+    if cfg.master_port == 0 and not cfg.dry_run and ssh.rank0_is_here(cfg.hosts):
         # rank 0 runs here: pick (and so prove) the port now; then no rank needs the MPI
         # agreement (MPI_Init in every adapter, +0.35 s) only to learn it (issue 13 goal 2)
         from mpilaunch.rank import agree
 
-        cfg = cfg._replace(master_port=agree.check_port(agree.LOOPBACK, 0, "", check_addr=False))
+        cfg = cfg._replace(master_port=agree.free_port())
     cfg = restart.attempt_cfg(cfg, long_run, 0)
     if cfg.dry_run:
         plan = planmod.make_plan(cfg, env, info, "<run-dir>", os.geteuid())

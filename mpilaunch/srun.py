@@ -198,11 +198,11 @@ def rank0_side(cfg, env: Mapping[str, str]):
     from mpilaunch import allocation, restart, ssh
     from mpilaunch.rank import agree
 
-    if cfg.exec_mode or not cfg.hosts or not ssh.is_local(cfg.hosts[0].name, [cfg.hosts[0].name]):
+    if cfg.exec_mode or not ssh.rank0_is_here(cfg.hosts):
         return cfg
     changes = {}
     if cfg.master_port == 0 and not cfg.dry_run:
-        changes["master_port"] = agree.check_port(agree.LOOPBACK, 0, "", check_addr=False)
+        changes["master_port"] = agree.free_port()
     if not cfg.master_addr and len(cfg.hosts) > 1:
         addr = restart.rank0_address(cfg, allocation.node_addr_lookup(cfg.hosts_source, env))
         if addr:

@@ -288,6 +288,16 @@ def is_local(name: str, addrs: Iterable[str]) -> bool:
     return False
 
 
+def host_is_here(host) -> bool:
+    """A host of the job is this machine (by its name or address as written; no DNS lookup)."""
+    return is_local(host.name, [host.name])
+
+
+def rank0_is_here(hosts) -> bool:
+    """Rank 0 (the first slot of the first host) runs on this machine."""
+    return bool(hosts) and host_is_here(hosts[0])
+
+
 # --------------------------------------------------------------------------- many hosts
 
 def parallel_map(fn: Callable, items: Sequence, workers: int) -> List:

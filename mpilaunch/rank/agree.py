@@ -116,6 +116,11 @@ def resolve_ipv4(name: str, flag: str = "--master-addr") -> str:
     return infos[0][4][0]
 
 
+def free_port() -> int:
+    """A TCP port free on this machine now (bound and released the way rank 0's check binds)."""
+    return check_port(LOOPBACK, 0, "", check_addr=False)
+
+
 def check_port(addr: str, port: int, hostname: str, check_addr: bool = True) -> int:
     """Rank 0's check that the scheduler can bind ``addr:port``; returns the port (picked if 0)."""
     import errno

@@ -23,7 +23,6 @@ Under ``--exec`` there is no adapter to do this: the launcher refuses ``--term-g
 """
 from __future__ import annotations
 
-import os
 import signal
 from collections import namedtuple
 
