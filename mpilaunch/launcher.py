@@ -189,6 +189,10 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
             stop["first"] = signum
         if proc is None or proc.poll() is not None:
             return  # before mpirun started: acted on right after Popen returns (see below)
+        act(signum)
+
+    def act(signum):
+        """Stop the running job: the first stop, a repeated one, a forced one."""
         if hooks is not None and not stop.get("graceful") and hooks.on_stop(proc, signum, on_signal):
             stop["graceful"] = True      # --term-grace: the workers save first (restart.py)
         elif not stop.get("forwarded"):
@@ -219,10 +223,8 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
             preexec_fn=_child_setup_for(prctl()), close_fds=True,
         )
         rundir.record_mpirun(run_dir, proc.pid)
-        if stop["first"] is not None and not stop.get("forwarded"):
-            # the stop came while Popen ran (the handler saw no mpirun yet): act on it now
-            on_signal(stop["first"], None)
-            stop["signals"] -= 1
+        if stop["first"] is not None and not stop.get("forwarded") and not stop.get("graceful"):
+            act(stop["first"])   # the stop came while Popen ran (the handler saw no mpirun yet)
         relays = [_Relay(proc.stderr, collector), _StdoutRelay(proc.stdout, collector)]
         if proc.stdin is not None:
             _StdinRelay(proc.stdin).start()   # not joined: it may wait on the terminal
