@@ -80,16 +80,6 @@ def ssh_extra(args) -> Tuple[str, ...]:
     return tuple(split_arg_string(args.ssh_args, "--ssh-args")) if args.ssh_args else ()
 
 
-def check_here(cfg) -> None:
-    """What must hold on the launching host before anything starts (not pure: looks at files).
-    The rank interpreter must exist here (the launching host runs ranks or, for a remote-only
-    job, `mpilaunch check` covers the others)."""
-    python = cfg.python
-    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        raise UsageError(f"--python={python}: no such executable on this host; give the absolute "
-                         "path of the interpreter every host has")
-
-
 def _is_pseudo_fs(path: str) -> bool:
     """/proc, /sys: root may 'write' there by access(), but no file can be created."""
     real = os.path.realpath(path)

@@ -26,9 +26,13 @@ def _ipv4s(name: str) -> set:
         return set()
 
 
-def check(cfg, mpi_info=None) -> None:
+def check(cfg) -> None:
     """UsageError (``NAME=value: why; how to fix``) for any rank-side value the ranks would
-    refuse. ``mpi_info`` is unused today (kept for dialect-specific rules)."""
+    refuse, and a rank interpreter that does not exist here (the launching host runs ranks
+    or, for a remote-only job, ``mpilaunch check`` covers the others)."""
+    if not (os.path.isfile(cfg.python) and os.access(cfg.python, os.X_OK)):
+        raise UsageError(f"--python={cfg.python}: no such executable on this host; give the "
+                         "absolute path of the interpreter every host has")
     hosts = list(cfg.hosts)
     all_local = all(ssh.host_is_here(h) for h in hosts)
     any_local = any(ssh.host_is_here(h) for h in hosts)

@@ -77,7 +77,7 @@ def main(argv: Sequence[str]) -> int:
     args = options.parser(options.RUN).parse_args(list(argv))
     env = dict(os.environ)
     cfg = config.build(args, env)
-    config.check_here(cfg)
+    rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
     from mpilaunch import restart
 
     long_run = restart.settings(args, cfg)   # restarts, grace, watchdog, span (issue 11)
@@ -86,7 +86,6 @@ def main(argv: Sequence[str]) -> int:
 
         return srun.main(cfg, env, args)
     info = mpi.detect(cfg.mpirun, env)
-    rankcheck.check(cfg, info)     # rank-side values, before mpirun starts (issue 12 item 8)
     restart.check_mpi(long_run, info)
     from mpilaunch import ssh
 
