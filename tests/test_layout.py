@@ -10,6 +10,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(ROOT, "mpilaunch")
 MAX_LINES = 400
+# The names of the documents outside this repository, spelled in pieces so that this file,
+# which looks for them, does not itself cite them.
+OUTSIDE = re.compile("|".join(["FIELD" + "_NOTES", "shared" + "/docs", "shared" + "/seeds"]))
 
 
 def _modules():
@@ -117,6 +120,6 @@ def test_code_and_docs_cite_only_this_repository():
             if os.path.abspath(path) == os.path.abspath(__file__):
                 continue
             text = open(path, encoding="utf-8", errors="replace").read()
-            for m in re.finditer(r"FIELD_NOTES|shared/docs|shared/seeds", text):
+            for m in OUTSIDE.finditer(text):
                 bad.append(f"{os.path.relpath(path, ROOT)}: {m.group(0)}")
     assert bad == []
