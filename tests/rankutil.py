@@ -45,6 +45,10 @@ for step in spec.split(";"):
         p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         with open(os.path.join(d, f"grandchild_{tag}"), "w") as f:
             f.write(str(p.pid))
+    elif op == "await":                 # wait until <arg> (e.g. sched_0) has recorded itself:
+        end = time.time() + 30          # a fast worker must not end the job before the
+        while time.time() < end and not os.path.exists(os.path.join(d, f"info_{arg}.json")):
+            time.sleep(0.02)            # scheduler it asserts on has even started
     elif op == "waitfile":              # wait until every rank has recorded itself
         end = time.time() + 30
         while time.time() < end and len([n for n in os.listdir(d)

@@ -85,7 +85,7 @@ def test_rank0_stops_a_lingering_scheduler_once_every_worker_finished(tmp_path):
     port = _free_port()
     # rank 0 of 2 (the other rank is this test): worker exits 0, scheduler would sleep 60 s
     env = fake_rank_env(rank=0, size=2, local_rank=0, local_size=2, PMIX_NAMESPACE="t-ns",
-                        T_WORKER="exit:0", T_SCHED="sleep:60")
+                        T_WORKER="await:sched_0;exit:0", T_SCHED="sleep:60")
     peer = {"MS_SCHED_HOST": "127.0.0.1", "MS_SCHED_PORT": str(port), "MS_WORKER_NUM": "2",
             "PMIX_NAMESPACE": "t-ns"}
     sender = threading.Timer(2.0, jobdone.send_done, (peer, 1))

@@ -112,7 +112,7 @@ def test_env_logs_tail_and_scheduler(mpi, tmp_path, jobs):
     port = base
     j = Job(mpirun, 2, tmp_path, "--tail-worker-log", "1", "--cluster-time-out", "77",
             "--worker-log-name", "w_{hostname}_{rank}.log", port=port,
-            env_extra={"T_WORKER": "print:hello;err:to-stderr", "RANK": "9",
+            env_extra={"T_WORKER": "await:sched_0;print:hello;err:to-stderr", "RANK": "9",
                        "MS_ENABLE_RECOVERY": "1", "MS_RECOVERY_PATH": "/tmp/rec"},
             mpirun_opts=["-x", "RANK", "-x", "MS_ENABLE_RECOVERY", "-x", "MS_RECOVERY_PATH"])
     jobs.append(j)

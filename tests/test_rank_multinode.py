@@ -41,7 +41,8 @@ def run_in_host1(th, mpirun, tmp_path, *opts, port, env_extra=None, timeout=90):
 def test_agreement_across_two_hosts(testhosts, mpi, tmp_path):
     th = testhosts
     mpirun, base = mpi
-    p, _, out = run_in_host1(th, mpirun, tmp_path, "--master-port", "0", port=0)
+    p, _, out = run_in_host1(th, mpirun, tmp_path, "--master-port", "0", port=0,
+                             env_extra={"T_WORKER": "await:sched_0"})
     assert p.returncode == 0, p.stdout + p.stderr
     got = infos(out)
     assert set(got) == {"worker_0", "worker_1", "worker_2", "worker_3", "sched_0"}

@@ -32,7 +32,7 @@ def run_adapter(tmp_path, *opts, env=None, timeout=30, script=None, args=(), no_
 
 def test_single_rank_worker_and_scheduler(tmp_path):
     p, _, out = run_adapter(tmp_path, "--tail-worker-log", "0",
-                            env=fake_rank_env(T_WORKER="print:hello;err:oops"))
+                            env=fake_rank_env(T_WORKER="await:sched_0;print:hello;err:oops"))
     assert p.returncode == 0, p.stderr
     assert "[rank0] hello\n" in p.stdout and "[rank0] oops\n" in p.stdout
     got = infos(out)
@@ -48,7 +48,7 @@ def test_single_rank_worker_and_scheduler(tmp_path):
 
 
 def test_scheduler_grace_expires(tmp_path):
-    env = fake_rank_env(T_WORKER="exit:0", T_SCHED="sleep:60")
+    env = fake_rank_env(T_WORKER="await:sched_0;exit:0", T_SCHED="sleep:60")
     p, elapsed, out = run_adapter(tmp_path, "--scheduler-grace", "1", env=env)
     assert p.returncode == 0, p.stderr
     assert 1.0 <= elapsed < 10
@@ -178,13 +178,15 @@ def test_bind_core_auto_and_dict(tmp_path):
     cpus = sorted(psutil.Process().cpu_affinity())
     if len(cpus) < 2:
         pytest.skip("needs 2 CPUs")
-    p, _, out = run_adapter(tmp_path, "--bind-core", "True")
+    p, _, out = run_adapter(tmp_path, "--bind-core", "True",
+                            env=fake_rank_env(T_WORKER="await:sched_0"))
     assert p.returncode == 0, p.stderr
     got = infos(out)
     assert got["sched_0"]["affinity"] == cpus[:len(cpus) // 2]
     assert got["worker_0"]["affinity"] == cpus[len(cpus) // 2:]
     spec = '{"scheduler":["%d"],"device0":["%d"]}' % (cpus[1], cpus[0])
-    p, _, out = run_adapter(tmp_path, "--bind-core", spec)
+    p, _, out = run_adapter(tmp_path, "--bind-core", spec,
+                            env=fake_rank_env(T_WORKER="await:sched_0"))
     assert p.returncode == 0, p.stderr
     got = infos(out)
     assert got["sched_0"]["affinity"] == [cpus[1]] and got["worker_0"]["affinity"] == [cpus[0]]
