@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from mpilaunch.rank.plan import ChildSpec   # what to start: rank/plan.py decides it
 
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl as _prctl
-from mpilaunch.rank import jobdone, logs, status
+from mpilaunch.rank import descendants, jobdone, logs, status
 from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS, _grow_pipe, relay
 
 TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -76,11 +76,12 @@ class _Child:
 class Supervisor:
     def __init__(self, children: Sequence[ChildSpec], rank: int, host: str,
                  scheduler_grace: float = 30.0, kill_grace: float = 2.0,
-                 stdout_fd: int = 1, pipe_size: int = PIPE_SIZE):
+                 stdout_fd: int = 1, pipe_size: int = PIPE_SIZE, tell_rank0: bool = True):
         self.children: Dict[str, _Child] = {c.role: _Child(c) for c in children}
         self.rank, self.host = rank, host
         self.scheduler_grace, self.kill_grace = scheduler_grace, kill_grace
         self.stdout_fd = stdout_fd
+        self.tell_rank0 = tell_rank0    # the job has a scheduler: say "worker done" (jobdone)
         self.pipe_size = pipe_size
         self.events: "queue.SimpleQueue" = queue.SimpleQueue()
         self.lock = threading.Lock()
@@ -165,71 +166,35 @@ class Supervisor:
     def _own_pids(self) -> set:
         return {c.proc.pid for c in self.children.values() if c.proc is not None}
 
-    def _orphans(self) -> list:
+    def _orphans(self) -> List[int]:
         """Processes re-parented to the adapter (not the children a thread waits for)."""
-        import psutil
-
         with self.lock:     # a child being started is in _own_pids before anyone looks
             own = self._own_pids()
-            try:
-                return [p for p in psutil.Process(self.parent_pid).children() if p.pid not in own]
-            except psutil.Error:
-                return []
+            return [p for p in descendants.children(self.parent_pid) if p not in own]
 
     def _reap_orphans(self) -> int:
         """Reap every orphan that has exited; the number still running."""
         running = 0
         for p in self._orphans():
             try:
-                pid, _ = os.waitpid(p.pid, os.WNOHANG)
+                pid, _ = os.waitpid(p, os.WNOHANG)
             except ChildProcessError:
                 continue
             running += pid == 0
         return running
 
-    def _subtree(self) -> list:
-        import psutil
-
-        try:
-            return psutil.Process(self.parent_pid).children(recursive=True)
-        except psutil.Error:
-            return []
-
-    def _kill_subtree(self) -> None:
-        for p in self._subtree():
-            try:
-                p.kill()
-            except Exception:   # psutil.Error: gone already
-                pass
-
-    def _has_children(self) -> bool:
-        """Cheap (no psutil): does any thread of the adapter have a child, zombie or not?"""
-        try:
-            tids = os.listdir(f"/proc/{self.parent_pid}/task")
-            for tid in tids:
-                with open(f"/proc/{self.parent_pid}/task/{tid}/children") as f:
-                    if f.read().strip():
-                        return True
-            return False
-        except OSError:
-            return True
-
     def _end_descendants(self, grace: float) -> None:
         """SIGTERM to the orphans, SIGKILL to everything left after ``grace``, reap all."""
-        if not self._has_children():
+        if not descendants.children(self.parent_pid):
             return
-        for p in self._orphans():
-            try:
-                p.terminate()
-            except Exception:
-                pass
+        descendants.send(self._orphans(), signal.SIGTERM)
         end = time.monotonic() + grace
         while self._reap_orphans() and time.monotonic() < end:
             time.sleep(0.02)
         end = time.monotonic() + 2.0
         while time.monotonic() < end:
-            self._kill_subtree()
-            if not self._reap_orphans() and not self._subtree():
+            descendants.send(descendants.subtree(self.parent_pid), signal.SIGKILL)
+            if not self._reap_orphans() and not descendants.subtree(self.parent_pid):
                 break
             time.sleep(0.02)
 
@@ -293,7 +258,7 @@ class Supervisor:
             if child.start_error is None and child.status == 0:
                 child.reported = True
                 self._finish_relay(child)
-                if child.spec.role == "worker":
+                if child.spec.role == "worker" and self.tell_rank0:
                     jobdone.send_done(child.spec.env, self.rank)
                 if not self._running() or jobdone.stop_scheduler_if_all_done(self):
                     return 0
@@ -341,11 +306,7 @@ class Supervisor:
         live = [c for c in targets if c.proc is not None and c.status is None]
         for c in live:
             _signal(c.proc, signal.SIGTERM)
-        for p in self._orphans():
-            try:
-                p.terminate()
-            except Exception:   # psutil.Error: gone already
-                pass
+        descendants.send(self._orphans(), signal.SIGTERM)
         self._wait_for(live, self.kill_grace)
         self._end_descendants(0.0)
         self._wait_for(live, 5.0)
@@ -394,7 +355,7 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
 
 
 def supervise(children: Sequence[ChildSpec], rank: int, host: str,
-              scheduler_grace: float = 30.0, local_size: int = 1) -> int:
+              scheduler_grace: float = 30.0, local_size: int = 1, tell_rank0: bool = True) -> int:
     pipe_size = PIPE_SIZE if local_size <= 8 else PIPE_SIZE_MANY_RANKS
     return Supervisor(children, rank, host, scheduler_grace=scheduler_grace,
-                      pipe_size=pipe_size).run()
+                      pipe_size=pipe_size, tell_rank0=tell_rank0).run()
