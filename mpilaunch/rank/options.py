@@ -8,7 +8,6 @@ fix``); a bad value is a :class:`UsageError`, one line, exit 2, nothing started.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections import namedtuple
@@ -25,47 +24,101 @@ PROG = "mpilaunch.rank"
 DEFAULT_SCHEDULER_GRACE = "300"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage dump, no SystemExit(2) from argparse
-        raise UsageError(message)
+# (flag, dest, default or STORE_TRUE, help); help None = not shown. The parser below and the
+# fast path read this one table.
+STORE_TRUE = object()
+_FLAGS = (
+    ("--log-dir", "log_dir", contract.DEFAULT_LOG_DIR,
+     "directory for worker/scheduler logs (default .)"),
+    ("--worker-log-name", "worker_log_name", logs.DEFAULT_WORKER_LOG_NAME,
+     "worker log file name; {ip}, {hostname}, {rank} are replaced"),
+    ("--tail-worker-log", "tail_worker_log", contract.DEFAULT_TAIL_SPEC,
+     "ranks whose output also goes to the console: -1 (all), none, or 0,2,..."),
+    ("--master-addr", "master_addr", None, "scheduler host (default: rank 0's)"),
+    ("--master-port", "master_port", str(contract.DEFAULT_MASTER_PORT),
+     f"scheduler port (default {contract.DEFAULT_MASTER_PORT}; 0 = pick a free one)"),
+    ("--no-scheduler", "no_scheduler", STORE_TRUE, "do not start the MindSpore scheduler"),
+    ("--cluster-time-out", "cluster_time_out", None, "MS_TOPO_TIMEOUT seconds (default 600)"),
+    ("--bind-core", "bind_core", None,
+     "True, False, or msrun's JSON dict {\"scheduler\":[\"0-1\"],\"device0\":[...]}"),
+    ("--visible-devices", "visible_devices", None, "comma list: DEVICE_ID = list[local rank]"),
+    ("--scheduler-grace", "scheduler_grace", DEFAULT_SCHEDULER_GRACE,
+     "seconds rank 0 waits for the scheduler after its worker exits 0 "
+     "(default 300: other nodes may still be finishing)"),
+    ("--exec", "exec_", STORE_TRUE,
+     "no MPI, scheduler or supervision: set the env and exec the script"),
+    ("--no-python", "no_python", STORE_TRUE, "SCRIPT is an executable"),
+    ("--python", "python", None, "interpreter for SCRIPT (default: this one)"),
+    ("--module", "module", STORE_TRUE, "SCRIPT is a module name: run python -m SCRIPT [ARGS...]"),
+    ("--no-port-check", "no_port_check", STORE_TRUE,
+     "--exec: rank 0 does not check --master-port (the launcher chose it)"),
+    # long jobs (issue 11): restart count, graceful stop, stall watchdog, span check
+    ("--restart-count", "restart_count", None, None),
+    ("--max-restarts", "max_restarts", None, None),
+    ("--term-grace", "term_grace", None, None),
+    ("--stall-timeout", "stall_timeout", None, None),
+    ("--expect-ranks", "expect_ranks", None, None),
+)
+_BY_FLAG = {f[0]: f for f in _FLAGS}
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser():
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message):  # one line, no usage dump, no SystemExit(2) from argparse
+            raise UsageError(message)
+
     p = _Parser(prog=PROG, description="Rank adapter: run SCRIPT as this MPI rank's worker "
                 "(and, on rank 0, the framework scheduler) with MindSpore/PyTorch env set.",
                 usage="%(prog)s [options] -- SCRIPT [ARGS...]")
-    p.add_argument("--log-dir", default=contract.DEFAULT_LOG_DIR,
-                   help="directory for worker/scheduler logs (default .)")
-    p.add_argument("--worker-log-name", default=logs.DEFAULT_WORKER_LOG_NAME,
-                   help="worker log file name; {ip}, {hostname}, {rank} are replaced")
-    p.add_argument("--tail-worker-log", default=contract.DEFAULT_TAIL_SPEC,
-                   help="ranks whose output also goes to the console: -1 (all), none, or 0,2,...")
-    p.add_argument("--master-addr", default=None, help="scheduler host (default: rank 0's)")
-    p.add_argument("--master-port", default=str(contract.DEFAULT_MASTER_PORT),
-                   help=f"scheduler port (default {contract.DEFAULT_MASTER_PORT}; "
-                   "0 = pick a free one)")
-    p.add_argument("--no-scheduler", action="store_true", help="do not start the MindSpore scheduler")
-    p.add_argument("--cluster-time-out", default=None, help="MS_TOPO_TIMEOUT seconds (default 600)")
-    p.add_argument("--bind-core", default=None,
-                   help="True, False, or msrun's JSON dict {\"scheduler\":[\"0-1\"],\"device0\":[...]}")
-    p.add_argument("--visible-devices", default=None, help="comma list: DEVICE_ID = list[local rank]")
-    p.add_argument("--scheduler-grace", default=DEFAULT_SCHEDULER_GRACE,
-                   help="seconds rank 0 waits for the scheduler after its worker exits 0 "
-                   "(default 300: other nodes may still be finishing)")
-    p.add_argument("--exec", action="store_true", dest="exec_",
-                   help="no MPI, scheduler or supervision: set the env and exec the script")
-    p.add_argument("--no-python", action="store_true", help="SCRIPT is an executable")
-    p.add_argument("--python", default=None, help="interpreter for SCRIPT (default: this one)")
-    p.add_argument("--module", action="store_true",
-                   help="SCRIPT is a module name: run python -m SCRIPT [ARGS...]")
-    p.add_argument("--no-port-check", action="store_true",
-                   help="--exec: rank 0 does not check --master-port (the launcher chose it)")
-    # long jobs (issue 11): restart count, graceful stop, stall watchdog, span check
-    for flag in ("--restart-count", "--max-restarts", "--term-grace", "--stall-timeout",
-                 "--expect-ranks"):
-        p.add_argument(flag, default=None, help=argparse.SUPPRESS)
+    for flag, dest, default, text in _FLAGS:
+        text = argparse.SUPPRESS if text is None else text
+        if default is STORE_TRUE:
+            p.add_argument(flag, action="store_true", dest=dest, help=text)
+        else:
+            p.add_argument(flag, dest=dest, default=default, help=text)
     p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
+
+
+class _Namespace:
+    pass
+
+
+def _negative_number(value: str) -> bool:
+    """argparse's ``^-\\d+$|^-\\d*\\.\\d+$`` (a value, not a flag), without importing re."""
+    whole, dot, frac = value[1:].partition(".")
+    if not dot:
+        return whole.isdigit()
+    return (whole == "" or whole.isdigit()) and frac.isdigit()
+
+
+def _fast(argv: List[str]):
+    """The namespace argparse would give for the launcher's own spelling (every flag exact,
+    ``--flag value``, values not dash-led except negative numbers), else None. argparse and
+    the ~8 ms of imports it brings (gettext, locale, shutil) then handle the rest."""
+    ns = _Namespace()
+    for flag, dest, default, _ in _FLAGS:
+        setattr(ns, dest, False if default is STORE_TRUE else default)
+    i = 0
+    while i < len(argv):
+        entry = _BY_FLAG.get(argv[i])
+        if entry is None:
+            return None
+        if entry[2] is STORE_TRUE:
+            setattr(ns, entry[1], True)
+            i += 1
+            continue
+        if i + 1 >= len(argv):
+            return None
+        value = argv[i + 1]
+        if value.startswith("-") and not _negative_number(value):
+            return None
+        setattr(ns, entry[1], value)
+        i += 2
+    ns.command = []
+    return ns
 
 
 class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr master_port "
@@ -89,7 +142,7 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
     argv = list(argv)
     if "--" in argv:
         i = argv.index("--")
-        ns = _parser().parse_args(argv[:i])
+        ns = _fast(argv[:i]) or _parser().parse_args(argv[:i])
         if ns.command:
             raise UsageError(f"unexpected argument {ns.command[0]!r} before '--'")
         command = argv[i + 1:]

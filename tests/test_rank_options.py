@@ -1,0 +1,65 @@
+"""The adapter's argv fast path (issue 13: argparse and its imports cost every rank ~8 ms)
+must give exactly what argparse gives, and hand everything else to argparse."""
+import subprocess
+import sys
+
+import pytest
+
+from mpilaunch.errors import UsageError
+from mpilaunch.rank import options
+
+# what the launcher renders (mpilaunch --dry-run), plus every flag of the table
+SAME = [
+    ["--log-dir", ".", "--tail-worker-log", "-1", "--master-port", "8118", "--no-scheduler",
+     "--python", "/usr/bin/python3", "--expect-ranks", "4;exact;localhost:4"],
+    [],
+    ["--log-dir", "/l", "--worker-log-name", "w_{rank}.log", "--tail-worker-log", "none",
+     "--master-addr", "10.231.0.1", "--master-port", "0", "--cluster-time-out", "77",
+     "--bind-core", '{"scheduler":["0"]}', "--visible-devices", "1,3", "--scheduler-grace",
+     "-.5", "--exec", "--no-python", "--module", "--no-port-check", "--restart-count", "2",
+     "--max-restarts", "3", "--term-grace", "5", "--stall-timeout", "60"],
+    ["--master-port", "1", "--master-port", "2"],          # the last one wins, as in argparse
+    ["--log-dir", ""],
+]
+# argparse's business: abbreviations, '=' spellings, dash-led values, strays, a missing value
+OTHER = [
+    ["--log", "x"], ["--log-dir=x"], ["--log-dir", "-x"], ["--log-dir", "-1."], ["-h"],
+    ["stray"], ["--log-dir"], ["--python", "--module"], ["--log-dir", "-a b"],
+]
+
+
+def _argparse(argv):
+    return vars(options._parser().parse_args(argv))
+
+
+@pytest.mark.parametrize("argv", SAME)
+def test_fast_path_equals_argparse(argv):
+    fast = options._fast(argv)
+    assert fast is not None
+    assert vars(fast) == _argparse(argv)
+
+
+@pytest.mark.parametrize("argv", OTHER)
+def test_anything_else_goes_to_argparse(argv):
+    assert options._fast(argv) is None
+
+
+def test_parse_args_same_options_either_way():
+    argv = SAME[0] + ["--", "train.py", "--lr", "0.1"]
+    fast = options.parse_args(argv, 2)
+    assert fast.command == ["train.py", "--lr", "0.1"]
+    assert (fast.tail, fast.master_port, fast.no_scheduler) == (None, 8118, True)
+    with pytest.raises(UsageError, match="unexpected argument .stray. before"):
+        options.parse_args(["stray", "--", "x.py"])
+    with pytest.raises(UsageError, match="--log-dir: expected one argument"):
+        options.parse_args(["--log-dir", "-x", "--", "x.py"])
+
+
+def test_adapter_start_imports_no_argparse():
+    code = ("import sys; from mpilaunch.rank import options; "
+            "options.parse_args(['--log-dir', '.', '--', 'x.py']); "
+            "print(sorted(m for m in ('argparse', 'gettext', 'shutil', 'socket', 'psutil') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                         cwd=options.__file__.rsplit("/mpilaunch/", 1)[0])
+    assert out.stdout.strip() == "[]", out.stderr
