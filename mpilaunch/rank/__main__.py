@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
@@ -93,7 +92,7 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
     from mpilaunch.rank.supervisor import supervise
 
     return supervise(specs, info.rank, hostname, scheduler_grace=opts.scheduler_grace,
-                     local_size=info.local_size)
+                     local_size=info.local_size, tell_rank0=not opts.no_scheduler)
 
 
 def exec_script(opts, info, user_env: dict, argv) -> int:
@@ -126,7 +125,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     from mpilaunch.rank import status
 
-    hostname = socket.gethostname()
+    hostname = os.uname().nodename     # what socket.gethostname() returns, without socket
     rank = _guess_rank(os.environ)
     try:
         opts = rank_options.parse_args(argv, os.cpu_count())

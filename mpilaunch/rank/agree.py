@@ -31,7 +31,6 @@ never sees it.
 from __future__ import annotations
 
 import os
-import socket
 from collections import namedtuple
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
@@ -60,6 +59,8 @@ Agreement = namedtuple("Agreement", "info sched_addr sched_port used_mpi")
 
 def local_ipv4s() -> List[str]:
     """Non-loopback, non-link-local IPv4 addresses of this host, interface order."""
+    import socket
+
     import psutil
 
     out: List[str] = []
@@ -73,6 +74,8 @@ def local_ipv4s() -> List[str]:
 
 def route_source(dest: str) -> Optional[str]:
     """The local address the kernel would use to reach ``dest`` (sends nothing)."""
+    import socket
+
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.connect((dest, 9))
@@ -97,6 +100,8 @@ def local_ip(sched_addr: str) -> str:
 def interface_towards(addr: str) -> Optional[str]:
     """Name of the local interface holding the address the kernel uses to reach ``addr``
     (None for loopback or when no interface holds it)."""
+    import socket
+
     import psutil
 
     src = local_ip(addr)
@@ -107,6 +112,8 @@ def interface_towards(addr: str) -> Optional[str]:
 
 
 def resolve_ipv4(name: str, flag: str = "--master-addr") -> str:
+    import socket
+
     try:
         infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
@@ -124,6 +131,7 @@ def free_port() -> int:
 def check_port(addr: str, port: int, hostname: str, check_addr: bool = True) -> int:
     """Rank 0's check that the scheduler can bind ``addr:port``; returns the port (picked if 0)."""
     import errno
+    import socket
 
     if check_addr and not addr.startswith("127."):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -22,7 +22,6 @@ job or a stray datagram is ignored; a rank is counted once and only below the jo
 """
 from __future__ import annotations
 
-import socket
 import threading
 
 PREFIX = b"mpilaunch-done "
@@ -72,6 +71,7 @@ def send_done(worker_env, rank: int) -> None:
         return
     host, port, _ = where
     data = message(job, rank)
+    import socket   # here, not at the top: the ranks of a job without a scheduler never send
     try:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
@@ -94,6 +94,8 @@ class Listener:
         if where is None or self.job is None:
             return
         _, port, self.size = where
+        import socket
+
         try:
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.bind(("0.0.0.0", port))

@@ -98,7 +98,8 @@ def supervise(specs, opts, rank: int, hostname: str, local_size: int = 1) -> int
 
     lr = opts.longrun
     sup = Supervisor(specs, rank, hostname, scheduler_grace=opts.scheduler_grace,
-                     pipe_size=PIPE_SIZE if local_size <= 8 else PIPE_SIZE_MANY_RANKS)
+                     pipe_size=PIPE_SIZE if local_size <= 8 else PIPE_SIZE_MANY_RANKS,
+                     tell_rank0=not opts.no_scheduler)
     state = {"graceful": False}
     if lr.term_grace is not None:
         _start_grace_thread(sup, lr.term_grace, state)
