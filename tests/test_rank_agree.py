@@ -96,11 +96,9 @@ def test_resolve_ipv4(monkeypatch):
     assert resolve_ipv4("localhost").startswith("127.")
     import socket
 
-    import mpilaunch.rank.agree as agree_mod
-
     def no_such_host(name, *args, **kwargs):  # never ask a real resolver from a test
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-    monkeypatch.setattr(agree_mod.socket, "getaddrinfo", no_such_host)
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)   # agree imports socket lazily
     with pytest.raises(UsageError, match="--master-addr"):
         resolve_ipv4("no-such-host.invalid")
 

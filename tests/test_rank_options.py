@@ -55,11 +55,23 @@ def test_parse_args_same_options_either_way():
         options.parse_args(["--log-dir", "-x", "--", "x.py"])
 
 
-def test_adapter_start_imports_no_argparse():
-    code = ("import sys; from mpilaunch.rank import options; "
-            "options.parse_args(['--log-dir', '.', '--', 'x.py']); "
-            "print(sorted(m for m in ('argparse', 'gettext', 'shutil', 'socket', 'psutil') "
-            "if m in sys.modules))")
+HEAVY = ("argparse", "psutil", "socket", "json", "shutil", "dataclasses", "typing", "string")
+
+
+def test_a_plain_rank_runs_without_the_heavy_imports(tmp_path):
+    """Rank 1 of 2, no scheduler, the launcher's argv: the whole adapter run (parse, plan,
+    supervise a worker, reap) loads none of the modules that cost every rank milliseconds."""
+    worker = tmp_path / "w.py"
+    worker.write_text("print('hi')\n")
+    argv = ["--log-dir", str(tmp_path / "logs"), "--tail-worker-log", "-1", "--master-port",
+            "8118", "--no-scheduler", "--python", sys.executable, "--expect-ranks",
+            "2;exact;localhost:2", "--", str(worker)]
+    code = ("import sys; from mpilaunch.rank.__main__ import main; rc = main(%r); "
+            "print(rc, sorted(m for m in %r if m in sys.modules))" % (argv, HEAVY))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": options.__file__.rsplit("/mpilaunch/", 1)[0],
+           "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
-                         cwd=options.__file__.rsplit("/mpilaunch/", 1)[0])
-    assert out.stdout.strip() == "[]", out.stderr
+                         env=env, timeout=60)
+    assert out.stdout.splitlines()[-1] == "0 []", out.stdout + out.stderr
+    assert (tmp_path / "logs" / "worker_1.log").read_text() == "hi\n"

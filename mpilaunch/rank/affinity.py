@@ -20,7 +20,6 @@ Bad JSON, keys or ranges: :class:`UsageError` naming ``--bind-core``.
 from __future__ import annotations
 
 import os
-import re
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
@@ -32,17 +31,19 @@ AUTO = "auto"
 if TYPE_CHECKING:
     Spec = Union[None, str, Dict[str, List[int]]]
 
-_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
-_KEY = re.compile(r"^(scheduler|device\S+)$")
+_RANGE = r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$"     # re is imported where used: every rank
+_KEY = r"^(scheduler|device\S+)$"                 # pays for each import at start
 
 
 def parse_cpu_ranges(items: Sequence[str], where: str) -> List[int]:
+    import re
+
     cpus: List[int] = []
     for item in items:
         if not isinstance(item, str):
             raise UsageError(f"{where}: {item!r} is not a string like \"0-3\"")
         for part in item.split(","):
-            m = _RANGE.match(part)
+            m = re.match(_RANGE, part)
             if not m:
                 raise UsageError(f"{where}: {part!r} is not a CPU range like \"0-3\"")
             lo, hi = int(m.group(1)), int(m.group(2) if m.group(2) is not None else m.group(1))
@@ -83,9 +84,11 @@ def _parse_bind_core(raw: Optional[str], cpu_count: Optional[int]) -> Spec:
         raise UsageError(f"neither True/False nor JSON ({exc})") from None
     if not isinstance(data, dict):
         raise UsageError("the JSON is not a dict")
+    import re
+
     out: Dict[str, List[int]] = {}
     for key, value in data.items():
-        if not _KEY.match(str(key)):
+        if not re.match(_KEY, str(key)):
             raise UsageError(f"key {key!r} is neither \"scheduler\" nor \"device<ID>\"")
         if not isinstance(value, list):
             raise UsageError(f"{key}: the value is not a list of CPU ranges")
@@ -132,6 +135,8 @@ def plan_cpus(spec: Spec, cpus: Sequence[int], numa_nodes: Sequence[Sequence[int
 
 
 def read_numa_nodes(root: str = "/sys/devices/system/node") -> List[List[int]]:
+    import re
+
     nodes: List[List[int]] = []
     try:
         names = sorted((n for n in os.listdir(root) if re.fullmatch(r"node\d+", n)),

@@ -24,7 +24,6 @@ agreement computes it). A bad or missing value is a :class:`UsageError` naming t
 """
 from __future__ import annotations
 
-import re
 from collections import namedtuple
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
@@ -67,14 +66,16 @@ def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
     return value
 
 
-_TPN_ITEM = re.compile(r"^\s*(\d+)\s*(?:\(x(\d+)\))?\s*$")
+_TPN_ITEM = r"^\s*(\d+)\s*(?:\(x(\d+)\))?\s*$"   # re imported where used (start-up cost)
 
 
 def parse_tasks_per_node(name: str, raw: str) -> list:
     """Expand Slurm's ``"2(x3),1"`` into ``[2, 2, 2, 1]``."""
+    import re
+
     counts = []
     for item in str(raw).split(","):
-        m = _TPN_ITEM.match(item)
+        m = re.match(_TPN_ITEM, item)
         if not m:
             raise UsageError(f"environment variable {name}={raw!r} is not in Slurm's '2(x3),1' form")
         counts.extend([int(m.group(1))] * int(m.group(2) or 1))

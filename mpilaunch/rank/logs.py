@@ -5,8 +5,8 @@ The tail spec itself (``--tail-worker-log``) is parsed by :func:`mpilaunch.contr
 secrets are masked by :func:`mpilaunch.contract.mask_lines` (the one rule for both sides)."""
 from __future__ import annotations
 
+import _string   # string.Formatter().parse without string (which imports re)
 import os
-import string
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def check_log_name(template: str, size: Optional[int] = None,
     if not template.strip():
         raise bad("empty")
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        fields = [f for _, f, _, _ in _string.formatter_parser(template) if f is not None]
     except ValueError as exc:
         raise bad(str(exc)) from None
     for f in fields:
