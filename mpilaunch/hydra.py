@@ -158,19 +158,15 @@ def intel_iface(hosts) -> List[str]:
     "getaddrinfo returned error -3 ... unable to connect to server mlh-host1"; ``-localhost ADDR``
     did not change it, ``-iface IF`` did; a name resolving to 127.0.1.1 fails the same way).
     MPICH's proxies need nothing. [] for one host or when no route is found."""
-    import socket
-
-    import psutil
-
-    from mpilaunch import ssh
+    from mpilaunch import netif, ssh
     from mpilaunch.rank.agree import route_source
 
     remote = [h.name for h in hosts if not ssh.host_is_here(h)]
     src = route_source(remote[0]) if remote else None
     if not src or src.startswith("127."):
         return []
-    for name, addrs in psutil.net_if_addrs().items():
-        if name != "lo" and any(a.family == socket.AF_INET and a.address == src for a in addrs):
+    for name, family, address in netif.addresses():
+        if name != "lo" and family == netif.AF_INET and address == src:
             return ["-iface", name]
     return []
 

@@ -259,13 +259,10 @@ def local_addresses() -> frozenset:
     if "addrs" not in _LOCAL_CACHE:
         addrs = set()
         try:
-            import psutil
+            from mpilaunch import netif
 
-            for entries in psutil.net_if_addrs().values():
-                for a in entries:
-                    if a.family in (socket.AF_INET, socket.AF_INET6):
-                        addrs.add(a.address.split("%", 1)[0])
-        except Exception:  # pragma: no cover - psutil is a dependency
+            addrs.update(address for _, _, address in netif.addresses())
+        except OSError:  # pragma: no cover - getifaddrs does not fail on Linux
             pass
         _LOCAL_CACHE["addrs"] = frozenset(addrs)
     return _LOCAL_CACHE["addrs"]  # type: ignore[return-value]

@@ -139,13 +139,10 @@ def test_hostfile_in_hydras_form():
 def test_intel_gets_the_interface_routing_to_the_remote_hosts(tmp_path, monkeypatch):
     """Intel MPI's remote bootstrap proxies call back by this host's name: -iface keeps them off
     name resolution (measured on the namespace test hosts); MPICH needs nothing."""
-    import psutil
-    from collections import namedtuple
-
+    from mpilaunch import netif
     from mpilaunch.rank import agree
-    addr = namedtuple("addr", "family address")
     monkeypatch.setattr(agree, "route_source", lambda dest: "10.9.0.5")
-    monkeypatch.setattr(psutil, "net_if_addrs", lambda: {"lo": [addr(2, "127.0.0.1")], "ens7": [addr(2, "10.9.0.5")]})
+    monkeypatch.setattr(netif, "addresses", lambda: [("lo", 2, "127.0.0.1"), ("ens7", 2, "10.9.0.5")])
     argv = ["--hostfile", str(tmp_path / "hosts")]
     (tmp_path / "hosts").write_text("10.9.0.6 slots=1\n10.9.0.7 slots=1\n")
     assert "-iface ens7" in " ".join(plan.argv(make(argv, {}, IM, tmp_path)))

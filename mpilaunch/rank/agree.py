@@ -59,16 +59,13 @@ Agreement = namedtuple("Agreement", "info sched_addr sched_port used_mpi")
 
 def local_ipv4s() -> List[str]:
     """Non-loopback, non-link-local IPv4 addresses of this host, interface order."""
-    import socket
-
-    import psutil
+    from mpilaunch import netif
 
     out: List[str] = []
-    for addrs in psutil.net_if_addrs().values():
-        for a in addrs:
-            if a.family == socket.AF_INET and not a.address.startswith(("127.", "169.254.")):
-                if a.address not in out:
-                    out.append(a.address)
+    for _, family, address in netif.addresses():
+        if family == netif.AF_INET and not address.startswith(("127.", "169.254.")):
+            if address not in out:
+                out.append(address)
     return out
 
 
@@ -100,13 +97,11 @@ def local_ip(sched_addr: str) -> str:
 def interface_towards(addr: str) -> Optional[str]:
     """Name of the local interface holding the address the kernel uses to reach ``addr``
     (None for loopback or when no interface holds it)."""
-    import socket
-
-    import psutil
+    from mpilaunch import netif
 
     src = local_ip(addr)
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == src for a in addrs):
+    for name, family, address in netif.addresses():
+        if family == netif.AF_INET and address == src:
             return None if name == "lo" else name
     return None
 
