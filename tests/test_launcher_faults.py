@@ -9,6 +9,7 @@ import time
 import psutil
 import pytest
 
+from hosts.proc import drop_session_dirs
 from launchutil import (MPIRUNS, REPO, clean_env, descendants, free_port, kill_all, mpilaunch_argv,
                         wait_for, wait_gone)
 
@@ -110,6 +111,9 @@ def test_mpirun_killed_is_named(mpirun, tmp_path):
     finally:
         kill_all(job)
         launcher.kill()
+        # the mpirun this test killed left its session dir (Open MPI 5), which would stop a
+        # later mpirun given the same pid (exit 213)
+        drop_session_dirs([p.pid for p in job])
 
 
 @pytest.mark.parametrize("mpirun", MPIRUNS)

@@ -11,6 +11,7 @@ import time
 import psutil
 import pytest
 
+from hosts.proc import drop_session_dirs
 from rankutil import (REPO, adapter_cmd, alive, infos, kill_leftovers, status_lines,
                                wait_for, write_worker)
 
@@ -92,6 +93,10 @@ class Job:
             self.p.kill()
             self.p.communicate()
         kill_leftovers(self.seen.values())
+        # an mpirun killed by a signal (test_mpirun_signalled_everything_gone[KILL]) leaves its
+        # session dir, which would stop a later mpirun given the same pid (exit 213)
+        wait_for(lambda: not any(alive(pid) for pid in self.seen), timeout=5)
+        drop_session_dirs([self.p.pid, *self.seen])
 
 
 @pytest.fixture

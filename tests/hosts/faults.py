@@ -27,6 +27,7 @@ def crash(prefix, i):
         victims += [p for p in netns.netns_pids(rec["netns"]) if p not in victims]
         proc.kill_all(victims, grace=0.0)
         proc.reap([rec["pid"]])
+        proc.drop_session_dirs(victims)   # a rebooted host's /tmp would not have them either
 
 
 def start_sshd(prefix, i):

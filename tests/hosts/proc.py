@@ -2,6 +2,7 @@
 found by PID (checked against their start time), waited for and killed."""
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -123,3 +124,22 @@ def tail(path, n=20):
             return "".join(f.readlines()[-n:])
     except OSError:
         return "(no log)"
+
+
+# Open MPI 5's mpirun (prterun) and its prted keep a session dir <tmp>/ompi.<pid> and
+# <tmp>/prted.<pid> with PMIx rendezvous files that PMIx 5.0 creates with O_EXCL and removes
+# only on a normal exit. One killed by a signal leaves them behind, and a later mpirun or prted
+# that the kernel gives the same pid stops at once: "The PMIx server's listener thread failed
+# to start" (exit 213). Tests that kill such processes on purpose clean up after them.
+SESSION_DIRS = ("ompi.%d", "prted.%d")
+
+
+def drop_session_dirs(pids):
+    """Remove the Open MPI session dirs of those of ``pids`` that are gone."""
+    tmps = {os.environ.get("TMPDIR") or "/tmp", "/tmp"}
+    for pid in pids:
+        if not pid or alive(pid):
+            continue
+        for tmp in tmps:
+            for name in SESSION_DIRS:
+                shutil.rmtree(os.path.join(tmp, name % pid), ignore_errors=True)
