@@ -183,7 +183,7 @@ def test_exit_status_propagates(mpi, tmp_path, jobs, with_mpi):
 def test_sigkilled_worker_ends_4_rank_job(mpi, tmp_path, jobs):
     mpirun, base = mpi
     j = Job(mpirun, 4, tmp_path, port=base + 3,
-            env_extra={"T_WORKER_2": "waitfile:4;kill:9", "T_WORKER": "sleep:60",
+            env_extra={"T_WORKER_2": "waitfile:4;await:sched_0;kill:9", "T_WORKER": "sleep:60",
                        "T_SCHED": "sleep:60"})
     jobs.append(j)
     assert wait_for(lambda: os.path.exists(os.path.join(j.out, "info_worker_2.json")), 30)

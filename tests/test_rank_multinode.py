@@ -87,7 +87,7 @@ def test_worker_killed_on_host2_ends_the_job(testhosts, mpi, tmp_path):
     th = testhosts
     mpirun, base = mpi
     p, took, out = run_in_host1(th, mpirun, tmp_path, port=base + 2,
-                                env_extra={"T_WORKER_3": "waitfile:4;kill:9",
+                                env_extra={"T_WORKER_3": "waitfile:4;await:sched_0;kill:9",
                                            "T_WORKER": "sleep:60", "T_SCHED": "sleep:60"})
     assert p.returncode == 137, p.stdout + p.stderr
     assert took < 40
