@@ -224,7 +224,18 @@ def test_mpirun_signalled_everything_gone(mpi, tmp_path, jobs, sig):
     jobs.append(j)
     assert wait_for(lambda: len(infos(j.out)) == 3 and len(
         [n for n in os.listdir(j.out) if n.startswith("grandchild_")]) == 2, 30)
-    time.sleep(0.3)                                      # let the watcher see everyone
+
+    def everyone_seen():
+        try:
+            gcs = [int(open(os.path.join(j.out, n)).read()) for n in os.listdir(j.out)
+                   if n.startswith("grandchild_")]
+        except ValueError:                               # a pid file still being written
+            return False
+        return all(pid in j.seen for pid in gcs + [i["pid"] for i in infos(j.out).values()])
+
+    # the watcher must have seen everyone, or the leftover check below would not cover them
+    # (was: a fixed 0.3 s, a guess on a loaded machine)
+    assert wait_for(everyone_seen, 10), sorted(j.seen)
     j.p.send_signal(sig)
     j.wait()
     assert j.leftovers(grace=10) == []
