@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from launchutil import MPIRUNS, REPO, clean_env
-from rankutil import adapter_cmd, alive, fake_rank_env, infos, status_lines, write_worker
+from rankutil import adapter_cmd, alive, fake_rank_env, infos, status_lines, wait_for, write_worker
 
 from mpilaunch.rank import jobdone
 
@@ -88,10 +88,19 @@ def test_rank0_stops_a_lingering_scheduler_once_every_worker_finished(tmp_path):
                         T_WORKER="await:sched_0;exit:0", T_SCHED="sleep:60")
     peer = {"MS_SCHED_HOST": "127.0.0.1", "MS_SCHED_PORT": str(port), "MS_WORKER_NUM": "2",
             "PMIX_NAMESPACE": "t-ns"}
-    sender = threading.Timer(2.0, jobdone.send_done, (peer, 1))
+    script, out = write_worker(tmp_path)
+
+    def rank1_done():
+        # as a real rank 1 would: its worker finishes only after the scheduler is up (MindSpore's
+        # workers register with it first), and rank 0 listens before starting any child. A fixed
+        # 2 s timer lost the datagram when a loaded machine started the adapter later than that.
+        if wait_for(lambda: os.path.exists(os.path.join(out, "info_sched_0.json")), 30):
+            jobdone.send_done(peer, 1)
+
+    sender = threading.Thread(target=rank1_done, daemon=True)
     sender.start()
     p, elapsed, out = _adapter(tmp_path, port, env, "--scheduler-grace", "50")
-    sender.join()
+    sender.join(35)
     assert p.returncode == 0, p.stderr
     assert elapsed < 30                     # not the scheduler's 60 s, not the 50 s grace
     assert status_lines(p.stderr) == []     # a normal end: nothing to report
@@ -116,6 +125,15 @@ import os, sys, time
 if os.environ.get("MS_ROLE") == "MS_SCHED":
     time.sleep(float(sys.argv[1]))      # a scheduler that would linger (MindSpore: up to 5 s)
     sys.exit(0)
+# a worker ends only once rank 0's worker runs (MindSpore's register with the scheduler first):
+# rank 0's adapter listens for 'worker done' before starting any child. Without this, on a
+# loaded machine ranks 1 and 2 could be done before rank 0's adapter was even listening.
+up0 = os.path.join(sys.argv[2], "worker0_up")
+if os.environ["RANK"] == "0":
+    open(up0, "w").close()
+end = time.time() + 30
+while not os.path.exists(up0) and time.time() < end:
+    time.sleep(0.02)
 time.sleep(0.2 * int(os.environ["RANK"]))
 print("worker", os.environ["RANK"], "done", flush=True)
 """
@@ -127,7 +145,7 @@ def test_job_ends_when_its_workers_end(tmp_path, mpirun):
     script.write_text(SCRIPT)
     args = [sys.executable, "-m", "mpilaunch", "--mpirun", mpirun, "-np", "3", "--oversubscribe",
             "--scheduler", "--master_port", "0", "--log_dir", str(tmp_path / "logs"),
-            str(script), "60"]
+            str(script), "60", str(tmp_path)]
     t0 = time.monotonic()
     p = subprocess.run(args, env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
     elapsed = time.monotonic() - t0
