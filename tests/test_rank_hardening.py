@@ -13,7 +13,8 @@ from launchutil import MPIRUNS, clean_env, free_port, run
 from rankutil import REPO, adapter_cmd, fake_rank_env, status_lines
 
 # A worker that starts a grandchild ignoring SIGTERM (in its own session when T_SETSID=1, so
-# no process group covers it), records its pid, then does T_THEN: "exit:N" or "sleep:S".
+# no process group covers it), records its pid, waits for the file T_AWAIT_<rank> (if set) in
+# T_DIR, then does T_THEN: "exit:N" or "sleep:S".
 WORKER = r'''
 import os, subprocess, sys, time
 d, rank = os.environ["T_DIR"], os.environ.get("RANK", "0")
@@ -26,6 +27,9 @@ with open(os.path.join(d, f"gc_{rank}"), "w") as f:
     f.write(str(p.pid))
 end = time.time() + 30
 while not os.path.exists(ready) and time.time() < end:
+    time.sleep(0.02)
+other = os.environ.get(f"T_AWAIT_{rank}")
+while other and not os.path.exists(os.path.join(d, other)) and time.time() < end:
     time.sleep(0.02)
 then = os.environ.get(f"T_THEN_{rank}") or os.environ.get("T_THEN", "exit:0")
 op, _, arg = then.partition(":")
@@ -124,9 +128,11 @@ def test_adapter_stopped_ends_every_descendant(tmp_path):
 def test_real_mpirun_nothing_left_at_2s(tmp_path, mpirun):
     # rank 1's worker fails; rank 0's is torn down; both started a SIGTERM-ignoring child
     # (rank 1's in its own session). Before: 1-2 processes left at 2 s and at 10 s.
+    # Rank 1 fails only once rank 0's grandchild is up (T_AWAIT_1): on a loaded machine rank 1
+    # could otherwise end the job before rank 0's worker had started one (no gc_0).
     script, out = _setup(tmp_path)
-    env = clean_env(T_DIR=out, T_THEN_0="sleep:60", T_THEN_1="exit:3", T_SETSID="1",
-                    PYTHONPATH=REPO)
+    env = clean_env(T_DIR=out, T_THEN_0="sleep:60", T_THEN_1="exit:3", T_AWAIT_1="ready_0",
+                    T_SETSID="1", PYTHONPATH=REPO)
     p = run(["--mpirun", mpirun, "-np", "2", "--no-scheduler", "--master_port", free_port(),
              "--log_dir", str(tmp_path / "logs"), script], env=env, timeout=120)
     gcs = _grandchildren(out)
