@@ -340,7 +340,10 @@ def test_job_with_a_late_host_succeeds_everywhere(testhosts_healthy, tmp_path):
     th.kill_sshd(late)               # its container (sshd + entrypoint) comes up late
     procs = [_start(th, 0, 0, [str(script), str(tmp_path)], tmp_path),
              _start(th, 1, 1, [str(script), str(tmp_path)], tmp_path)]
-    time.sleep(4)
+    # the late host comes up once worker-0 has seen it missing (was: a fixed 4 s, which on a
+    # loaded machine could pass before worker-0 had even reached host 2)
+    missing = f"mpilaunch: 2/3 hosts ready (waiting for {late.addr}: ssh port {th.port} closed"
+    wait_for(lambda: missing in (tmp_path / "entry0.log").read_text(), 60)
     th.start_sshd(late)
     procs.append(_start(th, 2, 2, [str(script), str(tmp_path)], tmp_path))
     codes = _finish(procs, 120)
