@@ -83,8 +83,10 @@ def test_a_deadlocked_barrier_ends_the_job_with_stacks(mpirun, tmp_path):
 def test_heartbeat_and_output_are_progress(tmp_path):
     script = tmp_path / "hb.py"
     script.write_text(HEARTBEAT)
+    # 3 s: the watchdog starts before the worker, whose first sign comes after its start-up
+    # plus 0.5 s; a loaded machine can make that more than 1.5 s (the old value) on both ranks
     r = subprocess.run(mpilaunch_argv("-np", "2", "--no-scheduler", "--master_port", "0",
-                                      "--stall-timeout", "1.5", "--log_dir", str(tmp_path / "logs"),
+                                      "--stall-timeout", "3", "--log_dir", str(tmp_path / "logs"),
                                       str(script), "12"),
                        env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=120,
                        stdin=subprocess.DEVNULL)
