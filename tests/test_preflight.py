@@ -16,7 +16,7 @@ from mpilaunch import hostfile as hf
 from mpilaunch import check as pf
 from mpilaunch import ssh
 
-from launchutil import clean_env, mpilaunch_argv
+from launchutil import clean_env, free_port, mpilaunch_argv
 
 MPIRUN5 = os.path.join(os.path.dirname(sys.executable), "mpirun")
 
@@ -193,7 +193,8 @@ def test_resolve_times_out_and_fails_cleanly(monkeypatch):
 def test_check_localhost_passes_without_ssh(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("pass\n")
-    p = check_cli(["-H", "localhost:2", "--master_port", "38190", str(script)])
+    # a port free now (38190 was fixed: inside the ephemeral range, any connection may hold it)
+    p = check_cli(["-H", "localhost:2", "--master_port", free_port(), str(script)])
     assert p.returncode == 0, p.stdout + p.stderr
     lines = p.stdout.splitlines()
     assert lines[-1].startswith("mpilaunch check: OK — 1 host(s) passed")
