@@ -204,7 +204,8 @@ def test_crash_kills_everything_inside(testhosts_healthy):
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
-        for _ in range(200):
+        end = time.monotonic() + 30      # was 200 tries (~4.5 s idle): ssh may take longer loaded
+        while time.monotonic() < end:
             inside = []
             for x in subprocess.run(["ip", "netns", "pids", h.netns],
                                     stdout=subprocess.PIPE, text=True).stdout.split():
