@@ -256,6 +256,8 @@ def run(plan: LaunchPlan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
             signal.signal(sig, handler)
         close_ssh_masters(run_dir)
         remove_files(plan, run_dir, keep_tune)
+        if proc is not None and proc.returncode is not None and proc.returncode < 0:
+            rundir.drop_session_dir(proc.pid)   # a killed mpirun leaves it behind
 
     status = 128 - rc if rc < 0 else rc
     if plan.mpi.hydra and status != 0 and stop["first"] is None and len(plan.hosts) > 1:

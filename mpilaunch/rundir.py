@@ -64,6 +64,20 @@ def _alive(pid: int, start) -> bool:
     return now is not None and (start is None or now == start)
 
 
+def drop_session_dir(mpirun_pid: int, tmp: str = None) -> None:
+    """Remove ``$TMPDIR/ompi.<pid>`` of an mpirun we started and have reaped, when a signal
+    ended it (Open MPI 5 then leaves it). It must not outlive the pid: PMIx 5.0.11 creates its
+    files there exclusively, so a later mpirun that gets the same pid (pid_max is 32768 on many
+    machines) stops at once with exit 213, "The PMIx server's listener thread failed to start"
+    (reproduced with a stale ``ompi.<pid>/pmix.<host>.tool``)."""
+    session = os.path.join(tmp or tempfile.gettempdir(), f"ompi.{mpirun_pid}")
+    try:
+        if os.lstat(session).st_uid == os.geteuid() and _start_time(mpirun_pid) is None:
+            shutil.rmtree(session, ignore_errors=True)
+    except OSError:
+        pass
+
+
 def reclaim_stale(tmp: str = None) -> list:
     """Remove the run dirs (and Open MPI session dirs) of this user's dead launchers.
     -> the paths removed. Never raises: reclaiming is a courtesy, not part of the launch."""

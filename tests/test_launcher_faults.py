@@ -4,6 +4,7 @@ real root cause (never a process the teardown stopped)."""
 import os
 import signal
 import subprocess
+import tempfile
 import time
 
 import psutil
@@ -108,6 +109,9 @@ def test_mpirun_killed_is_named(mpirun, tmp_path):
         assert launcher.returncode == 137, err
         assert "root cause: mpirun itself was killed by signal 9 (SIGKILL)" in err
         assert wait_gone(job, 20) == []
+        # Open MPI 5 leaves its session dir when killed; the launcher removes it (a later
+        # mpirun given the same pid would stop with exit 213)
+        assert not os.path.exists(os.path.join(tempfile.gettempdir(), f"ompi.{mpirun_proc.pid}"))
     finally:
         kill_all(job)
         launcher.kill()
