@@ -31,9 +31,13 @@ def render_markdown(meta: dict, sections: List[dict], analysis: List[str], chart
     m = meta["machine"]
     L.append(f"- **Machine**: {m['hostname']}, {m['cores']} cores ({m['usable_cores']} usable), {m['cpu_model']}, "
              f"{m['memory']} RAM, {m['os']}, kernel {m['kernel']}")
-    L.append(f"- **Load average** (1/5/15 min): at start {meta['load_start']}, at end {meta['load_end']}; "
-             "per section below. " + ("**The machine was shared with other jobs while this ran: treat spreads as "
-                                      "partly load noise.**" if meta.get("loaded") else ""))
+    waited = (f"after waiting {meta['settled_s']:g} s for the 1-minute load to settle below half the cores, "
+              if meta.get("settled_s") else "")
+    L.append(f"- **Load average** (1/5/15 min): at start {meta['load_start']} ({waited}before the suite's own "
+             f"processes), at end {meta['load_end']} (the suite's own: its last sections run mpirun, ssh and sshd "
+             "back to back); per section below. " + (
+                 "**The machine was shared with other jobs while this ran: treat spreads as partly load noise.**"
+                 if meta.get("loaded") else "Quiet at the start: nothing else was running."))
     L.append(f"- **Command**: `{meta['command']}` (from the repository root)")
     if meta.get("source_changed"):
         L.append(f"- **Warning**: {meta['source_changed']}. Sections measured before and after the change "
