@@ -64,18 +64,21 @@ def _alive(pid: int, start) -> bool:
     return now is not None and (start is None or now == start)
 
 
-def drop_session_dir(mpirun_pid: int, tmp: str = None) -> None:
+def drop_session_dir(mpirun_pid: int, tmp: str = None):
     """Remove ``$TMPDIR/ompi.<pid>`` of an mpirun we started and have reaped, when a signal
     ended it (Open MPI 5 then leaves it). It must not outlive the pid: PMIx 5.0.11 creates its
     files there exclusively, so a later mpirun that gets the same pid (pid_max is 32768 on many
     machines) stops at once with exit 213, "The PMIx server's listener thread failed to start"
-    (reproduced with a stale ``ompi.<pid>/pmix.<host>.tool``)."""
+    (reproduced with a stale ``ompi.<pid>/pmix.<host>.tool``). Only a dir of this user, only
+    once that process is gone. -> the path removed, or None."""
     session = os.path.join(tmp or tempfile.gettempdir(), f"ompi.{mpirun_pid}")
     try:
-        if os.lstat(session).st_uid == os.geteuid() and _start_time(mpirun_pid) is None:
-            shutil.rmtree(session, ignore_errors=True)
+        if os.lstat(session).st_uid != os.geteuid() or _start_time(mpirun_pid) is not None:
+            return None
     except OSError:
-        pass
+        return None
+    shutil.rmtree(session, ignore_errors=True)
+    return session
 
 
 def reclaim_stale(tmp: str = None) -> list:
@@ -102,14 +105,9 @@ def reclaim_stale(tmp: str = None) -> list:
             continue   # not ours, not finished being written, or an older version's
         if _alive(pid, start):
             continue
-        if mpirun_pid and _start_time(mpirun_pid) is None:
-            session = os.path.join(tmp, f"ompi.{mpirun_pid}")
-            try:
-                if os.lstat(session).st_uid == uid:
-                    shutil.rmtree(session, ignore_errors=True)
-                    removed.append(session)
-            except OSError:
-                pass
+        session = drop_session_dir(mpirun_pid, tmp) if mpirun_pid else None
+        if session:
+            removed.append(session)
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed

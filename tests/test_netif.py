@@ -1,7 +1,9 @@
 """mpilaunch/netif.py reads getifaddrs through ctypes in place of psutil.net_if_addrs (issue 13:
 the psutil import cost every launch ~13 ms): the same addresses, in the same interface order."""
+import os
 import socket
 import subprocess
+import sys
 
 import psutil
 import pytest
@@ -22,7 +24,7 @@ def test_same_addresses_and_order_as_psutil():
 
 def test_inside_a_namespace_with_an_extra_address(tmp_path):
     """A fresh network namespace with a test address: both readers see exactly lo and it."""
-    name = f"mlnetif{__import__('os').getpid()}"
+    name = f"mlnetif{os.getpid()}"
     if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
         pytest.skip("needs root and ip netns")
     try:
@@ -33,7 +35,7 @@ def test_inside_a_namespace_with_an_extra_address(tmp_path):
         inside("ip", "addr", "add", "10.231.0.250/32", "dev", "lo")
         code = ("from mpilaunch import netif; from mpilaunch.rank import agree; "
                 "print(netif.addresses()); print(agree.local_ipv4s())")
-        out = inside(__import__("sys").executable, "-c", code).splitlines()
+        out = inside(sys.executable, "-c", code).splitlines()
         assert out[0] == str([("lo", 2, "127.0.0.1"), ("lo", 2, "10.231.0.250"),
                               ("lo", 10, "::1")])
         assert out[1] == "['10.231.0.250']"

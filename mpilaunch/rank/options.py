@@ -82,10 +82,6 @@ def _parser():
     return p
 
 
-class _Namespace:
-    pass
-
-
 def _negative_number(value: str) -> bool:
     """argparse's ``^-\\d+$|^-\\d*\\.\\d+$`` (a value, not a flag), without importing re."""
     whole, dot, frac = value[1:].partition(".")
@@ -98,9 +94,10 @@ def _fast(argv: List[str]):
     """The namespace argparse would give for the launcher's own spelling (every flag exact,
     ``--flag value``, values not dash-led except negative numbers), else None. argparse and
     the ~8 ms of imports it brings (gettext, locale, shutil) then handle the rest."""
-    ns = _Namespace()
-    for flag, dest, default, _ in _FLAGS:
-        setattr(ns, dest, False if default is STORE_TRUE else default)
+    from types import SimpleNamespace   # loaded at start-up already (enum imports it)
+
+    ns = SimpleNamespace(**{dest: False if default is STORE_TRUE else default
+                            for _, dest, default, _ in _FLAGS})
     i = 0
     while i < len(argv):
         entry = _BY_FLAG.get(argv[i])
