@@ -105,23 +105,20 @@ def _ipv4(text) -> bool:
 
 def attempt_cfg(cfg, lr: LongRun, k: int):
     """The config of attempt ``k``: its log dir, port and adapter flags."""
-    extra = []
+    from mpilaunch import rankcmd
+
     changes = {}
     if lr.max_restarts:
-        extra += ["--restart-count", str(k), "--max-restarts", str(lr.max_restarts)]
         changes["log_dir"] = os.path.join(lr.log_dir, f"attempt{k}")
-    if lr.term_grace is not None:
-        extra += ["--term-grace", f"{lr.term_grace:g}"]
-    if lr.stall_timeout:
-        extra += ["--stall-timeout", f"{lr.stall_timeout:g}"]
+    spec = None
     if lr.span:
         from mpilaunch import span
 
         spec = span.expect_spec(cfg)
-        if spec:
-            extra += ["--expect-ranks", spec]
+    extra = rankcmd.attempt_flags(k if lr.max_restarts else None, lr.max_restarts,
+                                  lr.term_grace, lr.stall_timeout, spec)
     if (lr.span and lr.rank0_here and not cfg.master_addr and not cfg.exec_mode
-            and "--expect-ranks" in extra):
+            and spec):
         from mpilaunch import allocation   # Slurm: node names, their NodeAddr from scontrol
 
         addr = rank0_address(cfg, allocation.node_addr_lookup(cfg.hosts_source, os.environ))

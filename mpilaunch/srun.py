@@ -111,8 +111,7 @@ def translate(tokens: Sequence[str], source: str) -> Tuple[Dict[str, str], List[
 
 def make_plan(cfg, env: Mapping[str, str], srun: str, plugin: str, run_dir: str) -> SrunPlan:
     """LaunchConfig + environment -> SrunPlan (pure)."""
-    from mpilaunch import plan as planmod
-    from mpilaunch import tune
+    from mpilaunch import rankcmd, tune
     from mpilaunch.mpi import OMPI5
 
     extra: Dict[str, str] = {}
@@ -136,7 +135,7 @@ def make_plan(cfg, env: Mapping[str, str], srun: str, plugin: str, run_dir: str)
     extra.update(dict(tune.select(env, cfg.env_prefixes)))
     extra = {k: v for k, v in extra.items() if env.get(k) != v}
     return SrunPlan(srun=srun, plugin=plugin, np=cfg.np, hosts=cfg.hosts,
-                    hosts_source=cfg.hosts_source, rank_command=tuple(planmod.rank_command(cfg)),
+                    hosts_source=cfg.hosts_source, rank_command=tuple(rankcmd.rank_command(cfg)),
                     extra_env=extra, unused=tuple(unused),
                     hostfile_path=os.path.join(run_dir, "hostfile"),
                     tune_path=os.path.join(run_dir, "tune.env"))

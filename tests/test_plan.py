@@ -1,7 +1,7 @@
 """Exact mpirun argv for Open MPI 4.x and 5.x: defaults, overrides, single and multi-node."""
 import pytest
 
-from mpilaunch import config, plan
+from mpilaunch import config, plan, rankcmd
 from mpilaunch.options import parser as run_parser
 from mpilaunch.errors import UsageError
 from mpilaunch.mpi import OMPI4, OMPI5, MpiInfo, parse_version_output
@@ -147,10 +147,10 @@ def test_own_interpreter_starts_the_adapter_without_site(tmp_path):
     script.write_text("import mindspore  # a MindSpore job: rank 0 runs the scheduler\n")
     args = run_parser().parse_args(["--python", sys.executable, "-np", "1", str(script)])
     cfg = config.build(args, {})
-    cmd = plan.rank_command(cfg)
-    assert cmd[:3] == [sys.executable, "-S", plan.BOOT]
-    assert plan.BOOT.endswith("mpilaunch/rank/_boot.py")
-    assert plan.rank_command(cfg, launcher_python="/other/python")[:3] == [sys.executable, "-m", "mpilaunch.rank"]
+    cmd = rankcmd.rank_command(cfg)
+    assert cmd[:3] == [sys.executable, "-S", rankcmd.BOOT]
+    assert rankcmd.BOOT.endswith("mpilaunch/rank/_boot.py")
+    assert rankcmd.rank_command(cfg, launcher_python="/other/python")[:3] == [sys.executable, "-m", "mpilaunch.rank"]
 
 
 def test_keepalive_only_for_remote_hosts_and_not_twice(tmp_path):
@@ -186,7 +186,7 @@ def test_scheduler_only_for_mindspore_jobs(tmp_path, source, extra, env, on, why
     (tmp_path / "src" / "net.py").write_text("from mindspore import nn\n")
     cfg = _cfg(tmp_path, source, "-np", "2", *extra, env=env)
     assert cfg.scheduler is on and why in cfg.scheduler_why
-    assert ("--no-scheduler" in plan.rank_command(cfg)) is (not on)
+    assert ("--no-scheduler" in rankcmd.rank_command(cfg)) is (not on)
 
 
 def test_mpi_program_without_exec_refused_where_the_adapter_uses_mpi(tmp_path):
@@ -217,7 +217,7 @@ def test_exec_port_is_picked_or_passed_unchecked(tmp_path):
     src = "from mpi4py import MPI\n"
     cfg = _cfg(tmp_path, src, "--exec", "-np", "2")
     assert cfg.master_port != 8118 and not cfg.port_check
-    assert "--no-port-check" in plan.rank_command(cfg)
+    assert "--no-port-check" in rankcmd.rank_command(cfg)
     cfg = _cfg(tmp_path, src, "--exec", "-np", "2", "--master_port", "0")
     assert cfg.master_port != 0 and not cfg.port_check
     cfg = _cfg(tmp_path, src, "--exec", "-np", "2", "--master_port", "29500")

@@ -4,14 +4,14 @@ import os
 import subprocess
 import sys
 
-from mpilaunch import plan
+from mpilaunch import rankcmd
 
 PROBE = ("import sys; __file__ = sys.argv[1]; "
          "exec(open(__file__).read().split('if __name__')[0]); print('\\n'.join(_paths()))")
 
 
 def boot_paths(python):
-    out = subprocess.run([python, "-S", "-c", PROBE, plan.BOOT], capture_output=True, text=True, check=True)
+    out = subprocess.run([python, "-S", "-c", PROBE, rankcmd.BOOT], capture_output=True, text=True, check=True)
     return out.stdout.split()
 
 
@@ -23,7 +23,7 @@ def test_venv_interpreter_gets_the_venvs_site_packages(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     paths = boot_paths(str(venv / "bin" / "python"))
-    assert paths[0] == os.path.dirname(os.path.dirname(os.path.dirname(plan.BOOT)))
+    assert paths[0] == os.path.dirname(os.path.dirname(os.path.dirname(rankcmd.BOOT)))
     assert site_packages(str(venv)) in paths
     assert site_packages(sys.base_prefix) not in paths
 
@@ -39,4 +39,4 @@ def test_a_venv_python_is_not_mistaken_for_its_base(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     other = str(venv / "bin" / "python")
-    assert plan.rank_interpreter(other, sys.executable) == [other, "-m", "mpilaunch.rank"]
+    assert rankcmd.rank_interpreter(other, sys.executable) == [other, "-m", "mpilaunch.rank"]
