@@ -1,10 +1,12 @@
 """The adapter's command line -> validated :class:`Options` (docs/ARCHITECTURE.md, "The rank
 command"), and the worker's argv (:func:`worker_argv`).
 
-The flags are the ones ``mpilaunch/plan.py``'s ``rank_command`` renders (dashed spellings),
-plus ``--scheduler-grace``. Everything that can be checked without the rank's identity is
-checked here, with the rules of ``mpilaunch/contract.py`` (numbers: ``--flag=value: why;
-fix``); a bad value is a :class:`UsageError`, one line, exit 2, nothing started.
+The flags are the table of mpilaunch/rank/flags.py, which the launcher's rank command is
+written from (mpilaunch/rankcmd.py): the launcher's own spelling is parsed from it without
+argparse, anything else by an argparse parser built from it. Everything that can be checked
+without the rank's identity is checked here, with the rules of ``mpilaunch/contract.py``
+(numbers: ``--flag=value: why; fix``); a bad value is a :class:`UsageError`, one line, exit 2,
+nothing started.
 """
 from __future__ import annotations
 
@@ -18,48 +20,9 @@ if TYPE_CHECKING:
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
-from mpilaunch.rank import affinity, logs
+from mpilaunch.rank import affinity, flags, logs
 
 PROG = "mpilaunch.rank"
-DEFAULT_SCHEDULER_GRACE = "300"
-
-
-# (flag, dest, default or STORE_TRUE, help); help None = not shown. The parser below and the
-# fast path read this one table.
-STORE_TRUE = object()
-_FLAGS = (
-    ("--log-dir", "log_dir", contract.DEFAULT_LOG_DIR,
-     "directory for worker/scheduler logs (default .)"),
-    ("--worker-log-name", "worker_log_name", logs.DEFAULT_WORKER_LOG_NAME,
-     "worker log file name; {ip}, {hostname}, {rank} are replaced"),
-    ("--tail-worker-log", "tail_worker_log", contract.DEFAULT_TAIL_SPEC,
-     "ranks whose output also goes to the console: -1 (all), none, or 0,2,..."),
-    ("--master-addr", "master_addr", None, "scheduler host (default: rank 0's)"),
-    ("--master-port", "master_port", str(contract.DEFAULT_MASTER_PORT),
-     f"scheduler port (default {contract.DEFAULT_MASTER_PORT}; 0 = pick a free one)"),
-    ("--no-scheduler", "no_scheduler", STORE_TRUE, "do not start the MindSpore scheduler"),
-    ("--cluster-time-out", "cluster_time_out", None, "MS_TOPO_TIMEOUT seconds (default 600)"),
-    ("--bind-core", "bind_core", None,
-     "True, False, or msrun's JSON dict {\"scheduler\":[\"0-1\"],\"device0\":[...]}"),
-    ("--visible-devices", "visible_devices", None, "comma list: DEVICE_ID = list[local rank]"),
-    ("--scheduler-grace", "scheduler_grace", DEFAULT_SCHEDULER_GRACE,
-     "seconds rank 0 waits for the scheduler after its worker exits 0 "
-     "(default 300: other nodes may still be finishing)"),
-    ("--exec", "exec_", STORE_TRUE,
-     "no MPI, scheduler or supervision: set the env and exec the script"),
-    ("--no-python", "no_python", STORE_TRUE, "SCRIPT is an executable"),
-    ("--python", "python", None, "interpreter for SCRIPT (default: this one)"),
-    ("--module", "module", STORE_TRUE, "SCRIPT is a module name: run python -m SCRIPT [ARGS...]"),
-    ("--no-port-check", "no_port_check", STORE_TRUE,
-     "--exec: rank 0 does not check --master-port (the launcher chose it)"),
-    # long jobs (issue 11): restart count, graceful stop, stall watchdog, span check
-    ("--restart-count", "restart_count", None, None),
-    ("--max-restarts", "max_restarts", None, None),
-    ("--term-grace", "term_grace", None, None),
-    ("--stall-timeout", "stall_timeout", None, None),
-    ("--expect-ranks", "expect_ranks", None, None),
-)
-_BY_FLAG = {f[0]: f for f in _FLAGS}
 
 
 def _parser():
@@ -72,12 +35,12 @@ def _parser():
     p = _Parser(prog=PROG, description="Rank adapter: run SCRIPT as this MPI rank's worker "
                 "(and, on rank 0, the framework scheduler) with MindSpore/PyTorch env set.",
                 usage="%(prog)s [options] -- SCRIPT [ARGS...]")
-    for flag, dest, default, text in _FLAGS:
-        text = argparse.SUPPRESS if text is None else text
-        if default is STORE_TRUE:
-            p.add_argument(flag, action="store_true", dest=dest, help=text)
+    for f in flags.FLAGS:
+        if f.kind == flags.SWITCH:
+            p.add_argument(f.name, action="store_true", dest=f.dest, help=f.help)
         else:
-            p.add_argument(flag, dest=dest, default=default, help=text)
+            p.add_argument(f.name, dest=f.dest, default=f.default, metavar=f.metavar,
+                           help=f"{f.help} (default {f.default})" if f.default else f.help)
     p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
 
@@ -96,15 +59,15 @@ def _fast(argv: List[str]):
     the ~8 ms of imports it brings (gettext, locale, shutil) then handle the rest."""
     from types import SimpleNamespace   # loaded at start-up already (enum imports it)
 
-    ns = SimpleNamespace(**{dest: False if default is STORE_TRUE else default
-                            for _, dest, default, _ in _FLAGS})
+    ns = SimpleNamespace(**{f.dest: f.default for f in flags.FLAGS})
+    by_name = flags.BY_NAME
     i = 0
     while i < len(argv):
-        entry = _BY_FLAG.get(argv[i])
-        if entry is None:
+        f = by_name.get(argv[i])
+        if f is None:
             return None
-        if entry[2] is STORE_TRUE:
-            setattr(ns, entry[1], True)
+        if f.kind == flags.SWITCH:
+            setattr(ns, f.dest, True)
             i += 1
             continue
         if i + 1 >= len(argv):
@@ -112,7 +75,7 @@ def _fast(argv: List[str]):
         value = argv[i + 1]
         if value.startswith("-") and not _negative_number(value):
             return None
-        setattr(ns, entry[1], value)
+        setattr(ns, f.dest, value)
         i += 2
     ns.command = []
     return ns
@@ -129,7 +92,7 @@ class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr ma
     (None, ``affinity.AUTO`` or ``{key: [cpu, ...]}``); visible_devices: tuple or None;
     scheduler_grace: float; command: [SCRIPT, ARGS...] (``module``: SCRIPT is a module name);
     port_check: rank 0 checks --master-port (``--exec`` without a port the user gave: no);
-    longrun: the issue-11 flags (:class:`mpilaunch.rank.longrun.LongRun`) or None."""
+    longrun: the flags each attempt writes (:class:`mpilaunch.rank.longrun.LongRun`) or None."""
 
     __slots__ = ()
 
@@ -173,9 +136,9 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
 
 
 def _longrun(ns):
-    """The issue-11 flags (mpilaunch/rank/longrun.py), None when none was given."""
-    if all(getattr(ns, n) is None for n in ("restart_count", "max_restarts", "term_grace",
-                                            "stall_timeout", "expect_ranks")):
+    """The long-run flags (restart count, graceful stop, stall watchdog, span check: the rows
+    each attempt writes, read by mpilaunch/rank/longrun.py), None when none was given."""
+    if all(getattr(ns, f.dest) is None for f in flags.FLAGS if f.writer == flags.ATTEMPT):
         return None
     from mpilaunch.rank import longrun
 
