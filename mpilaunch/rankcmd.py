@@ -1,10 +1,13 @@
 """The rank command: how every rank starts the adapter, and the adapter flags the launcher
-writes (docs/ARCHITECTURE.md, "The rank command")."""
+writes, rendered from the one table of them, mpilaunch/rank/flags.py (docs/ARCHITECTURE.md,
+"The rank command", is generated from the same table)."""
 from __future__ import annotations
 
 import os
 import sys
-from typing import List, Optional
+from typing import Callable, List, Optional
+
+from mpilaunch.rank import flags
 
 
 BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank", "_boot.py")
@@ -19,37 +22,55 @@ def rank_interpreter(python: str, launcher_python: str) -> List[str]:
     return [python, "-m", "mpilaunch.rank"]
 
 
+def _rendered(flag: flags.Flag, value) -> List[str]:
+    """``flag`` with ``value`` as the adapter reads it (the table's kind says how)."""
+    if flag.kind == flags.SWITCH:
+        return [flag.name]
+    if flag.kind == flags.SECONDS:
+        return [flag.name, f"{value:g}"]
+    return [flag.name, str(value)]
+
+
+def _is_written(flag: flags.Flag, get: Callable[[str], object]) -> bool:
+    test, field = flags.condition(flag)
+    value = get(field)
+    if test == flags.ALWAYS:
+        return True
+    if test == flags.GIVEN:
+        return value is not None
+    if test == flags.OFF:
+        return not value
+    return bool(value)      # SET, ON
+
+
+def write_flags(writer: str, get: Callable[[str], object]) -> List[str]:
+    """The flags of the table's rows written by ``writer``, in the table's order; ``get``
+    gives the value of a row's ``source`` (and of the field its ``when`` tests)."""
+    out: List[str] = []
+    for flag in flags.FLAGS:
+        if flag.writer == writer and _is_written(flag, get):
+            out += _rendered(flag, get(flag.source))
+    return out
+
+
 def rank_command(cfg, launcher_python: str = sys.executable) -> List[str]:
+    """The rank command: interpreter, the config's adapter flags with the attempt's
+    (``cfg.rank_extra``, written by :func:`attempt_flags`) where the table puts them, then
+    ``-- SCRIPT ARGS``."""
     cmd = rank_interpreter(cfg.python, launcher_python)
-    if cfg.exec_mode:
-        cmd.append("--exec")
-    cmd += ["--log-dir", cfg.log_dir]
-    if cfg.worker_log_name:
-        cmd += ["--worker-log-name", cfg.worker_log_name]
-    cmd += ["--tail-worker-log", cfg.tail_worker_log]
-    if cfg.master_addr:
-        cmd += ["--master-addr", cfg.master_addr]
-    cmd += ["--master-port", str(cfg.master_port)]
-    if cfg.cluster_time_out is not None:
-        cmd += ["--cluster-time-out", str(cfg.cluster_time_out)]
-    if cfg.bind_core:
-        cmd += ["--bind-core", cfg.bind_core]
-    if cfg.visible_devices:
-        cmd += ["--visible-devices", cfg.visible_devices]
-    if not cfg.scheduler:
-        cmd.append("--no-scheduler")
-    if not cfg.port_check:
-        cmd.append("--no-port-check")
-    if cfg.no_python:
-        cmd.append("--no-python")
-    else:
-        cmd += ["--python", cfg.python]
-    cmd += list(cfg.rank_extra)   # restart count, grace, watchdog, span check (restart.py)
+    extra_done = False
+    get = cfg.__getattribute__
+    for flag in flags.FLAGS:
+        if flag.writer == flags.ATTEMPT and not extra_done:
+            cmd += list(cfg.rank_extra)
+            extra_done = True
+        elif flag.writer == flags.CONFIG and _is_written(flag, get):
+            cmd += _rendered(flag, get(flag.source))
+    cmd.append("--")
     if cfg.module:
-        # a flag of its own: "-m" as SCRIPT would be a file named -m in every rank's cwd
-        cmd += ["--module", "--", cfg.module]
+        # --module, not "-m" as SCRIPT: that would be a file named -m in every rank's cwd
+        cmd.append(cfg.module)
     else:
-        cmd.append("--")
         cmd.append(os.path.abspath(cfg.script) if not cfg.no_python else cfg.script)
     cmd.extend(cfg.script_args)
     return cmd
@@ -59,13 +80,7 @@ def attempt_flags(restart_count: Optional[int], max_restarts: int, term_grace: O
                   stall_timeout: Optional[float], expect_ranks: Optional[str]) -> List[str]:
     """The adapter flags of one attempt of a long job (restart count, graceful stop, stall
     watchdog, span check); ``restart_count`` None: no restarts asked."""
-    extra: List[str] = []
-    if restart_count is not None:
-        extra += ["--restart-count", str(restart_count), "--max-restarts", str(max_restarts)]
-    if term_grace is not None:
-        extra += ["--term-grace", f"{term_grace:g}"]
-    if stall_timeout:
-        extra += ["--stall-timeout", f"{stall_timeout:g}"]
-    if expect_ranks:
-        extra += ["--expect-ranks", expect_ranks]
-    return extra
+    values = {"restart_count": restart_count, "max_restarts": max_restarts,
+              "term_grace": term_grace, "stall_timeout": stall_timeout,
+              "expect_ranks": expect_ranks}
+    return write_flags(flags.ATTEMPT, values.__getitem__)
