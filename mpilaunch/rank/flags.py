@@ -130,12 +130,16 @@ def _written(flag):
 
 def _synopsis():
     """The rank command with every flag the launcher may write, wrapped like the doc's."""
-    words = []
+    words, last = [], None
     for f in FLAGS:
         if f.writer == ADAPTER:
             continue
         word = f.name if f.kind == SWITCH else f"{f.name} {f.metavar}"
-        words.append(word if f.when == ALWAYS else f"[{word}]")
+        if last is not None and condition(f) == (OFF, last.source) and last.when == ON:
+            words[-1] = f"({last.name} | {word})"   # written exactly when the other is not
+        else:
+            words.append(word if f.when == ALWAYS else f"[{word}]")
+        last = f
     lines, line = [], "       "
     for word in words + ["-- SCRIPT [ARGS...]"]:
         if len(line) + 1 + len(word) > 90:
