@@ -3,9 +3,9 @@
 Nothing here decides what a check or a job means: where ssh really goes for a host
 (:func:`ssh_target`, from ``ssh -G``), the non-interactive ssh argv (:func:`ssh_argv`), the one
 string the remote shell parses (:func:`remote_command`), name lookup and TCP connect with a
-time-out (:func:`resolve`, :func:`tcp_probe`), one-line explanations of ssh / connect failures
-with their fix (:func:`classify_ssh_error`, :func:`port_message`), whether a host is this
-machine (:func:`is_local`), and a bounded pool of daemon threads (:func:`parallel_map`).
+time-out (:func:`tcp_probe`), one-line explanations of ssh / connect failures with their fix
+(:func:`classify_ssh_error`, :func:`port_message`), and a bounded pool of daemon threads
+(:func:`parallel_map`). Name look-ups and "is this host here" are mpilaunch/net.py's.
 No ``shell=True`` anywhere: ssh gets an argv, the remote side one ``shlex``-quoted string.
 """
 from __future__ import annotations
@@ -18,7 +18,9 @@ import socket
 import subprocess
 import threading
 from collections import namedtuple
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence
+
+from mpilaunch import net
 
 PORT_SOURCE = "SSHD_PORT/--ssh-port"    # where the ssh port comes from, for messages
 NO_SSH = "ssh not found on PATH — install openssh-client"
@@ -196,30 +198,9 @@ def close_masters(run_dir: Optional[str], timeout: float = 5.0) -> int:
 
 # --------------------------------------------------------------------------- resolve / connect
 
-def resolve(name: str, timeout: float) -> Tuple[Optional[List[str]], Optional[str]]:
-    """getaddrinfo with a time-out (the lookup runs in a daemon thread). -> (addrs, error)."""
-    box: Dict[str, object] = {}
-
-    def lookup():
-        try:
-            infos = socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM)
-            v4 = [i[4][0] for i in infos if i[0] == socket.AF_INET]
-            v6 = [i[4][0] for i in infos if i[0] == socket.AF_INET6]
-            box["addrs"] = list(dict.fromkeys(v4 + v6))
-        except (socket.gaierror, UnicodeError, OSError) as exc:
-            box["error"] = str(exc.args[1] if isinstance(exc, socket.gaierror) and len(exc.args) > 1 else exc)
-
-    t = threading.Thread(target=lookup, name=f"resolve-{name}", daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        return None, f"name lookup took more than {timeout:g}s — check DNS (/etc/resolv.conf)"
-    if "error" in box:
-        return None, str(box["error"])
-    addrs = box.get("addrs") or []
-    if not addrs:
-        return None, "no address"
-    return list(addrs), None
+# Name look-up with a time-out lives in mpilaunch/net.py with the other network facts; the
+# name here is kept for callers that still say ssh.resolve.
+resolve = net.resolve
 
 
 def tcp_probe(addr: str, port: int, timeout: float) -> Optional[int]:
@@ -251,48 +232,11 @@ def port_message(err: int, port: int, timeout: float, port_source: str = PORT_SO
 
 # --------------------------------------------------------------------------- this machine
 
-_LOCAL_CACHE: Dict[str, object] = {}
-
-
-def local_addresses() -> frozenset:
-    """This machine's addresses (all interfaces); cached."""
-    if "addrs" not in _LOCAL_CACHE:
-        addrs = set()
-        try:
-            from mpilaunch import netif
-
-            addrs.update(address for _, _, address in netif.addresses())
-        except OSError:  # pragma: no cover - getifaddrs does not fail on Linux
-            pass
-        _LOCAL_CACHE["addrs"] = frozenset(addrs)
-    return _LOCAL_CACHE["addrs"]  # type: ignore[return-value]
-
-
-def is_local(name: str, addrs: Iterable[str]) -> bool:
-    """``localhost``, 127.x/::1, this machine's host name, or one of its interface addresses."""
-    if name in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return True
-    try:
-        own = {socket.gethostname(), socket.gethostname().split(".")[0]}
-    except OSError:  # pragma: no cover
-        own = set()
-    if name in own:
-        return True
-    local = local_addresses()
-    for a in addrs:
-        if a.startswith("127.") or a == "::1" or a in local:
-            return True
-    return False
-
-
-def host_is_here(host) -> bool:
-    """A host of the job is this machine (by its name or address as written; no DNS lookup)."""
-    return is_local(host.name, [host.name])
-
-
-def rank0_is_here(hosts) -> bool:
-    """Rank 0 (the first slot of the first host) runs on this machine."""
-    return bool(hosts) and host_is_here(hosts[0])
+# "Is this host this machine" is one rule, net.is_here; these names are kept for callers that
+# still use them (is_local(name, addrs) and host_is_here(host) are that same function).
+is_local = host_is_here = net.is_here
+rank0_is_here = net.rank0_is_here
+local_addresses = net.local_addresses
 
 
 # --------------------------------------------------------------------------- many hosts

@@ -1,8 +1,8 @@
 """Per-host orchestration of ``mpilaunch check``: for every host, in parallel, resolve ->
 ssh port -> ssh login -> (full level) the remote probe, each step with its own time-out.
 
-A local host (``localhost``, ``127.x``, this machine's name or one of its addresses) is not
-reached over ssh; its probe runs as a local subprocess. Everything after the ssh login runs in
+A local host (``net.is_here``: ``localhost``, ``127.x``, this machine's name or one of its
+addresses) is not reached over ssh; its probe runs as a local subprocess. Everything after the ssh login runs in
 **one** ssh session per host (:mod:`mpilaunch.check.probe`).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from typing import List, Optional, Sequence
 
-from mpilaunch import contract, ssh
+from mpilaunch import contract, net, ssh
 from mpilaunch import hostfile as hf
 from mpilaunch.check.probe import evaluate_probe, parse_probe_output, probe_argv
 from mpilaunch.check.results import (
@@ -48,7 +48,7 @@ def check_host(index: int, host: hf.Host, p: Params, timeout: float) -> List[Che
     out: List[CheckResult] = []
     t0 = time.monotonic()
     target = ssh.ssh_target(name, p.ssh_port, p.ssh_extra, timeout=max(2.0, min(timeout, 10.0)))
-    addrs, why = ssh.resolve(target.hostname, timeout)
+    addrs, why = net.resolve(target.hostname, timeout)
     if addrs is None:
         via = f" (ssh HostName {target.hostname})" if target.hostname != name else ""
         out.append(CheckResult(name, "", "resolve", FAIL,
@@ -58,7 +58,7 @@ def check_host(index: int, host: hf.Host, p: Params, timeout: float) -> List[Che
     addr = addrs[0]
     out.append(CheckResult(name, addr, "resolve", OK, ", ".join(addrs[:3]), time.monotonic() - t0))
 
-    if ssh.is_local(name, addrs) or ssh.is_local(target.hostname, addrs):
+    if net.is_here(name, addrs) or net.is_here(target.hostname, addrs):
         out.append(CheckResult(name, addr, "ssh-port", SKIP, "local host"))
         out.append(CheckResult(name, addr, "ssh", SKIP, "local host"))
         if p.level != LEVEL_FULL:
@@ -151,5 +151,5 @@ def run_checks(cfg_or_params, timeout: float = DEFAULT_TIMEOUT, *, level: Option
 
 
 def hosts_needing_ssh(hosts: Sequence[hf.Host]) -> bool:
-    """True unless every host is plainly this machine (no ssh involved)."""
-    return any(not ssh.is_local(h.name, []) for h in hosts)
+    """True unless every host is this machine (``net.is_here``: no ssh involved)."""
+    return not net.all_here(hosts)

@@ -12,7 +12,7 @@ import json
 import subprocess
 from collections import namedtuple
 
-from mpilaunch import contract, ssh
+from mpilaunch import contract, net, ssh
 from mpilaunch.job.spec import JobSpec
 
 PEER_TIMEOUT = 10.0           # per host: resolve / connect / ssh log-in bound for hello and done
@@ -60,12 +60,12 @@ def peer_call(spec: JobSpec, index: int, message: dict, python: str, timeout: fl
     """Deliver one JSON message to host ``index``'s waiting entrypoint (over ssh unless local)."""
     host = spec.hosts[index]
     target = ssh.ssh_target(host, spec.ssh_port, spec.ssh_extra, timeout=min(timeout, 5.0))
-    addrs, why = ssh.resolve(target.hostname, timeout)
+    addrs, why = net.resolve(target.hostname, timeout)
     if addrs is None:
         return PeerReply(False, None, f"does not resolve: {why}")
     addr = addrs[0]
     argv = [python, "-c", PEER_CODE, spec.socket_name(index), json.dumps(message, sort_keys=True)]
-    if ssh.is_local(host, addrs) or ssh.is_local(target.hostname, addrs):
+    if net.is_here(host, addrs) or net.is_here(target.hostname, addrs):
         cmd = argv
     else:
         if target.error:

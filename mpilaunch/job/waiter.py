@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Callable, Dict, Optional
 
-from mpilaunch import ssh
+from mpilaunch import net, ssh
 from mpilaunch.errors import UsageError
 from mpilaunch.job.spec import JobSpec, log
 
@@ -42,7 +42,7 @@ def worker0_alive_probe(spec: JobSpec) -> Callable[[], bool]:
     def alive() -> bool:
         if "target" not in cache:
             target = ssh.ssh_target(spec.worker0, spec.ssh_port, spec.ssh_extra)
-            addrs, _ = ssh.resolve(target.hostname, 5.0)
+            addrs, _ = net.resolve(target.hostname, 5.0)
             if addrs is None:
                 return False
             cache["target"] = (addrs[0], target.port)

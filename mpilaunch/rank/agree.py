@@ -33,14 +33,16 @@ from __future__ import annotations
 import os
 from collections import namedtuple
 
-TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+TYPE_CHECKING = False  # no typing at run time (docs/ARCHITECTURE.md, start-up)
 if TYPE_CHECKING:
     from typing import Callable, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
 from mpilaunch.errors import UsageError
+# The network look-ups are the launcher's too: one module for both (mpilaunch/net.py);
+# free_port is named here only for launcher code that still calls agree.free_port.
+from mpilaunch.net import (LOOPBACK, MASTER_ADDR_FIX, check_port, free_port, is_loopback,
+                           local_ipv4s, resolve_ipv4, route_source)
 from mpilaunch.rank.identity import RankInfo
-
-LOOPBACK = "127.0.0.1"
 
 
 class PeerFailed(Exception):
@@ -55,38 +57,12 @@ class PeerFailed(Exception):
 Agreement = namedtuple("Agreement", "info sched_addr sched_port used_mpi")
 
 
-# ---------------------------------------------------------------- network helpers (impure)
-
-def local_ipv4s() -> List[str]:
-    """Non-loopback, non-link-local IPv4 addresses of this host, interface order."""
-    from mpilaunch import netif
-
-    out: List[str] = []
-    for _, family, address in netif.addresses():
-        if family == netif.AF_INET and not address.startswith(("127.", "169.254.")):
-            if address not in out:
-                out.append(address)
-    return out
-
-
-def route_source(dest: str) -> Optional[str]:
-    """The local address the kernel would use to reach ``dest`` (sends nothing)."""
-    import socket
-
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        s.connect((dest, 9))
-        return s.getsockname()[0]
-    except OSError:
-        return None
-    finally:
-        s.close()
-
+# ---------------------------------------------------------------- addresses (impure)
 
 def local_ip(sched_addr: str) -> str:
     """This host's address for ``{ip}`` in log names: the source address towards the
     scheduler, else the first non-loopback IPv4, else ``127.0.0.1``."""
-    if not sched_addr.startswith("127."):
+    if not is_loopback(sched_addr):
         src = route_source(sched_addr)
         if src:
             return src
@@ -106,55 +82,21 @@ def interface_towards(addr: str) -> Optional[str]:
     return None
 
 
-def resolve_ipv4(name: str, flag: str = "--master-addr") -> str:
-    import socket
-
-    try:
-        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise UsageError(f"{flag} {name!r} does not resolve to an IPv4 address ({exc})") from None
-    if not infos:
-        raise UsageError(f"{flag} {name!r} does not resolve to an IPv4 address")
-    return infos[0][4][0]
+def master_address(name: str, spans_nodes: bool, flag: str = "--master-addr") -> str:
+    """Rank 0's scheduler address for ``--master-addr NAME``, the rule the launcher checks
+    with (rankcheck.py) and every rank applies: the resolver's first IPv4 answer
+    (:func:`mpilaunch.net.resolve_ipv4`), never a loopback address when the ranks span
+    several hosts. UsageError naming ``flag`` otherwise."""
+    addr = resolve_ipv4(name, flag)
+    _refuse_loopback(addr, spans_nodes, name, flag)
+    return addr
 
 
-def free_port() -> int:
-    """A TCP port free on this machine now (bound and released the way rank 0's check binds)."""
-    return check_port(LOOPBACK, 0, "", check_addr=False)
-
-
-def check_port(addr: str, port: int, hostname: str, check_addr: bool = True) -> int:
-    """Rank 0's check that the scheduler can bind ``addr:port``; returns the port (picked if 0)."""
-    import errno
-    import socket
-
-    if check_addr and not addr.startswith("127."):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.bind((addr, 0))
-        except OSError as exc:
-            if exc.errno == errno.EADDRNOTAVAIL:
-                raise UsageError(
-                    f"--master-addr {addr} is not an address of rank 0's host {hostname}; the "
-                    f"scheduler runs there") from None
-            raise
-        finally:
-            s.close()
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError as exc:
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                why = "already in use" if exc.errno == errno.EADDRINUSE else "not allowed"
-                raise UsageError(
-                    f"--master-port {port} is {why} on host {hostname} (rank 0, scheduler "
-                    f"address {addr}); pick another port or use --master-port 0") from None
-            raise
-        return s.getsockname()[1]
-    finally:
-        s.close()
+def _refuse_loopback(addr: str, spans_nodes: bool, given: str, flag: str) -> None:
+    if spans_nodes and is_loopback(addr):
+        said = f"resolves to {addr}, a loopback address" if given != addr else "a loopback address"
+        raise UsageError(f"{flag}={given!r}: {said}, but the ranks span several hosts; "
+                         f"{MASTER_ADDR_FIX}")
 
 
 # ---------------------------------------------------------------- pure decisions
@@ -215,10 +157,7 @@ def choose_sched_addr(master_addr: Optional[str], spans_nodes: bool, own_ipv4s: 
                       route: Callable[[str], Optional[str]], hostname: str = "") -> str:
     """Rank 0's choice of scheduler address (``master_addr`` already resolved to IPv4)."""
     if master_addr:
-        if spans_nodes and master_addr.startswith("127."):
-            raise UsageError(
-                f"--master-addr resolves to {master_addr}, a loopback address, but the ranks "
-                f"span several hosts")
+        _refuse_loopback(master_addr, spans_nodes, master_addr, "--master-addr")
         return master_addr
     if not spans_nodes:
         return LOOPBACK
@@ -228,7 +167,7 @@ def choose_sched_addr(master_addr: Optional[str], spans_nodes: bool, own_ipv4s: 
             if ip in own:      # shared addresses (docker0 and the like) route locally
                 continue
             src = route(ip)
-            if src and not src.startswith("127."):
+            if src and not is_loopback(src):
                 return src
     if own_ipv4s:
         return own_ipv4s[0]
@@ -254,8 +193,8 @@ def node_from_plan(info: RankInfo, expect) -> RankInfo:
     """Node index and count from the launcher's plan (``--expect-ranks``, parsed by
     ``rank/span.py``) in ``exact`` mode (hostfile slots filled in order), when it agrees with
     what the MPI launcher says here (world size, this host's rank count, local rank = rank -
-    the host's first rank): ranks spanning hosts then need no MPI agreement for the node index
-    (issue 13 goal 2). Anything else (other modes, a mismatch): ``info`` unchanged."""
+    the host's first rank): ranks spanning hosts then need no MPI agreement (MPI_Init in every
+    rank) only to learn their node index. Anything else (other modes, a mismatch): ``info`` unchanged."""
     if expect is None or not info.complete or info.node_index is not None:
         return info
     n, mode, table = expect
@@ -286,12 +225,8 @@ def agree(info: RankInfo, master_addr: Optional[str], master_port: int,
     """Agree on the scheduler address/port (and node index). Raises UsageError on rank 0,
     PeerFailed on the others when rank 0 failed."""
     if not needs_mpi(info, master_addr, master_port):
-        if master_addr:
-            addr = resolve_ipv4(master_addr)
-            addr = choose_sched_addr(addr, not info.single_node, [], [], route_source,
-                                     info.hostname)
-        else:
-            addr = LOOPBACK
+        addr = (master_address(master_addr, not info.single_node) if master_addr
+                else LOOPBACK)
         port = master_port
         if info.rank == 0:
             port = check_port(addr, master_port, info.hostname)
@@ -360,7 +295,7 @@ def _decide(info: RankInfo, rank: int, size: int, master_addr: Optional[str],
             f"(set MPI4PY_LIBMPI or use the matching mpirun)")
     nodes = nodes_of(peers)
     spans = len(nodes) > 1
-    resolved = resolve_ipv4(master_addr) if master_addr else None
+    resolved = master_address(master_addr, spans) if master_addr else None
     me = next(p for p in peers if p.rank == rank)
     others = [[ip for p in node for ip in p.ipv4s] for node in nodes[1:]]
     addr = choose_sched_addr(resolved, spans, list(me.ipv4s), others, route_source,

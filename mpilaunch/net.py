@@ -1,0 +1,250 @@
+"""Network facts both sides use, each decided here once: the launcher (rankcheck, config,
+check, job, ssh) and the rank adapter (rank/agree.py) call the same functions.
+
+* **Names and addresses**: :data:`LOOPBACK`, :func:`is_loopback`, :func:`ipv4s` (a name's
+  IPv4 addresses, the resolver's order), :func:`resolve_ipv4` (rank 0's address for a
+  ``--master-addr``: the resolver's first answer), :func:`resolve` (every address, with a
+  time-out), :func:`route_source` (the local address towards a destination).
+* **Ports**: :func:`check_local_addr` and :func:`check_port` (can the scheduler bind there? a
+  refusal is a :class:`PortError` carrying its ``kind``), :func:`free_port`.
+* **This machine**: :func:`local_addresses`, :func:`local_ipv4s`, and the one "is this host
+  here" rule, :func:`is_here` (no DNS), with :func:`all_here`, :func:`rank0_is_here` and
+  :func:`spans_machines` built on it.
+
+Every rank imports this module: it imports only ``os`` and ``mpilaunch.errors`` at import
+time; ``socket``, ``errno`` and ``threading`` are imported by the functions that use them
+(docs/ARCHITECTURE.md, "How the adapter starts").
+"""
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False   # no typing at run time (docs/ARCHITECTURE.md, start-up)
+if TYPE_CHECKING:
+    from typing import Iterable, List, Optional, Sequence, Tuple
+
+from mpilaunch.errors import UsageError
+
+LOOPBACK = "127.0.0.1"
+# Names that are this machine whatever its host name (as /etc/hosts spells them on Debian).
+LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+MASTER_ADDR_FIX = "give rank 0's host name or one of its addresses (or leave it out)"
+
+# The kinds of PortError: what a caller needs to word its own message.
+PORT_IN_USE = "already in use"
+PORT_NOT_ALLOWED = "not allowed"
+ADDR_NOT_HERE = "not an address of this host"
+
+
+class PortError(UsageError):
+    """The scheduler could not bind: ``kind`` is :data:`PORT_IN_USE`, :data:`PORT_NOT_ALLOWED`
+    or :data:`ADDR_NOT_HERE`; ``addr`` and ``port`` what was tried. The message is the rank
+    adapter's; the launcher words its own from ``kind`` (rankcheck.py)."""
+
+    def __init__(self, message: str, kind: str, addr: str, port: int):
+        super().__init__(message)
+        self.kind, self.addr, self.port = kind, addr, port
+
+
+# --------------------------------------------------------------------------- names, addresses
+
+def is_loopback(addr: str) -> bool:
+    return addr.startswith("127.") or addr == "::1"
+
+
+def ipv4s(name: str) -> List[str]:
+    """``name``'s IPv4 addresses in the resolver's order (``/etc/gai.conf`` preference), an
+    address given as text being its own; ``[]`` when it does not resolve."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    return list(dict.fromkeys(i[4][0] for i in infos))
+
+
+def resolve_ipv4(name: str, flag: str = "--master-addr") -> str:
+    """The address rank 0's scheduler uses for ``--master-addr NAME``: the resolver's first
+    IPv4 answer, the one any other program connecting to NAME tries first. UsageError naming
+    ``flag`` when NAME has none."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+        why = "no IPv4 address" if not infos else ""
+    except (OSError, UnicodeError) as exc:
+        infos, why = [], str(exc.args[1] if isinstance(exc, socket.gaierror)
+                             and len(exc.args) > 1 else exc)
+    if not infos:
+        raise UsageError(f"{flag}={name!r}: does not resolve to an IPv4 address ({why}); "
+                         f"{MASTER_ADDR_FIX}")
+    return infos[0][4][0]
+
+
+def resolve(name: str, timeout: float) -> Tuple[Optional[List[str]], Optional[str]]:
+    """Every address of ``name`` (IPv4 first), the look-up bounded by ``timeout`` (it runs in
+    a daemon thread). -> (addrs, None) or (None, why)."""
+    import socket
+    import threading
+
+    box: dict = {}
+
+    def lookup():
+        try:
+            infos = socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM)
+            v4 = [i[4][0] for i in infos if i[0] == socket.AF_INET]
+            v6 = [i[4][0] for i in infos if i[0] == socket.AF_INET6]
+            box["addrs"] = list(dict.fromkeys(v4 + v6))
+        except (UnicodeError, OSError) as exc:
+            box["error"] = str(exc.args[1] if isinstance(exc, socket.gaierror)
+                               and len(exc.args) > 1 else exc)
+
+    t = threading.Thread(target=lookup, name=f"resolve-{name}", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        return None, f"name lookup took more than {timeout:g}s — check DNS (/etc/resolv.conf)"
+    if "error" in box:
+        return None, str(box["error"])
+    addrs = box.get("addrs") or []
+    if not addrs:
+        return None, "no address"
+    return list(addrs), None
+
+
+def route_source(dest: str) -> Optional[str]:
+    """The local address the kernel would use to reach ``dest`` (UDP connect: sends nothing)."""
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((dest, 9))
+        return s.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+# --------------------------------------------------------------------------- ports
+
+def check_local_addr(addr: str, hostname: str) -> None:
+    """The scheduler can bind ``addr`` on this host (loopback always can). PortError
+    :data:`ADDR_NOT_HERE` otherwise."""
+    if is_loopback(addr):
+        return
+    import errno
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((addr, 0))
+    except OSError as exc:
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise PortError(f"--master-addr {addr} is not an address of rank 0's host "
+                            f"{hostname}; the scheduler runs there", ADDR_NOT_HERE, addr, 0) from None
+        raise
+    finally:
+        s.close()
+
+
+def check_port(addr: str, port: int, hostname: str, check_addr: bool = True) -> int:
+    """Rank 0's check that the scheduler can bind ``addr:port``; returns the port (picked
+    when 0). The bind is on the wildcard address with ``SO_REUSEADDR``, as the scheduler
+    binds, so a port only in ``TIME_WAIT`` from the previous run is not refused. PortError
+    :data:`PORT_IN_USE` / :data:`PORT_NOT_ALLOWED` (and :func:`check_local_addr`'s)."""
+    import errno
+    import socket
+
+    if check_addr:
+        check_local_addr(addr, hostname)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                kind = PORT_IN_USE if exc.errno == errno.EADDRINUSE else PORT_NOT_ALLOWED
+                raise PortError(
+                    f"--master-port {port} is {kind} on host {hostname} (rank 0, scheduler "
+                    f"address {addr}); pick another port or use --master-port 0",
+                    kind, addr, port) from None
+            raise
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (bound and released the way rank 0's check binds)."""
+    return check_port(LOOPBACK, 0, "", check_addr=False)
+
+
+# --------------------------------------------------------------------------- this machine
+
+_CACHE: dict = {}
+
+
+def hostname() -> str:
+    """This machine's host name (``socket.gethostname()``, without importing socket)."""
+    return os.uname().nodename
+
+
+def local_addresses() -> frozenset:
+    """Every address of this machine's interfaces (IPv4 and IPv6); read once per process."""
+    if "addrs" not in _CACHE:
+        from mpilaunch import netif
+
+        try:
+            _CACHE["addrs"] = frozenset(address for _, _, address in netif.addresses())
+        except OSError:  # pragma: no cover - getifaddrs does not fail on Linux
+            _CACHE["addrs"] = frozenset()
+    return _CACHE["addrs"]
+
+
+def local_ipv4s() -> List[str]:
+    """Non-loopback, non-link-local IPv4 addresses of this host, interface order."""
+    from mpilaunch import netif
+
+    out: List[str] = []
+    for _, family, address in netif.addresses():
+        if family == netif.AF_INET and not address.startswith(("127.", "169.254.")):
+            if address not in out:
+                out.append(address)
+    return out
+
+
+def is_here(host, addrs: Iterable[str] = ()) -> bool:
+    """The one rule for "is this host this machine": ``host`` (a name, or anything with a
+    ``name``, such as hostfile.Host) is ``localhost`` or the like, this machine's host name
+    (full or short), or an address of it (loopback or an interface's); so is any of ``addrs``
+    (the name's addresses, when the caller has resolved it). No DNS look-up here."""
+    name = getattr(host, "name", host)
+    low = name.lower()
+    if low in LOCAL_NAMES:
+        return True
+    own = hostname().lower()
+    if low in (own, own.split(".")[0]):
+        return True
+    for a in (name, *addrs):
+        if is_loopback(a) or a in local_addresses():
+            return True
+    return False
+
+
+def all_here(hosts: Sequence) -> bool:
+    """Every host of the job is this machine."""
+    return all(is_here(h) for h in hosts)
+
+
+def rank0_is_here(hosts: Sequence) -> bool:
+    """Rank 0 (the first slot of the first host: mpirun maps by slot) runs on this machine."""
+    return bool(hosts) and is_here(hosts[0])
+
+
+def spans_machines(hosts: Sequence) -> bool:
+    """The ranks may run on more than one machine: several hosts listed, not all this one
+    (two names of one remote machine cannot be told apart without DNS: counted as two)."""
+    return len(hosts) > 1 and not all_here(hosts)
