@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+TYPE_CHECKING = False  # no typing at run time (docs/ARCHITECTURE.md, start-up)
 if TYPE_CHECKING:
     from typing import Dict, Mapping, Optional, Tuple
 
@@ -51,14 +51,26 @@ class FrameworkOpts(namedtuple("FrameworkOpts", "cluster_time_out visible_device
     __slots__ = ()
 
 
+def parse_devices(text: str, source: str = "--visible-devices") -> Tuple[str, ...]:
+    """A device list (``--visible-devices``, ``*_VISIBLE_DEVICES``) -> its entries. The one
+    rule, applied by the launcher before anything starts (rankcheck.py) and by every rank:
+    an empty entry (``""``, ``,``, ``0,,1``) is a UsageError naming ``source``."""
+    entries = tuple(d.strip() for d in str(text).split(","))
+    if not all(entries):
+        why = "is empty" if not str(text).strip() else "has an empty entry"
+        raise UsageError(f"{source}={text!r}: {why}; give a comma list of device ids, one per "
+                         "local rank, such as 0,1,2,3")
+    return entries
+
+
 def device_list(opts: FrameworkOpts, user_env: Mapping[str, str]) -> Tuple[Optional[str], Optional[list]]:
     """(source name, device list) from the flag or the first non-empty env variable."""
     if opts.visible_devices is not None:
-        return "--visible-devices", list(opts.visible_devices)
+        return "--visible-devices", list(parse_devices(",".join(opts.visible_devices)))
     for name in VISIBLE_DEVICE_VARS:
         raw = user_env.get(name, "")
         if raw.strip():
-            return name, [d.strip() for d in raw.split(",")]
+            return name, list(parse_devices(raw, name))
     return None, None
 
 
@@ -66,8 +78,6 @@ def device_id(info: RankInfo, opts: FrameworkOpts, user_env: Mapping[str, str]) 
     source, devices = device_list(opts, user_env)
     if devices is None:
         return str(info.local_rank)
-    if any(not d for d in devices):
-        raise UsageError(f"{source}={','.join(devices)!r} has an empty entry")
     if len(devices) < info.local_size:
         raise UsageError(
             f"{source}={','.join(devices)!r} lists {len(devices)} device(s) but "
