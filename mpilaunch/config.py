@@ -10,7 +10,7 @@ import sys
 from collections import namedtuple
 from typing import Mapping, Optional, Tuple
 
-from mpilaunch import contract, options
+from mpilaunch import allocation, contract, options
 from mpilaunch import hostfile as hf
 from mpilaunch.errors import UsageError
 from mpilaunch.tune import DEFAULT_PREFIXES
@@ -27,7 +27,8 @@ class Setting(namedtuple("Setting", "value source")):
 
 
 _CONFIG_FIELDS = (
-    "script script_args hosts hosts_source np np_source oversubscribe ssh_port ssh_extra "
+    # hosts_from: where the hosts came from, one of HOSTS_FROM (hosts_source: said for messages)
+    "script script_args hosts hosts_source hosts_from np np_source oversubscribe ssh_port ssh_extra "
     "tune_path keep_tune_file env_prefixes bind_args x_args mca_args extra_args mpirun python "
     "dry_run "
     # passed through to the rank adapter
@@ -40,18 +41,25 @@ _CONFIG_FIELDS = (
     # -m MODULE (script is then None); mpirun's --stdin target; why the scheduler is (not)
     # started; whether rank 0 checks the port (--exec: only a --master_port the user gave)
     "module stdin scheduler_why port_check "
-    # more adapter flags, before '--' (issue 11: mpilaunch/restart.py writes them per attempt)
+    # more adapter flags, before '--' (long jobs: mpilaunch/restart.py writes them per attempt)
     "rank_extra"
 )
+
+# Where the hosts of a launch came from (LaunchConfig.hosts_from), in the order they are
+# looked for: the user's -H, hostfile or VC_WORKER_HOSTS, what a scheduler or MPI operator
+# allocated (allocation.py), else this machine.
+FROM_H, FROM_HOSTFILE, FROM_VC_WORKER_HOSTS, FROM_LOCAL = "-H", "hostfile", "vc_worker_hosts", "local"
+HOSTS_FROM = (FROM_H, FROM_HOSTFILE, FROM_VC_WORKER_HOSTS, allocation.SLURM,
+              allocation.KUBEFLOW, allocation.VOLCANO, FROM_LOCAL)
 
 
 class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None, "mpirun", None, None, "", True, ()))):
     """Everything the user asked for, validated. Notable fields: ``hosts`` (tuple of Host),
-    ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
+    ``hosts_from`` (where the hosts came from, one of :data:`HOSTS_FROM`: decisions test
+    this), ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
     (TUNE_ENV_FILE / --tune-file; None = the private run dir), ``bind_args``..``extra_args``
     (Setting: the OPENMPI_* strings as given), ``cluster_time_out`` (None: the rank keeps the
-    user's MS_TOPO_TIMEOUT, else 600). A namedtuple: ``dataclasses`` costs ~12 ms of start-up
-    at every launch."""
+    user's MS_TOPO_TIMEOUT, else 600). A namedtuple (docs/ARCHITECTURE.md, start-up)."""
 
     __slots__ = ()
 
@@ -86,23 +94,24 @@ def _is_pseudo_fs(path: str) -> bool:
     return any(real == top or real.startswith(top + "/") for top in ("/proc", "/sys"))
 
 
-def _resolve_hosts(args, env: Mapping[str, str]) -> Tuple[Tuple[hf.Host, ...], str]:
+def _resolve_hosts(args, env: Mapping[str, str]) -> Tuple[Tuple[hf.Host, ...], str, str]:
+    """-> (hosts, hosts_source: for messages, hosts_from: one of HOSTS_FROM)."""
     hostfile = _layer(args, env, "hostfile")
     if args.host is not None and hostfile.source == "--hostfile":
         raise UsageError("--hostfile and -H/--host both given; use one")
     if args.host is not None:
-        return tuple(hf.parse_host_list(args.host, "-H")), "-H"
+        return tuple(hf.parse_host_list(args.host, "-H")), "-H", FROM_H
     if hostfile.value:
-        return tuple(hf.read_hostfile(str(hostfile.value))), f"{hostfile.source}={hostfile.value}"
+        return (tuple(hf.read_hostfile(str(hostfile.value))),
+                f"{hostfile.source}={hostfile.value}", FROM_HOSTFILE)
     if env.get("VC_WORKER_HOSTS"):
         slots = slots_per_host(args, env)
-        return tuple(hf.hosts_from_vc_worker_hosts(env["VC_WORKER_HOSTS"], slots)), "VC_WORKER_HOSTS"
+        return (tuple(hf.hosts_from_vc_worker_hosts(env["VC_WORKER_HOSTS"], slots)),
+                "VC_WORKER_HOSTS", FROM_VC_WORKER_HOSTS)
     # What a scheduler or MPI operator allocated (Slurm, mpi-operator, Volcano): allocation.py
-    from mpilaunch import allocation
-
     found = allocation.discover(env, lambda: slots_per_host(args, env))
     if found is not None:
-        return found.hosts, found.source
+        return found.hosts, found.source, found.kind
     # No host list at all: this machine only, as msrun does for a single node.
     np_value, np_source = options.setting(args, env, "np")
     if args.local_worker_num is not None:
@@ -111,7 +120,7 @@ def _resolve_hosts(args, env: Mapping[str, str]) -> Tuple[Tuple[hf.Host, ...], s
         slots = contract.whole(np_value, np_source, 1, MAX_NP)
     else:
         slots = os.cpu_count() or 1
-    return (hf.Host("localhost", slots),), "localhost"
+    return (hf.Host("localhost", slots),), "localhost", FROM_LOCAL
 
 
 def _prefixes(value: str, source: str) -> Tuple[str, ...]:
@@ -137,7 +146,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     if script and not args.no_python and not args.exec_mode and not os.path.isfile(script):
         raise UsageError(f"script {script}: no such file")
 
-    hosts, hosts_source = _resolve_hosts(args, env)
+    hosts, hosts_source, hosts_from = _resolve_hosts(args, env)
     slots = hf.total_slots(hosts)
     np_setting = _layer(args, env, "np")
     if np_setting.value is None:
@@ -198,6 +207,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         script_args=tuple(args.script_args),
         hosts=hosts,
         hosts_source=hosts_source,
+        hosts_from=hosts_from,
         np=np,
         np_source=np_source,
         oversubscribe=bool(args.oversubscribe),
@@ -257,12 +267,10 @@ def _exec_port(port: int, source: str, hosts) -> Tuple[int, bool]:
     MPI agreement runs under --exec to pick one)."""
     if source != "default" and port != 0:
         return port, True
-    from mpilaunch import ssh
+    from mpilaunch import net
 
-    if ssh.rank0_is_here(hosts):
-        from mpilaunch.rank import agree
-
-        return agree.free_port(), False
+    if net.rank0_is_here(hosts):
+        return net.free_port(), False
     if port == 0:
         raise UsageError(f"{source}=0: --exec cannot pick a port when rank 0 runs on another "
                          f"host ({hosts[0].name}); give a port, or leave --master_port out "
@@ -284,8 +292,11 @@ def _scheduler(args, env: Mapping[str, str], script, module, hosts, port) -> Tup
     prog = programs.inspect(script, module, args.script_args, bool(args.no_python),
                             env.get("PATH"))
     what = f"-m {module}" if module else (script or "")
-    if prog.mpi is not None and (len(hosts) > 1 or port == 0):
-        where = "ranks on several hosts" if len(hosts) > 1 else "--master_port 0"
+    from mpilaunch import net
+
+    several = net.spans_machines(hosts)
+    if prog.mpi is not None and (several or port == 0):
+        where = "ranks on several hosts" if several else "--master_port 0"
         raise UsageError(f"{what} is an MPI program ({os.path.basename(prog.mpi.path)} "
                          f"imports {prog.mpi.module}); with {where} the rank adapter itself "
                          "initialises MPI, so run it with --exec")

@@ -19,7 +19,7 @@ from mpilaunch.check.results import LEVEL_FULL, LEVEL_SSH, failed, params_from_c
 
 
 def main(argv: Sequence[str]) -> int:
-    from mpilaunch import config, mpi
+    from mpilaunch import allocation, config, mpi
 
     args = options.parser(options.CHECK).parse_args(list(argv))
     env = dict(os.environ)
@@ -45,7 +45,7 @@ def main(argv: Sequence[str]) -> int:
     for path in rundir.reclaim_stale():   # files of launchers that died by SIGKILL
         print(f"mpilaunch check: removed {path} (its launcher is gone)", flush=True)
     t0 = time.monotonic()
-    if cfg.hosts_source.startswith("Slurm job "):   # the allocation, not ssh (check/slurm.py)
+    if allocation.from_slurm(cfg.hosts_from):   # the allocation, not ssh (check/slurm.py)
         from mpilaunch.check import slurm
 
         results = slurm.run_checks(p, env, timeout, parallel=parallel)
