@@ -22,6 +22,7 @@ from collections import namedtuple
 from typing import List, Mapping, Optional, Tuple
 
 from mpilaunch.errors import UsageError
+from mpilaunch.rundir import write_atomic
 
 OMPI4 = "ompi4"
 OMPI5 = "ompi5"
@@ -35,7 +36,7 @@ class MpiInfo(namedtuple("MpiInfo", "path version dialect")):
     """path: str;
     version: Tuple[int, ...];
     dialect: str # OMPI4, OMPI5, MPICH or IMPI.
-    (A namedtuple: ``dataclasses`` costs ~12 ms of start-up at every launch.)"""
+    (A namedtuple: docs/ARCHITECTURE.md, start-up.)"""
 
     __slots__ = ()
 
@@ -220,17 +221,8 @@ def _cache_put(env: Mapping[str, str], path: str, key: Optional[str], version: T
     entries = [f for f in _cache_read(name) if f[1] != key][-(_CACHE_MAX - 1):]
     entries.append([path if not set(path) & {"\t", "\n"} else "", key, ".".join(map(str, version)), dialect])
     text = _CACHE_TAG + "\n" + "".join("\t".join(f) + "\n" for f in entries)
-    tmp = f"{name}.{os.getpid()}.{os.urandom(4).hex()}"
     try:
         os.makedirs(os.path.dirname(name), mode=0o700, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, text.encode("utf-8", "surrogateescape"))
-        finally:
-            os.close(fd)
-        os.replace(tmp, name)
+        write_atomic(name, text)
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass

@@ -14,12 +14,13 @@ one of two ways:
 """
 from __future__ import annotations
 
-import os
 import re
 from collections import namedtuple
 from typing import Iterable, List, Mapping, Sequence, Tuple
 
 from mpilaunch.contract import is_secret
+# The one atomic writer is rundir.write_atomic; named here for callers of tune.write_atomic.
+from mpilaunch.rundir import write_atomic  # noqa: F401
 
 DEFAULT_PREFIXES: Tuple[str, ...] = ("MA_", "AWS_", "S3_", "PATH", "VC_WORKER_", "SCC", "CRED")
 
@@ -50,7 +51,7 @@ def select(env: Mapping[str, str], prefixes: Sequence[str]) -> List[Tuple[str, s
 class Broadcast(namedtuple("Broadcast", "in_file routed", defaults=((), ()))):
     """in_file: Tuple[Tuple[str, str], ...];
     routed: Tuple[str, ...] # names whose values travel in mpirun's environment.
-    (A namedtuple: ``dataclasses`` costs ~12 ms of start-up at every launch.)"""
+    (A namedtuple: docs/ARCHITECTURE.md, start-up.)"""
 
     __slots__ = ()
 
@@ -72,25 +73,3 @@ def split(selected: Iterable[Tuple[str, str]]) -> Broadcast:
 def render(broadcast: Broadcast) -> str:
     """Exact tune-file text: one ``-x KEY=VALUE`` per line, LF endings."""
     return "".join(f"-x {name}={value}\n" for name, value in broadcast.in_file)
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically with mode 0600 (the file never exists half-written).
-
-    No fsync: the readers are this host's mpirun moments later (the page cache), and the files
-    live in the job's run directory, removed when the job ends; a crash loses the job anyway.
-    Two fsyncs were ~9 ms of every launch here, far more on network file systems."""
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)    # whatever the umask
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise

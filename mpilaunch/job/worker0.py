@@ -18,7 +18,7 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mpilaunch import hostfile as hf
-from mpilaunch import ssh
+from mpilaunch import rundir, ssh
 from mpilaunch.check.report import MAX_LINES_PER_CHECK
 from mpilaunch.check.results import DEFAULT_PARALLEL
 from mpilaunch.errors import UsageError
@@ -123,10 +123,7 @@ def _raise_interrupted(signum, _frame):
 
 def write_hostfile(spec: JobSpec, run_dir: str) -> str:
     path = os.path.join(run_dir, "hostfile")
-    text = hf.render_hostfile([hf.Host(h, spec.slots) for h in spec.hosts])
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+    rundir.write_atomic(path, hf.render_hostfile([hf.Host(h, spec.slots) for h in spec.hosts]))
     return path
 
 
