@@ -31,7 +31,7 @@ MIN_MASKED_LEN = 4
 
 
 def is_secret(name: str) -> bool:
-    import re   # here: a rank adapter that masks nothing does not pay for re (issue 13)
+    import re   # here: a rank adapter that masks nothing does not pay for re
 
     return bool(re.search(SECRET_NAME, name, re.IGNORECASE))
 

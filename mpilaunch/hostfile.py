@@ -21,7 +21,7 @@ class Host(namedtuple("Host", "name slots max_slots", defaults=(1, None))):
     """name: str;
     slots: int;
     max_slots: Optional[int].
-    (A namedtuple: ``dataclasses`` costs ~12 ms of start-up at every launch.)"""
+    (A namedtuple: docs/ARCHITECTURE.md, start-up.)"""
 
     __slots__ = ()
 

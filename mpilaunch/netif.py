@@ -1,9 +1,9 @@
 """This machine's interface addresses, from ``getifaddrs(3)`` through ctypes.
 
-What ``psutil.net_if_addrs()`` gives for IPv4/IPv6, without importing psutil: the launcher's
-"is this host here?" and a multi-host rank's interface look-up paid ~13 ms of CPU for that
-import alone (issue 13); ctypes is loaded anyway (mpilaunch/pdeathsig.py). Linux only, as is
-every other part of mpilaunch that reads the machine.
+What ``psutil.net_if_addrs()`` gives for IPv4/IPv6, without importing psutil (the launcher's
+"is this host here?", ``net.is_here``, and a multi-host rank's interface look-up would pay for
+that import: docs/ARCHITECTURE.md, start-up); ctypes is loaded anyway (mpilaunch/pdeathsig.py).
+Linux only, as is every other part of mpilaunch that reads the machine.
 """
 from __future__ import annotations
 
