@@ -23,8 +23,8 @@ def write_atomic(path: str, text: str, mode: int = 0o600) -> None:
     ``path``. Raises OSError (the new file removed); ``path`` is then as it was.
 
     No fsync: the readers are this host's mpirun moments later (the page cache), the run
-    directory is removed when the job ends, and a crash loses the job anyway; two fsyncs were
-    ~9 ms of every launch here, far more on network file systems."""
+    directory is removed when the job ends, and a crash loses the job anyway (what an fsync
+    costs a launch: docs/ARCHITECTURE.md, start-up)."""
     directory, base = os.path.split(os.path.abspath(path))
     tmp = os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
