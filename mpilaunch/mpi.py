@@ -137,8 +137,9 @@ def detect(flag: Optional[str], env: Mapping[str, str]) -> MpiInfo:
 # answer is cached per mpirun file: one line per path, keyed by the file's identity (device,
 # inode, size, mtime, ctime: a reinstall or an edit changes them) and by what can change which
 # library answers (LD_LIBRARY_PATH, OPAL_PREFIX). The file is 0600 in a 0700 directory, written
-# by rundir.write_atomic (a concurrent launch reads the old or the new file, never half of one); a line that does not parse, a file that is not
-# ours or not a regular file is ignored (then mpirun is asked again). MPILAUNCH_NO_CACHE=1 skips it.
+# by rundir.write_atomic (a concurrent launch reads the old or the new file, never half of
+# one); a line that does not parse, a file that is not ours or not a regular file is ignored
+# (then mpirun is asked again). MPILAUNCH_NO_CACHE=1 skips it.
 _CACHE_TAG = "mpilaunch-mpirun-cache-v1"
 _CACHE_MAX = 32
 _RACY_NS = 2_000_000_000
