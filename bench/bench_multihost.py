@@ -1,5 +1,5 @@
 """8. Multi-host launch (issue 13 goal 3): mpilaunch over 2 and 3 hosts against bare mpirun
-over the same hosts, Open MPI 5 and 4.1, on the namespace test hosts (tests/hosts: network
+over the same hosts, Open MPI 5 and 4.1, on the namespace test hosts (tests/helpers/hosts: network
 namespaces in 10.231.0.0/24, each with its own sshd; root needed, else the section is skipped).
 
 Every command runs inside host 1 (``ip netns exec`` + its UTS namespace), the hostfile lists
@@ -45,7 +45,7 @@ def _timed(argv, env, cwd):
 
 
 def measure(runs: int, log=print, sizes=(2, 3)) -> dict:
-    from hosts import hostset
+    from helpers.hosts import hostset
 
     why = hostset.missing_prereqs()
     if why:

@@ -1,7 +1,7 @@
 """Launch time inside one Slurm allocation: mpilaunch (mpirun path and ``--launcher srun``)
 against bare ``srun`` and bare ``mpirun`` in the same allocation.
 
-Starts the test Slurm (tests/slurm/cluster.py: munged + slurmctld + slurmd on this machine,
+Starts the test Slurm (tests/helpers/slurm/cluster.py: munged + slurmctld + slurmd on this machine,
 4 task slots), submits ONE batch job with ``-n N`` that runs every variant ROUNDS times,
 interleaved, and timed inside the job (so allocation and scheduling are outside the figures):
 
@@ -16,7 +16,7 @@ variants that run that checkout's mpilaunch, interleaved with the others in the 
 
 Run: ``python3 bench/bench_slurm.py [N] [ROUNDS] [NODES]`` (root, Slurm installed:
 scripts/setup_slurm.sh). Prints the median and min per variant in seconds. NODES=2: the
-multi-node test Slurm instead (tests/slurm/multinode.py: a slurmd in each of 2 namespace test
+multi-node test Slurm instead (tests/helpers/slurm/multinode.py: a slurmd in each of 2 namespace test
 hosts, brought up here and torn down after), job ``-N2 --ntasks-per-node=N/2``.
 
 Measured 2026-11-30 (2 cores, Slurm 22.05.8, Open MPI 5.0.11 wheel, one node), N=2, 7 rounds:
@@ -46,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
-from slurm.cluster import SlurmCluster, missing_prereqs  # noqa: E402
+from helpers.slurm.cluster import SlurmCluster, missing_prereqs  # noqa: E402
 
 PY = sys.executable
 MPIRUN = os.path.join(os.path.dirname(PY), "mpirun")
@@ -100,9 +100,9 @@ def main(argv):
     prefix = None
     try:
         if nodes > 1:
-            import hosts
-            from fixtures_hosts import SESSION_PREFIXES, TestHosts
-            from slurm.multinode import SlurmNodes
+            from helpers import hosts
+            from helpers.fixtures_hosts import SESSION_PREFIXES, TestHosts
+            from helpers.slurm.multinode import SlurmNodes
 
             prefix = next(p for p in SESSION_PREFIXES[::-1] if not hosts.prefix_in_use(p))
             th = TestHosts(hosts.up(nodes, prefix=prefix, owner_pid=os.getpid()))

@@ -1,4 +1,9 @@
-"""Shared pytest set-up. Fixtures for namespace test hosts live in tests/fixtures_hosts.py."""
+"""Shared pytest set-up, and the one place fixtures are registered (their code lives in
+tests/helpers/: fixtures_hosts.py for the namespace test hosts, slurm/fixtures.py for Slurm).
+
+The rooms (launcher/, rank/, e2e/, multihost/, slurm/) hold only test modules, imported by
+pytest's importlib mode (setup.cfg) so equal file names in two rooms do not collide; what
+they share is imported from the ``helpers`` package, found through tests/ on sys.path."""
 import os
 import sys
 
@@ -10,6 +15,6 @@ if HERE not in sys.path:
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
-# fixtures for multi-node tests (network namespaces + sshd, built by tests/hosts/)
-from fixtures_hosts import *  # noqa: E402,F401,F403
-from slurm.fixtures import *  # noqa: E402,F401,F403  (a real Slurm: tests/slurm/)
+# fixtures for multi-node tests (network namespaces + sshd, built by tests/helpers/hosts/)
+from helpers.fixtures_hosts import *  # noqa: E402,F401,F403
+from helpers.slurm.fixtures import *  # noqa: E402,F401,F403  (a real Slurm: tests/helpers/slurm/)

@@ -1,0 +1,70 @@
+"""Process scans for tests that must prove nothing is left behind. Tests only kill what they
+started: the psutil.Process objects they captured (descendants of their own child)."""
+import time
+
+import psutil
+
+
+def descendants(pid):
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def alive(procs):
+    """Those of ``procs`` (psutil.Process objects) still running and not zombies."""
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def pid_alive(pid: int) -> bool:
+    """Is process ``pid`` running (a zombie counts as gone)?"""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(procs, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = alive(procs)
+        if not left:
+            return []
+        time.sleep(0.1)
+    return alive(procs)
+
+
+def kill_all(procs):
+    for p in alive(procs):
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def kill_leftovers(procs):
+    """Kill each of ``procs`` (captured during the run), ignoring those already gone."""
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def wait_for(predicate, timeout=20.0, interval=0.05):
+    """Poll ``predicate`` until it is truthy or ``timeout`` passed; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,228 @@
+"""Exact mpirun argv for Open MPI 4.x and 5.x: defaults, overrides, single and multi-node."""
+import pytest
+
+from mpilaunch import config, plan, rankcmd
+from mpilaunch.options import parser as run_parser
+from mpilaunch.errors import UsageError
+from mpilaunch.mpi import OMPI4, OMPI5, MpiInfo, parse_version_output
+
+M4 = MpiInfo("/usr/bin/mpirun", (4, 1, 4), OMPI4)
+M5 = MpiInfo("/venv/bin/mpirun", (5, 0, 11), OMPI5)
+PY = "/venv/bin/python3"
+
+
+def make(argv, env, mpi, tmp_path, euid=1000):
+    script = tmp_path / "train.py"
+    script.write_text("import mindspore  # a MindSpore job: rank 0 runs the scheduler\n")
+    args = run_parser().parse_args(["--python", PY] + argv + [str(script), "--lr", "0.1"])
+    cfg = config.build(args, env)
+    return plan.make_plan(cfg, env, mpi, "/run", euid), str(script)
+
+
+def rank_cmd(script, extra=()):
+    return [PY, "-m", "mpilaunch.rank", "--log-dir", ".", "--tail-worker-log", "-1",
+            "--master-port", "8118", *extra, "--python", PY,
+            "--", script, "--lr", "0.1"]
+
+
+DEFAULT_X = ["-x", "HOROVOD_MPI_THREADS_DISABLE=1", "-x", "NCCL_DEBUG=INFO",
+             "-x", "NCCL_SOCKET_IFNAME=ib0,bond0,eth0", "-x", "NCCL_SOCKET_FAMILY=AF_INET",
+             "-x", "NCCL_IB_DISABLE=0"]
+
+
+def test_ompi5_defaults_single_node(tmp_path):
+    p, script = make(["-np", "4"], {"LD_LIBRARY_PATH": "/lib"}, M5, tmp_path)
+    assert plan.argv(p) == [
+        "/venv/bin/mpirun", "-np", "4", "--hostfile", "/run/hostfile", "--tune", "/run/tune.env",
+        "--bind-to", "none", "--map-by", "slot", "-x", "LD_LIBRARY_PATH", *DEFAULT_X,
+        "--mca", "pml", "ob1", "--mca", "btl", "^openib", "--prtemca", "plm_ssh_no_tree_spawn", "true",
+        *rank_cmd(script),
+    ]
+    assert p.hostfile_text == "localhost slots=4\n"
+
+
+def test_ompi4_defaults_multi_node_with_ssh_port_as_root(tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node-a slots=2\nnode-b slots=2\n")
+    env = {"OPENMPI_HOST_FILE_PATH": str(hostfile), "SSHD_PORT": "2222", "MA_JOB": "7"}
+    p, script = make([], env, M4, tmp_path, euid=0)
+    assert plan.argv(p) == [
+        "/usr/bin/mpirun", "--noprefix", "-np", "4", "--hostfile", "/run/hostfile",
+        "--mca", "plm_rsh_args", "-p 2222", "--tune", "/run/tune.env",
+        "--bind-to", "none", "--map-by", "slot", *DEFAULT_X,
+        "--mca", "pml", "ob1", "--mca", "btl", "^openib", "--mca", "plm_rsh_no_tree_spawn", "true",
+        "--mca", "oob_tcp_keepalive_time", "10", "--mca", "oob_tcp_keepalive_intvl", "3",
+        "--mca", "oob_tcp_keepalive_probes", "3",
+        "--allow-run-as-root", *rank_cmd(script),
+    ]
+    assert p.tune_text == "-x MA_JOB=7\n"
+    assert p.dropped_x == ("LD_LIBRARY_PATH",)
+
+
+def test_ompi5_ssh_port_goes_to_prrte(tmp_path):
+    p, _ = make(["-H", "a:1,b:1", "--ssh-port", "2222", "--ssh-args", "-F /cfg"], {}, M5, tmp_path)
+    argv = plan.argv(p)
+    assert argv[5:8] == ["--prtemca", "plm_ssh_args", "-p 2222 -F /cfg"]
+    assert "plm_rsh_args" not in argv
+
+
+def test_overrides_flag_beats_variable_beats_default(tmp_path):
+    env = {"OPENMPI_NP": "3", "OPENMPI_BIND_ARGS": "-bind-to core -map-by ppr:1:node",
+           "OPENMPI_X_ARGS": "-x FOO=1", "OPENMPI_MCA_ARGS": "-mca btl tcp,self",
+           "OPENMPI_EXTRA_ARGS": "-report-bindings --tag-output", "SSHD_PORT": "22"}
+    p, script = make(["-np", "2", "--mca-args", "-mca btl self", "--oversubscribe", "-H", "a:1"],
+                     env, M5, tmp_path)
+    assert plan.argv(p) == [
+        "/venv/bin/mpirun", "-np", "2", "--hostfile", "/run/hostfile",
+        "--prtemca", "plm_ssh_args", "-p 22", "--tune", "/run/tune.env",
+        "--bind-to", "core", "--map-by", "ppr:1:node", "-x", "FOO=1", "--mca", "btl", "self",
+        "--report-bindings", "--tag-output",
+        "--prtemca", "oob_tcp_keepalive_time", "10", "--prtemca", "oob_tcp_keepalive_intvl", "3",
+        "--prtemca", "oob_tcp_keepalive_probes", "3", "--oversubscribe", *rank_cmd(script),
+    ]
+
+
+def test_routed_variables_travel_as_names_only(tmp_path):
+    env = {"MA_SPACE": "a b", "AWS_SECRET_ACCESS_KEY": "hunter2", "MA_OK": "1"}
+    p, _ = make(["-np", "1"], env, M5, tmp_path)
+    argv = plan.argv(p)
+    i = argv.index("AWS_SECRET_ACCESS_KEY")
+    assert argv[i - 1] == "-x" and argv[argv.index("MA_SPACE") - 1] == "-x"
+    assert not any("hunter2" in tok or "a b" == tok for tok in argv)
+    assert p.tune_text == "-x MA_OK=1\n"
+
+
+def test_rank_options_passed_through(tmp_path):
+    p, script = make(["-np", "2", "--log_dir", "/logs", "--master_port", "0", "--master_addr", "10.0.0.1",
+                      "--tail_worker_log", "0,1", "--no-scheduler", "--bind_core", "True",
+                      "--worker_log_name", "w_{hostname}_{rank}.log", "--cluster_time_out", "30"],
+                     {}, M5, tmp_path)
+    assert list(p.rank_command) == [
+        PY, "-m", "mpilaunch.rank", "--log-dir", "/logs", "--worker-log-name", "w_{hostname}_{rank}.log",
+        "--tail-worker-log", "0,1", "--master-addr", "10.0.0.1", "--master-port", "0",
+        "--cluster-time-out", "30", "--bind-core", "True", "--no-scheduler", "--python", PY,
+        "--", script, "--lr", "0.1",
+    ]
+
+
+@pytest.mark.parametrize("argv, env, message", [
+    (["-np", "5", "-H", "a:2,b:2"], {}, "--np=5 is more than the 4 slot(s) of -H; add slots or pass --oversubscribe"),
+    ([], {"OPENMPI_NP": "zero"}, "OPENMPI_NP='zero': not a whole number; give a whole number between 1 and 10000000"),
+    ([], {"OPENMPI_NP": "0"}, "OPENMPI_NP='0': out of range; give a whole number between 1 and 10000000"),
+    (["-np", "1"], {"SSHD_PORT": "70000"}, "SSHD_PORT='70000': out of range; give a port between 1 and 65535"),
+    (["-np", "1", "--master_port", "80"], {}, "--master_port=80: a privileged port; give 0 (pick a free port) or a port between 1024 and 65535"),
+    (["-np", "1"], {"OPENMPI_BIND_ARGS": "-bind-to 'none"}, "OPENMPI_BIND_ARGS: cannot split \"-bind-to 'none\": No closing quotation"),
+    (["-np", "1"], {"OPENMPI_MCA_ARGS": "-mca btl"}, "OPENMPI_MCA_ARGS: option -mca needs 2 value(s)"),
+    (["-np", "1", "--ssh-port", "22"], {"OPENMPI_MCA_ARGS": "-mca plm_rsh_args -p22"},
+     "the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a plm_rsh_args in the MCA/extra args; keep one"),
+    (["-np", "1", "--tail_worker_log", "x"], {}, "--tail_worker_log='x': not a rank list; give -1 (every rank), none, or a comma list of ranks such as 0,3"),
+])
+def test_bad_input_is_one_clear_line(argv, env, message, tmp_path):
+    with pytest.raises(UsageError) as err:
+        make(argv, env, M5, tmp_path)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n", ((5, 0, 11), OMPI5)),
+    ("mpirun (Open MPI) 4.1.4\n", ((4, 1, 4), OMPI4)),
+])
+def test_version_detection(text, expected):
+    assert parse_version_output(text) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("HYDRA build details:\n    Version: 3.2.1\n", "mpirun: MPICH 3.2.1 is too old"),  # newer: tests/launcher/test_hydra.py
+    ("something else\n", "mpirun: not a recognised mpirun ('something else')"),
+])
+def test_unsupported_mpi(text, message):
+    with pytest.raises(UsageError) as err:
+        parse_version_output(text)
+    assert str(err.value).startswith(message)
+
+
+def test_own_interpreter_starts_the_adapter_without_site(tmp_path):
+    import sys
+    script = tmp_path / "train.py"
+    script.write_text("import mindspore  # a MindSpore job: rank 0 runs the scheduler\n")
+    args = run_parser().parse_args(["--python", sys.executable, "-np", "1", str(script)])
+    cfg = config.build(args, {})
+    cmd = rankcmd.rank_command(cfg)
+    assert cmd[:3] == [sys.executable, "-S", rankcmd.BOOT]
+    assert rankcmd.BOOT.endswith("mpilaunch/rank/_boot.py")
+    assert rankcmd.rank_command(cfg, launcher_python="/other/python")[:3] == [sys.executable, "-m", "mpilaunch.rank"]
+
+
+def test_keepalive_only_for_remote_hosts_and_not_twice(tmp_path):
+    local, _ = make(["-np", "2"], {}, M5, tmp_path)
+    assert "oob_tcp_keepalive_time" not in plan.argv(local)
+    mine, _ = make(["-H", "a:1,b:1", "--mca-args", "-mca oob_tcp_keepalive_time 60"], {}, M4, tmp_path)
+    argv = plan.argv(mine)
+    assert argv.count("oob_tcp_keepalive_time") == 1
+    assert argv[argv.index("oob_tcp_keepalive_time") + 1] == "60"
+    assert "oob_tcp_keepalive_probes" in argv
+
+
+def _cfg(tmp_path, source, *argv, env=None, name="train.py"):
+    script = tmp_path / name
+    script.write_text(source)
+    args = run_parser().parse_args(["--python", PY, *argv, str(script)])
+    return config.build(args, env or {})
+
+
+@pytest.mark.parametrize("source, extra, env, on, why", [
+    ("import mindspore as ms\n", [], {}, True, "train.py imports mindspore"),
+    ("import os, mindspore.nn as nn\n", [], {}, True, "imports mindspore"),
+    ("from src.net import Net\n", [], {}, True, "net.py imports mindspore"),   # a local module
+    ("import torch\n", [], {}, False, "does not import mindspore"),
+    ("import torch\n", ["--scheduler"], {}, True, "--scheduler"),
+    ("import mindspore\n", ["--no-scheduler"], {}, False, "--no-scheduler"),
+    ("print(1)\n", [], {"MS_WORKER_NUM": "2"}, True, "MS_WORKER_NUM is set"),
+    ("import mindspore\n", ["--exec"], {}, False, "--exec"),
+])
+def test_scheduler_only_for_mindspore_jobs(tmp_path, source, extra, env, on, why):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "__init__.py").write_text("")
+    (tmp_path / "src" / "net.py").write_text("from mindspore import nn\n")
+    cfg = _cfg(tmp_path, source, "-np", "2", *extra, env=env)
+    assert cfg.scheduler is on and why in cfg.scheduler_why
+    assert ("--no-scheduler" in rankcmd.rank_command(cfg)) is (not on)
+
+
+def test_mpi_program_without_exec_refused_where_the_adapter_uses_mpi(tmp_path):
+    src = "from mpi4py import MPI\n"
+    assert not _cfg(tmp_path, src, "-np", "2").scheduler    # one host, fixed port: runs
+    for argv in (["-H", "a:1,b:1"], ["-np", "2", "--master_port", "0"]):
+        with pytest.raises(UsageError, match="MPI program .*mpi4py.*--exec"):
+            _cfg(tmp_path, src, *argv)
+    _cfg(tmp_path, src, "--exec", "-H", "a:1,b:1", "--master_addr", "a")
+
+
+def test_module_and_stdin_in_the_argv(tmp_path):
+    args = run_parser().parse_args(["--python", PY, "-np", "2", "--stdin", "all", "-m",
+                                    "pkg.mod", "--lr", "0.1"])
+    cfg = config.build(args, {})
+    p = plan.make_plan(cfg, {}, M5, "/run", 1000)
+    argv = plan.argv(p)
+    assert argv[argv.index("--stdin") + 1] == "all"
+    assert argv[-5:] == ["--module", "--", "pkg.mod", "--lr", "0.1"]
+    args = run_parser().parse_args(["--python", PY, "-np", "2", str(tmp_path / "x.py")])
+    (tmp_path / "x.py").write_text("")
+    assert "--stdin" not in plan.argv(plan.make_plan(config.build(args, {}), {}, M4, "/run", 1000))
+    with pytest.raises(UsageError, match="--stdin"):
+        config.build(run_parser().parse_args(["--stdin", "some", "-np", "1", "-m", "x"]), {})
+
+
+def test_exec_port_is_picked_or_passed_unchecked(tmp_path):
+    src = "from mpi4py import MPI\n"
+    cfg = _cfg(tmp_path, src, "--exec", "-np", "2")
+    assert cfg.master_port != 8118 and not cfg.port_check
+    assert "--no-port-check" in rankcmd.rank_command(cfg)
+    cfg = _cfg(tmp_path, src, "--exec", "-np", "2", "--master_port", "0")
+    assert cfg.master_port != 0 and not cfg.port_check
+    cfg = _cfg(tmp_path, src, "--exec", "-np", "2", "--master_port", "29500")
+    assert (cfg.master_port, cfg.port_check) == (29500, True)
+    cfg = _cfg(tmp_path, src, "--exec", "-H", "a:1,b:1", "--master_addr", "a")
+    assert (cfg.master_port, cfg.port_check) == (8118, False)
+    with pytest.raises(UsageError, match="give a port"):
+        _cfg(tmp_path, src, "--exec", "-H", "a:1,b:1", "--master_addr", "a", "--master_port", "0")

@@ -1,4 +1,0 @@
-"""A real Slurm for tests: ``munged``, ``slurmctld`` and ``slurmd`` started by hand (no
-systemd), see cluster.py; the pytest fixture is in fixtures.py (registered by
-tests/conftest.py); worker.py is the program the test jobs run in every rank."""
-from slurm.cluster import SlurmCluster, missing_prereqs  # noqa: F401
