@@ -1,6 +1,7 @@
 """The house rules of mpilaunch/ (docs/ARCHITECTURE.md): no import cycle (lazy imports inside
 functions count too: that is how the old cli -> entrypoint -> cli circle hid), no module over
-400 lines, and the code cites only files in this repository."""
+400 lines, and the code cites only files in this repository. And of tests/: test modules live
+in the rooms, import only tests/helpers/ (never each other), and free_port is written once."""
 import ast
 import os
 import re
@@ -125,3 +126,81 @@ def test_code_and_docs_cite_only_this_repository():
                 bad.append(f"{os.path.relpath(path, ROOT)}: {m.group(0)}")
     assert bad == []
 
+
+# --------------------------------------------------------------------------- tests/ itself
+
+TESTS = os.path.join(ROOT, "tests")
+HELPERS = os.path.join(TESTS, "helpers")
+ROOMS = ("launcher", "rank", "e2e", "multihost", "slurm")
+
+
+def _test_files():
+    """Every .py under tests/ (relative path -> absolute path)."""
+    out = {}
+    for dirpath, dirs, files in os.walk(TESTS):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(dirpath, f)
+                out[os.path.relpath(path, TESTS)] = path
+    return out
+
+
+def _test_module_imports(source):
+    """The imports in ``source`` (at any depth) that name a test module: a module whose
+    dotted name has a part starting with ``test_``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            names = [base] if base else []
+            names += [f"{base}.{a.name}" if base else a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            if any(part.startswith("test_") for part in name.split(".")):
+                found.append(f"line {node.lineno}: {name}")
+                break
+    return found
+
+
+def _free_port_defs(source):
+    """Lines of ``source`` defining a function named free_port (leading underscores or not)."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.lstrip("_") == "free_port"]
+
+
+def test_the_test_rules_find_planted_breaches():
+    assert _test_module_imports("from test_restart import TRAIN\n") == ["line 1: test_restart"]
+    assert _test_module_imports("def f():\n    import launcher.test_plan as p\n") == ["line 2: launcher.test_plan"]
+    assert _test_module_imports("from . import test_plan\n") == ["line 1: test_plan"]
+    assert _test_module_imports("from helpers.launch import run_cli\nimport testhosts_cli\n") == []
+    assert _free_port_defs("def free_port():\n    pass\nclass A:\n    def _free_port(self):\n        pass\n") == [1, 4]
+    assert _free_port_defs("from helpers.ports import free_port\nport = free_port()\n") == []
+
+
+def test_no_test_module_imports_another():
+    """Shared values live in tests/helpers/: importing a test module runs its module-level code
+    and, under pytest's importlib mode, would be a second copy of it."""
+    bad = []
+    for rel, path in sorted(_test_files().items()):
+        bad += [f"{rel}: {hit}" for hit in _test_module_imports(open(path, encoding="utf-8").read())]
+    assert bad == []
+
+
+def test_free_port_is_written_once_in_helpers():
+    defs = {rel: _free_port_defs(open(path, encoding="utf-8").read()) for rel, path in _test_files().items()}
+    assert {rel: len(lines) for rel, lines in defs.items() if lines} == {os.path.join("helpers", "ports.py"): 1}
+
+
+def test_rooms_hold_only_test_modules_and_conftest_is_the_only_one():
+    files = sorted(_test_files())
+    assert [f for f in files if os.path.basename(f) == "conftest.py"] == ["conftest.py"]
+    top = [f for f in files if os.sep not in f]
+    assert top == ["conftest.py"]
+    outside = [f for f in files if f.split(os.sep)[0] not in ROOMS + ("helpers",) and f != "conftest.py"]
+    assert outside == []
+    in_rooms = [f for f in files if f.split(os.sep)[0] in ROOMS]
+    assert in_rooms and [f for f in in_rooms if not os.path.basename(f).startswith("test_")] == []
