@@ -1,4 +1,4 @@
-"""The adapter's argv fast path (issue 13: argparse and its imports cost every rank ~8 ms)
+"""The adapter's argv fast path (argparse and the imports it brings cost every rank ~8 ms)
 must give exactly what argparse gives, and hand everything else to argparse."""
 import subprocess
 import sys
