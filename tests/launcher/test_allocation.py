@@ -188,6 +188,35 @@ def test_config_explicit_hosts_win_over_the_allocation(tmp_path):
         Host("c", 1), Host("d", 1))
 
 
+@pytest.mark.parametrize("argv, env, hosts_from", [
+    (["-H", "a:2"], {}, "-H"),
+    (["--hostfile", "HOSTFILE"], {}, "hostfile"),
+    ([], {"OPENMPI_HOST_FILE_PATH": "HOSTFILE"}, "hostfile"),
+    ([], {"VC_WORKER_HOSTS": "c,d"}, "vc_worker_hosts"),
+    ([], slurm_env(SLURM_JOB_NODELIST="n[1-2]", SLURM_TASKS_PER_NODE="2(x2)", SLURM_NTASKS="4"),
+     "slurm"),
+    ([], {"OMPI_MCA_orte_default_hostfile": "HOSTFILE"}, "kubeflow"),
+    ([], {"MPI_HOST": "w0,w1"}, "volcano"),
+    ([], {}, "local"),
+])
+def test_hosts_from_says_where_the_hosts_came_from(tmp_path, monkeypatch, argv, env, hosts_from):
+    """A field for decisions (Slurm or not), the display string only for messages."""
+    # this machine's own /etc/volcano, if any, must not decide the "local" case
+    monkeypatch.setattr(al.discover, "__defaults__", (str(tmp_path / "no-volcano"), os.listdir))
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("b slots=2\n")
+
+    def fill(v):
+        return str(hostfile) if v == "HOSTFILE" else v
+    cfg = _build({k: fill(v) for k, v in env.items()}, *map(fill, argv), tmp_path=tmp_path)
+    assert cfg.hosts_from == hosts_from and cfg.hosts_from in config.HOSTS_FROM
+    assert al.from_slurm(cfg.hosts_from) == (hosts_from == "slurm")
+    assert (al.node_addr_lookup(cfg.hosts_from, {}) is not None) == (hosts_from == "slurm")
+    # the decision reads the field, whatever the display string says
+    lookalike = cfg._replace(hosts_source="Slurm job 1 (made up)")
+    assert al.from_slurm(lookalike.hosts_from) == (hosts_from == "slurm")
+
+
 def test_dry_run_says_where_the_hosts_came_from(tmp_path):
     script = tmp_path / "x.py"
     script.write_text("")
@@ -244,8 +273,9 @@ def test_slurm_node_addr_asks_scontrol_once_for_that_node(tmp_path):
     assert al.slurm_node_addr("node-b", env, run=run) == "10.231.0.12"
     assert calls == [[str(tmp_path / "scontrol"), "show", "node", "-o", "node-b"]]
     assert al.slurm_node_addr("node-b", {"PATH": str(tmp_path / "none")}, run=run) is None
-    assert al.node_addr_lookup("-H a,b", env) is None
-    assert al.node_addr_lookup("Slurm job 7 (SLURM_JOB_NODELIST=a,b, 1 task per node)", env)
+    assert al.node_addr_lookup(config.FROM_H, env) is None
+    assert al.node_addr_lookup(al.KUBEFLOW, env) is None
+    assert al.node_addr_lookup(al.SLURM, env)("node-b") is None   # this scontrol prints nothing
 
 
 def test_rank0_address_from_the_first_other_nodes_nodeaddr():

@@ -104,6 +104,24 @@ def test_nothing_imports_the_dispatcher():
     assert users == []
 
 
+# What the rank side may import (docs/ARCHITECTURE.md, start-up): every rank pays for each.
+RANK_SIDE_MAY_IMPORT = ("mpilaunch.contract", "mpilaunch.errors", "mpilaunch.pdeathsig",
+                        "mpilaunch.netif", "mpilaunch.net")
+
+
+def _rank_side(name):
+    return name == "mpilaunch.rank" or name.startswith("mpilaunch.rank.")
+
+
+def test_the_rank_side_imports_only_its_allowed_modules():
+    graph = _graph()
+    bad = sorted(f"{m} -> {d}" for m, deps in graph.items() if _rank_side(m)
+                 for d in deps if not _rank_side(d) and d not in RANK_SIDE_MAY_IMPORT)
+    assert bad == []
+    for allowed in RANK_SIDE_MAY_IMPORT:   # and those import nothing beyond the list
+        assert graph[allowed] <= set(RANK_SIDE_MAY_IMPORT), allowed
+
+
 @pytest.mark.parametrize("name", sorted(_modules()))
 def test_module_size(name):
     path = _modules()[name]

@@ -1,0 +1,173 @@
+"""mpilaunch/net.py: the network facts both sides use, decided once (names, addresses, ports,
+"is this host here"), and cheap to import for every rank."""
+import errno
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
+from mpilaunch import net, netif, ssh
+from mpilaunch.errors import UsageError
+from mpilaunch.hostfile import Host
+
+
+def _own_ipv4():
+    ips = net.local_ipv4s()
+    return ips[0] if ips else None
+
+
+def test_importing_it_loads_no_socket():
+    code = ("import sys; import mpilaunch.net, mpilaunch.rank.agree; "
+            "print(sorted(m for m in ('socket', 'threading', 'errno', 'typing', 'json') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True,
+                         text=True, check=True, env={"PYTHONPATH": REPO}).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", ["localhost", "LOCALHOST", "localhost.localdomain",
+                                  "ip6-localhost", "127.0.0.1", "127.0.1.1", "::1"])
+def test_local_names_and_loopback_are_here(name):
+    assert net.is_here(name)
+
+
+def test_this_machines_name_and_addresses_are_here():
+    node = os.uname().nodename
+    assert net.hostname() == socket.gethostname() == node
+    assert net.is_here(node) and net.is_here(node.split(".")[0])
+    assert net.is_here(Host(node, 2))                 # a hostfile host: its name
+    own = _own_ipv4()
+    if own:
+        assert net.is_here(own)                       # a host written as our address
+
+
+def test_other_hosts_are_not_here_unless_an_address_given_is():
+    assert not net.is_here("192.0.2.1")               # TEST-NET-1: never ours
+    assert not net.is_here("node-zz.invalid")
+    assert net.is_here("node-zz.invalid", ["127.0.1.1"])   # the caller resolved it to us
+    assert not net.is_here("node-zz.invalid", ["192.0.2.1"])
+
+
+def test_all_here_rank0_is_here_spans_machines():
+    here, there = Host("localhost", 2), Host("192.0.2.1", 2)
+    assert net.all_here([here, Host("127.0.0.1", 1)]) and not net.all_here([here, there])
+    assert net.rank0_is_here([here, there]) and not net.rank0_is_here([there, here])
+    assert not net.rank0_is_here([])
+    assert not net.spans_machines([here, Host(os.uname().nodename, 1)])   # one machine, twice
+    assert not net.spans_machines([there])
+    assert net.spans_machines([here, there]) and net.spans_machines([there, Host("198.51.100.1")])
+
+
+def test_ssh_names_are_the_same_function():
+    """The launcher files' old names are net's functions, not copies."""
+    assert ssh.is_local is net.is_here and ssh.host_is_here is net.is_here
+    assert ssh.rank0_is_here is net.rank0_is_here and ssh.resolve is net.resolve
+    from mpilaunch.rank import agree
+    assert agree.free_port is net.free_port and agree.check_port is net.check_port
+    assert agree.route_source is net.route_source and agree.LOOPBACK == net.LOOPBACK
+
+
+def test_local_addresses_are_getifaddrs():
+    assert net.local_addresses() == frozenset(a for _, _, a in netif.addresses())
+    assert all(not a.startswith(("127.", "169.254.")) for a in net.local_ipv4s())
+
+
+def test_ipv4s_and_resolve_ipv4():
+    assert net.ipv4s("127.0.0.1") == ["127.0.0.1"]
+    assert net.resolve_ipv4("127.0.0.1") == "127.0.0.1"
+    assert net.resolve_ipv4("localhost").startswith("127.")
+
+
+def test_resolve_ipv4_takes_the_resolvers_first_answer(monkeypatch):
+    answer = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, 0))
+              for ip in ("10.0.0.9", "10.0.0.1", "10.0.0.9")]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **kw: answer)
+    assert net.resolve_ipv4("multi.example") == "10.0.0.9"       # not sorted()[0]
+    assert net.ipv4s("multi.example") == ["10.0.0.9", "10.0.0.1"]
+
+
+def test_resolve_ipv4_names_the_flag(monkeypatch):
+    def no_such_host(*a, **kw):   # never ask a real resolver from a test
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    with pytest.raises(UsageError) as err:
+        net.resolve_ipv4("nope.invalid", "--master_addr")
+    assert str(err.value) == ("--master_addr='nope.invalid': does not resolve to an IPv4 address "
+                              "(Name or service not known); give rank 0's host name or one of "
+                              "its addresses (or leave it out)")
+    assert net.ipv4s("nope.invalid") == []
+
+
+def test_resolve_with_a_time_out(monkeypatch):
+    addrs, why = net.resolve("localhost", 5)
+    assert addrs and why is None
+    monkeypatch.setattr(socket, "getaddrinfo",
+                        lambda *a, **kw: (_ for _ in ()).throw(socket.gaierror(-2, "Name or service not known")))
+    assert net.resolve("node-zz", 5) == (None, "Name or service not known")
+
+
+def test_route_source_of_loopback_is_loopback():
+    assert net.route_source("127.0.0.1") == "127.0.0.1"
+
+
+def test_check_port_kinds():
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(net.PortError) as err:
+            net.check_port("127.0.0.1", port, "hostA")
+    e = err.value
+    assert (e.kind, e.port, e.addr) == (net.PORT_IN_USE, port, "127.0.0.1")
+    assert isinstance(e, UsageError)                  # the adapter's exit 2, one line
+    assert f"--master-port {port} is already in use on host hostA" in str(e)
+    with pytest.raises(net.PortError) as err:
+        net.check_port("198.51.100.77", 0, "h")       # TEST-NET-2: not an address of ours
+    assert err.value.kind == net.ADDR_NOT_HERE and "not an address of rank 0's host h" in str(err.value)
+    net.check_local_addr("127.0.0.1", "h")            # loopback: always bindable
+    own = _own_ipv4()
+    if own:
+        net.check_local_addr(own, "h")
+
+
+def test_check_port_refused_by_the_kernel_is_not_allowed(monkeypatch):
+    real = socket.socket.bind
+
+    def bind(self, address):   # what a port below 1024 gives a user without the capability
+        if address[1] == 80:
+            raise OSError(errno.EACCES, "Permission denied")
+        return real(self, address)
+    monkeypatch.setattr(socket.socket, "bind", bind)
+    with pytest.raises(net.PortError) as err:
+        net.check_port("127.0.0.1", 80, "h", check_addr=False)
+    assert err.value.kind == net.PORT_NOT_ALLOWED
+
+
+def test_free_port_is_free_and_checkable():
+    port = net.free_port()
+    assert 0 < port < 65536
+    assert net.check_port(net.LOOPBACK, port, "h") == port
+
+
+def test_check_config_and_rankcheck_ask_the_same_rule(tmp_path):
+    """The preflight's 'needs ssh', config's 'ranks on several hosts' and the rank-side checks
+    all come from net.is_here (check/hosts.py once had its own, stricter copy)."""
+    from mpilaunch import check, config, options
+    own = _own_ipv4()
+    here = ["localhost", "127.0.0.2", os.uname().nodename] + ([own] if own else [])
+    for name in here:
+        assert not check.hosts_needing_ssh([Host(name, 1)]), name
+    assert check.hosts_needing_ssh([Host("localhost"), Host("192.0.2.1")])
+
+    script = tmp_path / "mpi_prog.py"
+    script.write_text("import mpi4py\n")
+
+    def build(hosts):
+        args = options.parser(options.RUN).parse_args(["-H", hosts, str(script)])
+        return config.build(args, {"PATH": os.environ.get("PATH", "")})
+    assert build(f"localhost:1,{here[-1]}:1").np == 2     # one machine named twice: supervised
+    with pytest.raises(UsageError, match="ranks on several hosts"):
+        build("localhost:1,192.0.2.1:1")
