@@ -54,7 +54,7 @@ def _make_log_dir(log_dir: str) -> None:
 
 def run(opts, info, user_env: dict, hostname: str) -> int:
     plan.check(opts, info, user_env)
-    if opts.longrun is not None:   # span check, restart count, heartbeat (issue 11)
+    if opts.longrun is not None:   # span check, restart count, heartbeat
         from mpilaunch.rank import longrun
 
         longrun.prepare(opts, info, user_env)
@@ -67,7 +67,7 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
 
     if opts.longrun is not None and opts.longrun.expect is not None:
         # the node index from the launcher's plan, when it matches what the MPI launcher says
-        # here: ranks across hosts then need no MPI_Init just to learn it (issue 13 goal 2)
+        # here: ranks across hosts then need no MPI_Init just to learn it
         from mpilaunch.rank import span
 
         info = agree.node_from_plan(info, span.parse(opts.longrun.expect))
@@ -83,6 +83,11 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
     cpus, numa = _cpus(opts)
     specs = plan.children(opts, info, ag.sched_addr, ag.sched_port, user_env, argv, hostname,
                           ip=ip, gloo_ifname=ifname, cpus=cpus, numa_nodes=numa)
+    if not ag.used_mpi:   # the worker is then the first in this process to speak PMI
+        from mpilaunch.rank.identity import launcher_fds
+
+        fds = launcher_fds(user_env)
+        specs = [s._replace(pass_fds=fds) if s.role == "worker" else s for s in specs]
     for spec in specs:
         if os.path.dirname(spec.log_path):
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)

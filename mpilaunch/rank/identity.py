@@ -24,6 +24,7 @@ agreement computes it). A bad or missing value is a :class:`UsageError` naming t
 """
 from __future__ import annotations
 
+import os
 from collections import namedtuple
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
@@ -116,6 +117,22 @@ def _local_node(info: RankInfo) -> RankInfo:
     if info.node_index is None and info.complete and info.local_size == info.size:
         return info._replace(node_index=0, num_nodes=1)
     return info
+
+
+def launcher_fds(env: Mapping[str, str]) -> tuple:
+    """Descriptors the MPI launcher left open for the rank, which the worker (the real MPI
+    process) must inherit. Hydra's simple PMI (MPICH, Intel MPI) names its socket to the proxy
+    in ``PMI_FD``; a worker started with that socket closed fails in ``MPI_Init`` (MPICH:
+    "PMIU_write error ... Bad file descriptor", Intel MPI: SIGSEGV after "PMI_Get_appnum
+    returned -1"). Open MPI's PMIx and Slurm's PMI connect by address instead: nothing to keep."""
+    raw = env.get("PMI_FD", "")
+    if not raw.isdigit():
+        return ()
+    try:
+        os.fstat(int(raw))
+    except OSError:
+        return ()
+    return (int(raw),)
 
 
 def read_identity(env: Mapping[str, str], hostname: str = "") -> RankInfo:

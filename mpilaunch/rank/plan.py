@@ -36,11 +36,12 @@ from mpilaunch.rank import affinity, logs
 from mpilaunch.rank.frameworkenv import FrameworkOpts, device_id, framework_env
 
 
-class ChildSpec(namedtuple("ChildSpec", "role argv env log_path tail_prefix cpus inherit_stdin",
-                           defaults=(None, None, False))):
+class ChildSpec(namedtuple("ChildSpec", "role argv env log_path tail_prefix cpus inherit_stdin pass_fds",
+                           defaults=(None, None, False, ()))):
     """What to start: role "worker" | "scheduler"; env: the complete environment;
     tail_prefix: bytes -> relay the output to stdout with this prefix on each line;
-    cpus: affinity list (None = do not bind); inherit_stdin: else /dev/null."""
+    cpus: affinity list (None = do not bind); inherit_stdin: else /dev/null;
+    pass_fds: descriptors the child keeps open (the MPI launcher's, identity.launcher_fds)."""
 
     __slots__ = ()
 

@@ -19,7 +19,7 @@
   ``cause: terminated``, exit 128+N. Rank 0's worker exiting 0 -> the scheduler is stopped
   quietly once every rank's worker exited 0 (``rank/jobdone.py``), else when it has not left
   by itself within ``scheduler_grace`` s (``event: grace-expired``); status 0 either way.
-* Descendants (issue 12 item 2): the adapter is a child subreaper, so whatever a child starts
+* Descendants: the adapter is a child subreaper, so whatever a child starts
   (DataLoader workers, a shell, a setsid daemon) is re-parented to the adapter, not to init
   (process groups: setsid escapes them, and children must stay in the rank's group for Open
   MPI's teardown; cgroups: not available to a rank). On every way out of :meth:`Supervisor.run`
@@ -130,7 +130,7 @@ class Supervisor:
                         spec.argv, env=spec.env,
                         stdin=None if spec.inherit_stdin else subprocess.DEVNULL,
                         stdout=write_fd if write_fd is not None else log_fd,
-                        stderr=subprocess.STDOUT, close_fds=True,
+                        stderr=subprocess.STDOUT, close_fds=True, pass_fds=spec.pass_fds,
                         preexec_fn=self._preexec(spec.cpus))
                 except OSError as exc:
                     child.start_error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
