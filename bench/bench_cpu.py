@@ -83,10 +83,10 @@ def run(opts, log) -> dict:
             lean_plan, _ = L._plan(mpath, np, os.path.join(work, "logs"), os.path.join(work, "run-lean"),
                                    ["--no-scheduler", "--tail_worker_log", "none"], C.base_env())
             def_plan, _ = L._plan(mpath, np, os.path.join(work, "logs"), os.path.join(work, "run-def"), [], C.base_env())
-            from mpilaunch import plan as planmod
+            from mpilaunch.backends.openmpi import argv as plan_argv
 
             def wrapped(plan):
-                return planmod.argv(C.replace_plan(
+                return plan_argv(C.replace_plan(
                     plan, rank_command=(C.PY, "-S", WRAP, wlog, "--", *plan.rank_command)))
             argvs = {V_BARE: bare, V_DEFAULT: cmds[V_DEFAULT], V_LEAN: cmds[V_LEAN],
                      V_AD_DEFAULT: wrapped(def_plan), V_AD_LEAN: wrapped(lean_plan)}

@@ -32,15 +32,17 @@ MPIS = [("Open MPI 5 (wheel)", sys.executable, os.path.join(os.path.dirname(sys.
         ("Intel MPI", "/opt/mpilaunch/impi-venv/bin/python", "/opt/mpilaunch/impi-venv/bin/mpirun")]
 PLAN = """\
 import json, os, sys
-from mpilaunch import config, launcher, mpi, options, plan
+from mpilaunch import backends, config, mpi, options, rundir
 py, mpirun, n, script, run_dir = sys.argv[1:6]
 env = dict(os.environ)
 args = options.parser().parse_args(["--mpirun", mpirun, "-np", n, "--master_port", "48199", "--log_dir",
                                     run_dir, "--python", py, script])
 cfg = config.build(args, env)
-p = plan.make_plan(cfg, env, mpi.detect(cfg.mpirun, env), run_dir, os.geteuid())
-launcher.write_files(p)
-argv = plan.argv(p)
+b = backends.for_mpi(mpi.detect(cfg.mpirun, env))
+p = b.plan(cfg, env, run_dir, os.geteuid())
+for path, text in b.files(p):
+    rundir.write_atomic(path, text)
+argv = b.argv(p)
 cut = len(argv) - len(p.rank_command)
 print(json.dumps({"argv": argv[:cut] + [py, script], "env": p.extra_env, "mpi": p.mpi.name}))
 """

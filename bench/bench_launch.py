@@ -51,8 +51,7 @@ CLEAN_VARIANTS = (V_BARE, V_DEFAULT, V_LEAN)
 
 def _plan(mpirun: str, np: int, log_dir: str, run_dir: str, extra: List[str], env: Dict[str, str],
           py: str = C.PY):
-    from mpilaunch import config, launcher, mpi, options
-    from mpilaunch import plan as planmod
+    from mpilaunch import backends, config, mpi, options, rundir
 
     os.makedirs(run_dir, exist_ok=True)
     args = options.parser().parse_args(
@@ -60,14 +59,16 @@ def _plan(mpirun: str, np: int, log_dir: str, run_dir: str, extra: List[str], en
          "--log_dir", log_dir, "--python", py, *extra, SCRIPT])
     cfg = config.build(args, env)
     info = mpi.detect(cfg.mpirun, env)
-    plan = planmod.make_plan(cfg, env, info, run_dir, os.geteuid())
-    launcher.write_files(plan)
+    backend = backends.for_mpi(info)
+    plan = backend.plan(cfg, env, run_dir, os.geteuid())
+    for path, text in backend.files(plan):
+        rundir.write_atomic(path, text)
     return plan, info
 
 
 def commands(mpirun: str, np: int, work: str, py: str = C.PY) -> dict:
     """argv of every variant for one (mpirun, N, interpreter); files written under ``work``."""
-    from mpilaunch import plan as planmod
+    from mpilaunch.backends.openmpi import argv as plan_argv
 
     env = C.base_env()
     if py != C.PY:
@@ -84,14 +85,14 @@ def commands(mpirun: str, np: int, work: str, py: str = C.PY) -> dict:
     return {
         "env": {**env, **plan.extra_env},
         "version": info.version_str,
-        V_BARE: planmod.argv(C.replace_plan(plan, rank_command=(py, SCRIPT))),
+        V_BARE: plan_argv(C.replace_plan(plan, rank_command=(py, SCRIPT))),
         V_DEFAULT: front + [SCRIPT],
         V_LEAN: front + ["--no-scheduler", "--tail_worker_log", "none", SCRIPT],
         V_PORT0: [py, "-m", "mpilaunch", "--mpirun", mpirun, "-np", str(np), "--master_port", "0",
                   "--log_dir", log_dir, SCRIPT],
-        V_ADAPTER: planmod.argv(plan),
+        V_ADAPTER: plan_argv(plan),
         # started the way mpilaunch starts its adapter (with -S when mpilaunch uses -S)
-        V_MIN: planmod.argv(C.replace_plan(plan, rank_command=(
+        V_MIN: plan_argv(C.replace_plan(plan, rank_command=(
             (py, "-S") if "-S" in plan.rank_command[1:2] else (py,)) + (MIN_INTERPOSER, "--", py, SCRIPT))),
     }
 

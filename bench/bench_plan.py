@@ -60,7 +60,7 @@ def exec_size(argv: List[str], env: Dict[str, str]) -> dict:
 def one_round(path: str, env: Dict[str, str], info, run_dir: str) -> dict:
     from mpilaunch import config, options
     from mpilaunch import hostfile as hf
-    from mpilaunch import plan as planmod
+    from mpilaunch.backends import openmpi as planmod
     from mpilaunch import tune
 
     script = os.path.join(C.EXAMPLES, "exit_at_once.py")

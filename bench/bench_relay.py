@@ -60,12 +60,12 @@ def run(opts, log) -> dict:
     logs_dir = os.path.join(work, "logs")
 
     # bare mpirun: mpilaunch's argv with the rank command replaced by the writer
-    from mpilaunch import plan as planmod
+    from mpilaunch.backends.openmpi import argv as plan_argv
     import dataclasses
     os.makedirs(os.path.join(work, "run"), exist_ok=True)
     plan, _ = L._plan(mpirun, 1, logs_dir, os.path.join(work, "run"), [], env)
-    bare = planmod.argv(C.replace_plan(plan, rank_command=(C.PY, WRITER, *wargs)))
-    proto = planmod.argv(C.replace_plan(plan, rank_command=(C.PY, PROTO, log_file, "--", C.PY, WRITER, *wargs)))
+    bare = plan_argv(C.replace_plan(plan, rank_command=(C.PY, WRITER, *wargs)))
+    proto = plan_argv(C.replace_plan(plan, rank_command=(C.PY, PROTO, log_file, "--", C.PY, WRITER, *wargs)))
     front = [C.PY, "-m", "mpilaunch", "--mpirun", mpirun, "-np", "1", "--no-scheduler",
              "--master_port", str(C.QUIET_PORT), "--log_dir", logs_dir]
 

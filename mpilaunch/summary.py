@@ -8,34 +8,12 @@ process rank N ... exited on signal S" line is used instead.
 from __future__ import annotations
 
 import json
-import re
 import signal
 from collections import deque
 from collections import namedtuple
 from typing import List, Optional
 
 from mpilaunch.contract import STATUS_PREFIX
-
-# Open MPI wraps this notice at any space ("exited on\nsignal 9" on 5.x): match any whitespace.
-_MPIRUN_NOTICE = re.compile(
-    r"noticed\s+that\s+process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+?)\.?"
-    r"\s+exited\s+on\s+signal\s+(\d+)"
-)
-# Open MPI's own report of the first process that failed, for processes that send no status
-# line (``--exec``: the MPI program runs without an adapter). 4.1: ``Process name: [[J,1],R]``;
-# 5.x: ``Process name: [prterun-HOST-PID@1,R]``; both followed by ``Exit code: N``.
-_MPI_FAILED = re.compile(
-    r"Process\s+name:\s*\[(?:\[\d+,\d+\],(\d+)|prterun-(\S+)-\d+@\d+,(\d+))\]\s*Exit\s+code:\s*(\d+)")
-# MPI_Abort: 5.x names rank and node; the Errorcode comes from MPI_ABORT's own notice.
-_MPI_ABORT_NODE = re.compile(
-    r"exited\s+due\s+to\s+process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+(\S+?)\s+calling\s+\"abort\"")
-_MPI_ABORT_CODE = re.compile(r"MPI_ABORT\s+was\s+invoked\s+on\s+rank\s+(\d+)\s.*?Errorcode:\s*(\d+)", re.S)
-# Open MPI's words for a host whose daemon is gone (crashed, powered off, link down).
-_LOST_HOST = [
-    re.compile(r"(?:ORTE|PRTE) has lost communication with a remote daemon.*?Remote daemon:\s*\S+ on node (\S+)", re.S),
-    re.compile(r"A daemon failed to report back.*?Remote host:\s+(\S+)", re.S),
-    re.compile(r"Connection to (\S+) closed by remote host"),
-]
 
 
 class Event(namedtuple("Event", "rank host role event code signal cause log tail t message", defaults=(None,))):
@@ -93,14 +71,20 @@ class _Tail:
 
 
 class Collector:
-    """What the launcher learns from mpirun's two streams: the adapters' status lines, and
-    Open MPI's own messages (which PRRTE prints on stdout, ORTE mostly on stderr)."""
+    """What the launcher learns from the starter's two streams: the adapters' status lines,
+    and the starter's own messages, which its backend reads (``Backend.notices``,
+    ``Backend.lost_hosts``: Open MPI's PRRTE prints them on stdout, ORTE mostly on stderr)."""
 
     TAIL = 256 * 1024
 
-    def __init__(self) -> None:
+    def __init__(self, backend=None) -> None:
+        if backend is None:
+            from mpilaunch.backends.base import Backend
+
+            backend = Backend()
+        self.backend = backend
         self.events: List[Event] = []
-        self.unreachable: List[str] = []   # Hydra: hosts whose ssh port stopped answering
+        self.unreachable: List[str] = []   # hosts a backend found unreachable (Hydra)
         self._streams = {"stdout": _Tail(self.TAIL), "stderr": _Tail(self.TAIL)}
 
     def feed_status(self, event: Event) -> None:
@@ -110,68 +94,31 @@ class Collector:
         self._streams[stream].add(text)
 
     @property
-    def _text(self) -> str:
+    def text(self) -> str:
         return "\n".join(t.text() for t in self._streams.values())
 
     @property
     def notices(self) -> List[Event]:
-        """mpirun's "noticed that process rank N ... exited on signal S" (adapter killed)."""
-        out = []
-        for m in _MPIRUN_NOTICE.finditer(self._text):
-            sig = int(m.group(4))
-            out.append(Event(int(m.group(1)), m.group(3), "rank", "exit", 128 + sig, sig,
-                             "self", None, [], float("inf")))
-        from mpilaunch.hydra_report import bad_terminations   # Hydra: MPICH, Intel MPI
-        for rank, pid, host, sig, code in bad_terminations(self._text):
-            out.append(Event(rank, host, "rank", "exit", code if sig is None else 128 + sig, sig, "self",
-                             None, [], float("inf"), message=f"pid {pid} (Hydra's report)"))
-        return out
-
-    @property
-    def mpi_reports(self) -> List[Event]:
-        """Open MPI's own report of a failed process (exit code, or MPI_Abort)."""
-        text = self._text
-        out = []
-        for m in _MPI_FAILED.finditer(text):
-            rank = int(m.group(1) if m.group(1) is not None else m.group(3))
-            out.append(Event(rank, m.group(2) or "?", "process", "exit", int(m.group(4)), None,
-                             "self", None, [], float("inf")))
-        codes = {int(m.group(1)): int(m.group(2)) for m in _MPI_ABORT_CODE.finditer(text)}
-        for m in _MPI_ABORT_NODE.finditer(text):
-            rank = int(m.group(1))
-            out.append(Event(rank, m.group(2), "process", "exit", codes.pop(rank, None), None, "self",
-                             None, [], float("inf"), message="the process called MPI_Abort"))
-        for rank, code in codes.items():
-            out.append(Event(rank, "?", "process", "exit", code, None, "self", None, [], float("inf"),
-                             message="the process called MPI_Abort"))
-        return out
+        """The starter's own reports of failed ranks (an adapter killed, ``--exec``)."""
+        return self.backend.notices(self.text)
 
     def lost_hosts(self) -> List[str]:
-        """Hosts Open MPI reported as lost, in the order first seen."""
-        found: List[tuple] = []
-        for pattern in _LOST_HOST:
-            for m in pattern.finditer(self._text):
-                found.append((m.start(), m.group(1).rstrip(".,")))
+        """Hosts the starter reported as lost, then those found unreachable, once each."""
         out: List[str] = []
-        for host in [h for _, h in sorted(found)] + self.unreachable:
+        for host in self.backend.lost_hosts(self.text) + self.unreachable:
             if host not in out:
                 out.append(host)
         return out
 
     def root_cause(self) -> Optional[Event]:
-        """The earliest failure of a process on its own, else mpirun's notice of a rank killed
-        by a signal. A process stopped by the teardown (``cause == "terminated"``) is a
+        """The earliest failure of a process on its own, else the starter's own report of a
+        failed rank. A process stopped by the teardown (``cause == "terminated"``) is a
         victim, never the root cause."""
         own = [e for e in self.events if e.cause == "self" and (e.code or e.signal)]
         if own:
             return min(own, key=lambda e: e.t)
         notices = self.notices
-        if notices:
-            return notices[0]
-        reports = self.mpi_reports
-        if reports:
-            return reports[0]
-        return None
+        return notices[0] if notices else None
 
 
 def describe_status(code: Optional[int], sig: Optional[int]) -> str:
@@ -209,10 +156,11 @@ def scheduler_hint(root: Optional[Event], scheduler) -> Optional[str]:
 
 
 def render_summary(collector: Collector, status: int, tail_lines: int = 10,
-                   stopped_by: Optional[int] = None, mpirun_signal: Optional[int] = None,
-                   scheduler=None) -> str:
-    """``stopped_by``: the signal that asked mpilaunch to stop (the user or the platform);
-    ``mpirun_signal``: the signal that ended mpirun itself, if one did; ``scheduler``:
+                   stopped_by: Optional[int] = None, starter_signal: Optional[int] = None,
+                   scheduler=None, program: str = "mpirun") -> str:
+    """``status``: the job's exit status (``outcome.decide``); ``stopped_by``: the signal that
+    asked mpilaunch to stop (the user or the platform); ``starter_signal``: the signal that
+    ended the starter (``program``: mpirun, mpiexec, srun) itself, if one did; ``scheduler``:
     (started on rank 0, why), for :func:`scheduler_hint`."""
     lines = [f"mpilaunch: job failed (exit status {status})"]
     if stopped_by is not None:
@@ -222,21 +170,20 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
         return "\n".join(lines) + "\n"
     lost = collector.lost_hosts()
     if lost:
-        why = ("its ssh port no longer answers and Hydra lost its proxy there" if lost[0] in collector.unreachable
-               else "Open MPI lost its daemon there")
+        why = collector.backend.lost_why
         lines.append(f"  root cause: host {lost[0]} lost: {why} (host down, crashed or unreachable)")
         if len(lost) > 1:
             lines.append("  also lost: " + ", ".join(lost[1:]))
         lines.append("  check it with: mpilaunch check --hostfile ... (same options as the launch)")
         return "\n".join(lines) + "\n"
     root = collector.root_cause()
-    if root is None and mpirun_signal is not None:
-        lines.append(f"  root cause: mpirun itself was killed by signal {mpirun_signal} "
-                     f"({_signal_name(mpirun_signal)}); no rank reported a failure")
+    if root is None and starter_signal is not None:
+        lines.append(f"  root cause: {program} itself was killed by signal {starter_signal} "
+                     f"({_signal_name(starter_signal)}); no rank reported a failure")
         _others(lines, collector, None)
         return "\n".join(lines) + "\n"
     if root is None:
-        lines.append("  no rank reported a failure; see mpirun's messages above")
+        lines.append(f"  no rank reported a failure; see {program}'s messages above")
         _others(lines, collector, None)
         return "\n".join(lines) + "\n"
     who = f"rank {root.rank}" if root.rank is not None else "a rank"
@@ -264,3 +211,16 @@ def _others(lines: List[str], collector: Collector, root: Optional[Event]) -> No
         parts = [f"{r} {role} ({'stopped by the teardown' if cause == 'terminated' else 'failed too'})"
                  for r, role, cause in others]
         lines.append("  other ranks: " + ", ".join(parts))
+
+
+def root_text(collector: Collector, status: int) -> str:
+    """The root cause in a few words (the attempts' list)."""
+    lost = collector.lost_hosts()
+    if lost:
+        return f"host {lost[0]} lost"
+    root = collector.root_cause()
+    if root is None:
+        return f"exit status {status} (no rank reported a failure)"
+    who = f"rank {root.rank}" if root.rank is not None else "a rank"
+    where = f" on host {root.host}" if root.host not in ("", "?") else ""
+    return f"{who} ({root.role}){where}: {describe_status(root.code, root.signal)}"

@@ -1,7 +1,8 @@
 """Exact mpirun argv for Open MPI 4.x and 5.x: defaults, overrides, single and multi-node."""
 import pytest
 
-from mpilaunch import config, plan, rankcmd
+from mpilaunch import config, rankcmd
+from mpilaunch.backends import openmpi
 from mpilaunch.options import parser as run_parser
 from mpilaunch.errors import UsageError
 from mpilaunch.mpi import OMPI4, OMPI5, MpiInfo, parse_version_output
@@ -16,7 +17,15 @@ def make(argv, env, mpi, tmp_path, euid=1000):
     script.write_text("import mindspore  # a MindSpore job: rank 0 runs the scheduler\n")
     args = run_parser().parse_args(["--python", PY] + argv + [str(script), "--lr", "0.1"])
     cfg = config.build(args, env)
-    return plan.make_plan(cfg, env, mpi, "/run", euid), str(script)
+    return openmpi.make_plan(cfg, env, mpi, "/run", euid), str(script)
+
+
+def hostfile_text(p):
+    return dict(openmpi.OpenMpi(p.mpi).files(p))[p.hostfile_path]
+
+
+def tune_text(p):
+    return dict(openmpi.OpenMpi(p.mpi).files(p))[p.tune_path]
 
 
 def rank_cmd(script, extra=()):
@@ -32,13 +41,13 @@ DEFAULT_X = ["-x", "HOROVOD_MPI_THREADS_DISABLE=1", "-x", "NCCL_DEBUG=INFO",
 
 def test_ompi5_defaults_single_node(tmp_path):
     p, script = make(["-np", "4"], {"LD_LIBRARY_PATH": "/lib"}, M5, tmp_path)
-    assert plan.argv(p) == [
+    assert openmpi.argv(p) == [
         "/venv/bin/mpirun", "-np", "4", "--hostfile", "/run/hostfile", "--tune", "/run/tune.env",
         "--bind-to", "none", "--map-by", "slot", "-x", "LD_LIBRARY_PATH", *DEFAULT_X,
         "--mca", "pml", "ob1", "--mca", "btl", "^openib", "--prtemca", "plm_ssh_no_tree_spawn", "true",
         *rank_cmd(script),
     ]
-    assert p.hostfile_text == "localhost slots=4\n"
+    assert hostfile_text(p) == "localhost slots=4\n"
 
 
 def test_ompi4_defaults_multi_node_with_ssh_port_as_root(tmp_path):
@@ -46,7 +55,7 @@ def test_ompi4_defaults_multi_node_with_ssh_port_as_root(tmp_path):
     hostfile.write_text("node-a slots=2\nnode-b slots=2\n")
     env = {"OPENMPI_HOST_FILE_PATH": str(hostfile), "SSHD_PORT": "2222", "MA_JOB": "7"}
     p, script = make([], env, M4, tmp_path, euid=0)
-    assert plan.argv(p) == [
+    assert openmpi.argv(p) == [
         "/usr/bin/mpirun", "--noprefix", "-np", "4", "--hostfile", "/run/hostfile",
         "--mca", "plm_rsh_args", "-p 2222", "--tune", "/run/tune.env",
         "--bind-to", "none", "--map-by", "slot", *DEFAULT_X,
@@ -55,13 +64,13 @@ def test_ompi4_defaults_multi_node_with_ssh_port_as_root(tmp_path):
         "--mca", "oob_tcp_keepalive_probes", "3",
         "--allow-run-as-root", *rank_cmd(script),
     ]
-    assert p.tune_text == "-x MA_JOB=7\n"
+    assert tune_text(p) == "-x MA_JOB=7\n"
     assert p.dropped_x == ("LD_LIBRARY_PATH",)
 
 
 def test_ompi5_ssh_port_goes_to_prrte(tmp_path):
     p, _ = make(["-H", "a:1,b:1", "--ssh-port", "2222", "--ssh-args", "-F /cfg"], {}, M5, tmp_path)
-    argv = plan.argv(p)
+    argv = openmpi.argv(p)
     assert argv[5:8] == ["--prtemca", "plm_ssh_args", "-p 2222 -F /cfg"]
     assert "plm_rsh_args" not in argv
 
@@ -72,7 +81,7 @@ def test_overrides_flag_beats_variable_beats_default(tmp_path):
            "OPENMPI_EXTRA_ARGS": "-report-bindings --tag-output", "SSHD_PORT": "22"}
     p, script = make(["-np", "2", "--mca-args", "-mca btl self", "--oversubscribe", "-H", "a:1"],
                      env, M5, tmp_path)
-    assert plan.argv(p) == [
+    assert openmpi.argv(p) == [
         "/venv/bin/mpirun", "-np", "2", "--hostfile", "/run/hostfile",
         "--prtemca", "plm_ssh_args", "-p 22", "--tune", "/run/tune.env",
         "--bind-to", "core", "--map-by", "ppr:1:node", "-x", "FOO=1", "--mca", "btl", "self",
@@ -85,11 +94,11 @@ def test_overrides_flag_beats_variable_beats_default(tmp_path):
 def test_routed_variables_travel_as_names_only(tmp_path):
     env = {"MA_SPACE": "a b", "AWS_SECRET_ACCESS_KEY": "hunter2", "MA_OK": "1"}
     p, _ = make(["-np", "1"], env, M5, tmp_path)
-    argv = plan.argv(p)
+    argv = openmpi.argv(p)
     i = argv.index("AWS_SECRET_ACCESS_KEY")
     assert argv[i - 1] == "-x" and argv[argv.index("MA_SPACE") - 1] == "-x"
     assert not any("hunter2" in tok or "a b" == tok for tok in argv)
-    assert p.tune_text == "-x MA_OK=1\n"
+    assert tune_text(p) == "-x MA_OK=1\n"
 
 
 def test_rank_options_passed_through(tmp_path):
@@ -155,9 +164,9 @@ def test_own_interpreter_starts_the_adapter_without_site(tmp_path):
 
 def test_keepalive_only_for_remote_hosts_and_not_twice(tmp_path):
     local, _ = make(["-np", "2"], {}, M5, tmp_path)
-    assert "oob_tcp_keepalive_time" not in plan.argv(local)
+    assert "oob_tcp_keepalive_time" not in openmpi.argv(local)
     mine, _ = make(["-H", "a:1,b:1", "--mca-args", "-mca oob_tcp_keepalive_time 60"], {}, M4, tmp_path)
-    argv = plan.argv(mine)
+    argv = openmpi.argv(mine)
     assert argv.count("oob_tcp_keepalive_time") == 1
     assert argv[argv.index("oob_tcp_keepalive_time") + 1] == "60"
     assert "oob_tcp_keepalive_probes" in argv
@@ -202,13 +211,13 @@ def test_module_and_stdin_in_the_argv(tmp_path):
     args = run_parser().parse_args(["--python", PY, "-np", "2", "--stdin", "all", "-m",
                                     "pkg.mod", "--lr", "0.1"])
     cfg = config.build(args, {})
-    p = plan.make_plan(cfg, {}, M5, "/run", 1000)
-    argv = plan.argv(p)
+    p = openmpi.make_plan(cfg, {}, M5, "/run", 1000)
+    argv = openmpi.argv(p)
     assert argv[argv.index("--stdin") + 1] == "all"
     assert argv[-5:] == ["--module", "--", "pkg.mod", "--lr", "0.1"]
     args = run_parser().parse_args(["--python", PY, "-np", "2", str(tmp_path / "x.py")])
     (tmp_path / "x.py").write_text("")
-    assert "--stdin" not in plan.argv(plan.make_plan(config.build(args, {}), {}, M4, "/run", 1000))
+    assert "--stdin" not in openmpi.argv(openmpi.make_plan(config.build(args, {}), {}, M4, "/run", 1000))
     with pytest.raises(UsageError, match="--stdin"):
         config.build(run_parser().parse_args(["--stdin", "some", "-np", "1", "-m", "x"]), {})
 

@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from mpilaunch import config, options, srun
+from mpilaunch import config, options
+from mpilaunch.backends import srun
 from mpilaunch.errors import UsageError
 
 # `srun --mpi=list` of Debian's slurm-wlm 22.05.8 (measured here)
@@ -78,4 +79,4 @@ def test_srun_outside_an_allocation_is_a_usage_error(tmp_path):
     env = {"PATH": os.environ["PATH"]}
     cfg = _cfg(tmp_path, env, "--launcher", "srun", "-np", "1")
     with pytest.raises(UsageError, match="not inside a Slurm allocation"):
-        srun.main(cfg, env, None)
+        srun.Srun.detect(env)

@@ -24,11 +24,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections import namedtuple
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 from mpilaunch import render
+from mpilaunch.backends.base import Backend
 from mpilaunch.errors import UsageError
 
 PREFERRED = ("pmix", "pmi2")
@@ -40,20 +40,66 @@ _IGNORED = {"--bind-to": 1, "--map-by": 1, "--rank-by": 1, "--prtemca": 2, "--no
 
 
 class SrunPlan(namedtuple("SrunPlan", "srun plugin np hosts hosts_source rank_command extra_env "
-                                      "unused hostfile_path tune_path")):
+                                      "unused hostfile_path tune_path oversubscribe stdin scheduler",
+                           defaults=(False, None, None))):
     """srun: absolute path; plugin: the --mpi value; extra_env: what srun's environment gets
     on top of the launcher's (broadcast values, -x NAME=VALUE, OMPI_MCA_*); unused: mpirun
     tokens with no meaning under srun (shown by --dry-run). ``hostfile_path``/``tune_path``
-    are the launcher's bookkeeping files in the private run dir (srun reads neither)."""
+    are paths in the private run dir that srun reads neither of (nothing is written there);
+    stdin: as LaunchPlan's (srun gives its stdin to every task); scheduler: for the summary."""
 
     __slots__ = ()
 
-    @property
-    def mpi(self):
-        """An MpiInfo for launcher.run (srun is neither Open MPI nor Hydra)."""
-        from mpilaunch.mpi import MpiInfo
 
-        return MpiInfo(self.srun, (), "srun")
+class Srun(Backend):
+    program = "srun"
+    long_run = ()   # restarts, graceful stop, watchdog: measured with mpirun only
+    span_check = False   # Slurm places the tasks, not a hostfile
+
+    def __init__(self, srun: str, plugin: str):
+        super().__init__(None)
+        self.srun, self.plugin = srun, plugin
+
+    @property
+    def name(self) -> str:
+        return f"srun (--mpi={self.plugin})"
+
+    @classmethod
+    def detect(cls, env: Mapping[str, str]) -> "Srun":
+        from mpilaunch import allocation
+
+        if not allocation.in_slurm(env):
+            raise UsageError("--launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not "
+                             "set); run mpilaunch from sbatch/salloc, or use --launcher mpirun")
+        srun = find_srun(env)
+        return cls(srun, detect_plugin(srun, env))
+
+    def configure(self, cfg, env):
+        return rank0_side(cfg, env)
+
+    def plan(self, cfg, env, run_dir, euid):
+        return make_plan(cfg, env, self.srun, self.plugin, run_dir)
+
+    def argv(self, plan) -> List[str]:
+        return argv(plan, plan.oversubscribe)
+
+    def show(self, plan, env) -> None:
+        show(plan, self.argv(plan))
+
+    def dropped(self, plan):
+        return ()
+
+    def notices(self, text: str) -> list:
+        """srun's own words for a task that ended non-zero (when its adapter could not say)."""
+        from mpilaunch.summary import Event
+
+        return [Event(int(m.group(2)), m.group(1), "rank", "exit", int(m.group(3)), None, "self",
+                      None, [], float("inf"), message="srun's report")
+                for m in _TASK_EXIT.finditer(text)]
+
+
+# srun: error: node-a: task 1: Exited with exit code 5
+_TASK_EXIT = re.compile(r"srun: error: (\S+): task (\d+): Exited with exit code (\d+)")
 
 
 def pick_plugin(listing: str) -> str:
@@ -138,7 +184,8 @@ def make_plan(cfg, env: Mapping[str, str], srun: str, plugin: str, run_dir: str)
                     hosts_source=cfg.hosts_source, rank_command=tuple(rankcmd.rank_command(cfg)),
                     extra_env=extra, unused=tuple(unused),
                     hostfile_path=os.path.join(run_dir, "hostfile"),
-                    tune_path=os.path.join(run_dir, "tune.env"))
+                    tune_path=os.path.join(run_dir, "tune.env"), oversubscribe=cfg.oversubscribe,
+                    scheduler=(cfg.scheduler, cfg.scheduler_why))
 
 
 def argv(plan: SrunPlan, oversubscribe: bool = False) -> List[str]:
@@ -162,61 +209,21 @@ def show(plan: SrunPlan, cmd: Sequence[str]) -> None:
         print("# not used under srun: " + " ".join(plan.unused))
 
 
-def main(cfg, env: Mapping[str, str], args) -> int:
-    """The ``--launcher srun`` path of ``mpilaunch run`` (after config)."""
-    from mpilaunch import allocation, launcher
-
-    if not allocation.in_slurm(env):
-        raise UsageError("--launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not "
-                         "set); run mpilaunch from sbatch/salloc, or use --launcher mpirun")
-    srun = find_srun(env)
-    plugin = detect_plugin(srun, env)
-    cfg = rank0_side(cfg, env)
-    if cfg.dry_run:
-        plan = make_plan(cfg, env, srun, plugin, "<run-dir>")
-        show(plan, argv(plan, cfg.oversubscribe))
-        return 0
-    run_dir = launcher.make_run_dir()
-    try:
-        plan = make_plan(cfg, env, srun, plugin, run_dir)
-    except BaseException:
-        os.rmdir(run_dir)
-        raise
-    cmd = argv(plan, cfg.oversubscribe)
-    if getattr(args, "verbose", False):
-        print(f"mpilaunch: {render.show(cmd)}", file=sys.stderr)
-    return launcher.run(launch_plan(plan), env, run_dir, False, command=cmd)
-
-
 def rank0_side(cfg, env: Mapping[str, str]):
     """Rank 0 runs on this node (task 0 is on the allocation's first node, where the batch
     script runs): pick the port here (unless --dry-run) and, across nodes, take rank 0's
     address from Slurm (the route towards the next node's NodeAddr, restart.rank0_address).
     The node index is Slurm's (SLURM_NODEID), so the adapters then need no MPI agreement
     (MPI_Init under srun's PMIx in every adapter, ~1.3 s on 2 nodes)."""
-    from mpilaunch import allocation, restart, ssh
-    from mpilaunch.rank import agree
+    from mpilaunch import allocation, net, restart
 
-    if cfg.exec_mode or not ssh.rank0_is_here(cfg.hosts):
+    if cfg.exec_mode or not net.rank0_is_here(cfg.hosts):
         return cfg
     changes = {}
     if cfg.master_port == 0 and not cfg.dry_run:
-        changes["master_port"] = agree.free_port()
+        changes["master_port"] = net.free_port()
     if not cfg.master_addr and len(cfg.hosts) > 1:
-        addr = restart.rank0_address(cfg, allocation.node_addr_lookup(cfg.hosts_source, env))
+        addr = restart.rank0_address(cfg, allocation.node_addr_lookup(cfg.hosts_from, env))
         if addr:
             changes["master_addr"] = addr
     return cfg._replace(**changes)
-
-
-def launch_plan(plan: SrunPlan):
-    """The LaunchPlan launcher.run supervises: srun's command replaces mpirun's argv; the
-    fields that describe mpirun options stay empty (fields added later keep their defaults)."""
-    from mpilaunch import tune
-    from mpilaunch.plan import LaunchPlan
-
-    given = dict(mpi=plan.mpi, hosts=plan.hosts, np=plan.np, oversubscribe=False,
-                 run_as_root=False, ssh=(), broadcast=tune.Broadcast(), args=(), dropped_x=(),
-                 hostfile_path=plan.hostfile_path, tune_path=plan.tune_path,
-                 rank_command=plan.rank_command, extra_env=plan.extra_env)
-    return LaunchPlan(**{k: v for k, v in given.items() if k in LaunchPlan._fields})

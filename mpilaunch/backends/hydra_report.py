@@ -71,10 +71,10 @@ def unreachable_hosts(plan, timeout: float = 2.0) -> List[str]:
     """The remote hosts of ``plan`` whose ssh port (where ``ssh -G`` says ssh goes, with the
     launch's ssh options) does not accept a TCP connection within ``timeout`` s, probed in
     parallel: a crashed host refuses it (its sshd is gone), a host behind a dead link times out."""
-    from mpilaunch import ssh
+    from mpilaunch import net, ssh
 
     extra = _ssh_args(plan)
-    remote = [h.name for h in plan.hosts if not ssh.host_is_here(h)]
+    remote = [h.name for h in plan.hosts if not net.is_here(h)]
 
     def probe(name: str):
         target = ssh.ssh_target(name, None, extra, timeout=timeout)
@@ -124,9 +124,9 @@ class ProxyWatch:
 
         import psutil
 
-        from mpilaunch import ssh
+        from mpilaunch import net
 
-        names = {h.name for h in self.plan.hosts if not ssh.host_is_here(h)}
+        names = {h.name for h in self.plan.hosts if not net.is_here(h)}
         if not names:
             return
         try:

@@ -1,4 +1,4 @@
-"""Hydra's ``mpiexec`` (MPICH, Intel MPI): the same launch as on Open MPI, in Hydra's words. Pure.
+"""Hydra's ``mpiexec`` (MPICH, Intel MPI): the same launch as on Open MPI, in Hydra's words.
 
 The argv: ``mpiexec.hydra -n NP -f|-machinefile HOSTFILE [ssh] [translated OPENMPI_* args]
 [-genvlist NAME,...] RANK_COMMAND``, the hostfile in Hydra's ``host:N`` form.
@@ -19,12 +19,19 @@ The argv: ``mpiexec.hydra -n NP -f|-machinefile HOSTFILE [ssh] [translated OPENM
   what to use instead; the ModelArts defaults of ``OPENMPI_MCA_ARGS`` (``pml``, ``btl``,
   ``plm_rsh_no_tree_spawn``: Open MPI transport choices, and Hydra starts its proxies flat
   from mpiexec anyway) are dropped when they are the default.
+* **Running it** (:class:`Hydra`): a rank exiting non-zero does not end a Hydra job (measured:
+  mpiexec waits for every other rank, 30 s and more), so the first failure a rank reports ends
+  it here, as Open MPI's mpirun would; a host lost mid-job may leave mpiexec waiting forever on
+  its proxy, so the proxies' ssh are watched (``hydra_report.ProxyWatch``); Hydra names no lost
+  host (MPICH: "control_cb assert (!closed) failed"), so after a failure without a rank's own
+  report the remote hosts whose ssh port stopped answering are named.
 """
 from __future__ import annotations
 
 from collections import namedtuple
 from typing import Dict, List, Mapping, Sequence, Tuple
 
+from mpilaunch.backends.base import Backend, LaunchPlan
 from mpilaunch.contract import is_secret
 from mpilaunch.errors import UsageError
 from mpilaunch.mpi import IMPI, MPICH
@@ -50,6 +57,71 @@ _AGENT_PARAMS = ("plm_rsh_agent", "plm_ssh_agent")
 
 USE = ("give Hydra's own option in --extra-args/OPENMPI_EXTRA_ARGS (e.g. -genv NAME VALUE, "
        "-iface IF, -ppn N)")
+
+
+HOST_LOST_ESCALATE = 3.0   # a host lost: mpiexec's own teardown waits on the dead proxy
+
+
+class Hydra(Backend):
+    program = "mpiexec"
+    long_run = ("max_restarts", "stall_timeout")   # --term-grace: mpiexec's SIGUSR1 not measured
+    lost_why = "its ssh port no longer answers and Hydra lost its proxy there"
+
+    def plan(self, cfg, env, run_dir, euid):
+        from mpilaunch.rankcmd import rank_command
+
+        return LaunchPlan(**plan_fields(cfg, env, self.mpi, run_dir),
+                          rank_command=tuple(rank_command(cfg)), stdin=cfg.stdin,
+                          scheduler=(cfg.scheduler, cfg.scheduler_why))
+
+    def argv(self, plan) -> List[str]:
+        return argv(plan.mpi.path, plan.np, plan.hostfile_path, plan.ssh, plan.args,
+                    plan.broadcast.routed, plan.rank_command, plan.mpi.dialect, plan.stdin)
+
+    def files(self, plan):
+        return [(plan.hostfile_path, render_hostfile(plan.hosts))]   # no tune file: -genvlist
+
+    def show(self, plan, env) -> None:
+        from mpilaunch import contract, render
+
+        print(f"# mpiexec: {plan.mpi.path} ({plan.mpi.name})")
+        print(render.show(self.argv(plan)))
+        print(f"# hostfile {plan.hostfile_path}:")
+        print("".join(f"#   {line}\n" for line in render_hostfile(plan.hosts).splitlines()), end="")
+        if plan.broadcast.routed:
+            print("# carried in mpiexec's environment (-genvlist): " + ", ".join(
+                f"{n}={contract.MASK}" if contract.is_secret(n) else f"{n}={env.get(n, plan.extra_env.get(n))!r}"
+                for n in plan.broadcast.routed))
+        if plan.dropped_x:
+            print("# dropped (unset here): " + " ".join(f"-x {n}" for n in plan.dropped_x))
+
+    def notices(self, text: str) -> list:
+        from mpilaunch.backends.hydra_report import bad_terminations
+        from mpilaunch.summary import Event
+
+        return [Event(rank, host, "rank", "exit", code if sig is None else 128 + sig, sig, "self",
+                      None, [], float("inf"), message=f"pid {pid} (Hydra's report)")
+                for rank, pid, host, sig, code in bad_terminations(text)]
+
+    def watch(self, plan, job) -> None:
+        from mpilaunch import net
+
+        if not net.all_here(plan.hosts):
+            from mpilaunch.backends.hydra_report import ProxyWatch
+
+            ProxyWatch(plan, job.pid, lambda lost: job.host_lost(lost, HOST_LOST_ESCALATE)).start()
+
+    def on_rank_failure(self, plan, job) -> None:
+        job.end()
+
+    def after(self, plan, collector, status: int) -> None:
+        from mpilaunch import net
+        from mpilaunch.backends import hydra_report
+
+        if status == 0 or collector.unreachable or net.all_here(plan.hosts):
+            return
+        if collector.root_cause() is None or hydra_report.proxy_lost(collector.text):
+            collector.unreachable = hydra_report.unreachable_hosts(plan)
 
 
 class Translated(namedtuple("Translated", "args genv_names env ssh_args")):
@@ -158,11 +230,10 @@ def intel_iface(hosts) -> List[str]:
     "getaddrinfo returned error -3 ... unable to connect to server mlh-host1"; ``-localhost ADDR``
     did not change it, ``-iface IF`` did; a name resolving to 127.0.1.1 fails the same way).
     MPICH's proxies need nothing. [] for one host or when no route is found."""
-    from mpilaunch import netif, ssh
-    from mpilaunch.rank.agree import route_source
+    from mpilaunch import net, netif
 
-    remote = [h.name for h in hosts if not ssh.host_is_here(h)]
-    src = route_source(remote[0]) if remote else None
+    remote = [h.name for h in hosts if not net.is_here(h)]
+    src = net.route_source(remote[0]) if remote else None
     if not src or src.startswith("127."):
         return []
     for name, family, address in netif.addresses():

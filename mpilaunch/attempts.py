@@ -1,0 +1,91 @@
+"""The attempts of a job: every launch is at least one attempt; with ``--max_restarts`` a
+failed attempt is followed by another (a new starter, new adapters, ``LOG_DIR/attempt<k>/``).
+
+Each attempt is a ``launcher.Attempt`` (the protocol the launcher calls, with the defaults of
+a plain launch), or ``restart.LongRunAttempt`` for the graceful stop and the stall watchdog.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+
+
+def run(backend, lr, cfg, env, plan, run_dir: str) -> int:
+    """Attempt 0 (``plan``/``run_dir`` made by run.main from ``restart.attempt_cfg(cfg, lr,
+    0)``), then as many restarts as the budget allows (``lr``: restart.LongRun)."""
+    from mpilaunch import launcher, restart
+
+    attempts = []
+    k = 0
+    while True:
+        att = (restart.LongRunAttempt(k, lr, plan.np) if restart.long_run_on(lr)
+               else launcher.Attempt(k))
+        status = launcher.run(backend, plan, env, run_dir, cfg.keep_tune_file, att)
+        attempts.append(att)
+        if (status == 0 or att.stopped_by is not None or att.usage_error
+                or k >= lr.max_restarts):
+            break
+        k += 1
+        print(f"mpilaunch: attempt {k - 1} failed ({att.cause}); restarting the job: attempt "
+              f"{k} of at most {lr.max_restarts + 1}"
+              + (f" in {lr.restart_delay:g} s" if lr.restart_delay else ""),
+              file=sys.stderr, flush=True)
+        stop = _Between()
+        try:
+            stop.sleep(lr.restart_delay)
+            cfg = restart.attempt_cfg(cfg, lr, k)
+            if lr.port_given and lr.rank0_here and not stop.signum:
+                restart.wait_port_free(cfg.master_port, lambda: stop.signum)
+        finally:
+            stop.restore()
+        if stop.signum:
+            att.stopped_by = stop.signum
+            status = 128 + stop.signum
+            print(f"mpilaunch: {signal.Signals(stop.signum).name} received between attempts: "
+                  "not restarting", file=sys.stderr, flush=True)
+            break
+        run_dir = launcher.make_run_dir()
+        try:
+            plan = backend.plan(cfg, env, run_dir, os.geteuid())
+        except BaseException:
+            launcher.remove_run_dir(run_dir)
+            raise
+    if lr.max_restarts:
+        sys.stderr.write(summary(attempts, lr, status))
+        sys.stderr.flush()
+    return status
+
+
+def summary(attempts, lr, status: int) -> str:
+    lines = [f"mpilaunch: {len(attempts)} attempt(s), restart budget {lr.max_restarts}; "
+             f"exit status {status} (the last attempt's)"]
+    for att in attempts:
+        what = "succeeded" if att.status == 0 else f"exit status {att.status}: {att.cause}"
+        lines.append(f"  attempt {att.index}: {what}; logs: "
+                     f"{os.path.join(lr.log_dir, f'attempt{att.index}')}")
+    return "\n".join(lines) + "\n"
+
+
+class _Between:
+    """A stop signal between two attempts: no further attempt starts."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.signum = None
+        self.previous = {s: signal.signal(s, self._on) for s in self.SIGNALS}
+
+    def _on(self, signum, _frame):
+        self.signum = self.signum or signum
+
+    def sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.signum and time.monotonic() < end:
+            time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+
+    def restore(self) -> None:
+        for s, h in self.previous.items():
+            signal.signal(s, h)

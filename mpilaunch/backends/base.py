@@ -1,0 +1,126 @@
+"""What every way of starting ranks provides: :class:`Backend`, and :class:`LaunchPlan`, the
+plan of a launch over a hostfile (Open MPI's mpirun, Hydra's mpiexec).
+
+``launcher.run`` supervises any backend through this protocol and nothing else: it writes the
+backend's files, starts its argv with its environment, relays its output into a
+:class:`~mpilaunch.summary.Collector` whose text the backend reads (:meth:`Backend.notices`,
+:meth:`Backend.lost_hosts`), lets it watch the running job (:meth:`Backend.watch`), and lets it
+clean up what it leaves behind (:meth:`Backend.cleanup`). The job's exit status is decided from
+what was learnt, in one place (``mpilaunch/outcome.py``), the same way for every backend.
+"""
+from __future__ import annotations
+
+import re
+from collections import namedtuple
+from typing import List, Mapping, Sequence, Tuple
+
+# ssh's own words when the connection that started a remote daemon or proxy ended under it
+SSH_CLOSED = re.compile(r"Connection to (\S+) closed by remote host")
+
+
+class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_root ssh broadcast args "
+                            "dropped_x hostfile_path tune_path rank_command extra_env noprefix stdin "
+                            "scheduler", defaults=({}, False, None, None))):
+    """mpi: MpiInfo;
+    hosts: Tuple[hf.Host, ...];
+    np: int;
+    oversubscribe: bool;
+    run_as_root: bool;
+    ssh: Tuple[str, ...] # launcher tokens carrying the ssh options;
+    broadcast: tune.Broadcast;
+    args: Tuple[str, ...] # bind + x + mca + extra, in this launcher's words;
+    dropped_x: Tuple[str, ...] # '-x NAME' removed because NAME is unset;
+    hostfile_path: str;
+    tune_path: str;
+    rank_command: Tuple[str, ...];
+    extra_env: Mapping[str, str] # the launcher process's environment additions (secrets, ...);
+    noprefix: bool # Open MPI 4 by absolute path acts as --prefix: PATH gets its bin first.
+    stdin: the --stdin target: a rank, all, none; None: rank 0, or none when the launcher's
+        stdin is closed or /dev/null (launcher.stdin_target; neither is written);
+    scheduler: (started on rank 0: bool, why: str) or None, for the failure summary.
+    (A namedtuple: see docs/ARCHITECTURE.md, "How the adapter starts".)"""
+
+    __slots__ = ()
+
+
+class Backend:
+    """One way of starting ranks. Subclasses set :attr:`name` and implement :meth:`plan`,
+    :meth:`argv`; everything else has a default that does nothing."""
+
+    #: the starter program, as messages call it ("mpirun", "mpiexec", "srun")
+    program = "mpirun"
+    #: the --max_restarts / --term-grace / --stall-timeout support: a missing one is refused
+    #: before anything starts, naming the backend
+    long_run = ("max_restarts", "term_grace", "stall_timeout")
+    #: the ranks check that they run where the hostfile placed them (``span.py``)
+    span_check = True
+    #: how the summary explains a lost host
+    lost_why = "its launcher daemon there was lost"
+
+    def __init__(self, mpi=None):
+        self.mpi = mpi
+
+    @property
+    def name(self) -> str:
+        """For messages: 'Open MPI 5.0.11', 'MPICH 5.0.2', 'srun (--mpi=pmix)'."""
+        return self.mpi.name if self.mpi is not None else self.program
+
+    # -- deciding (pure)
+    def configure(self, cfg, env: Mapping[str, str]):
+        """The launch config with what this backend decides before the plan (default: as is)."""
+        return cfg
+
+    def plan(self, cfg, env: Mapping[str, str], run_dir: str, euid: int):
+        raise NotImplementedError
+
+    def argv(self, plan) -> List[str]:
+        raise NotImplementedError
+
+    def files(self, plan) -> List[Tuple[str, str]]:
+        """(path, text) of each file the starter reads, written 0600 before it starts."""
+        return []
+
+    def env(self, plan) -> Mapping[str, str]:
+        """Additions to the starter's environment."""
+        return plan.extra_env
+
+    def stdin(self, plan):
+        """The --stdin target, as :attr:`LaunchPlan.stdin`."""
+        return getattr(plan, "stdin", None)
+
+    def with_stdin(self, plan, target):
+        return plan._replace(stdin=target)
+
+    def show(self, plan, env: Mapping[str, str]) -> None:
+        """``--dry-run``: print what would be run."""
+        raise NotImplementedError
+
+    def dropped(self, plan) -> Sequence[str]:
+        """Names of ``-x NAME`` left out because NAME is unset (``--verbose`` says so)."""
+        return getattr(plan, "dropped_x", ())
+
+    # -- reading its output (pure)
+    def notices(self, text: str) -> list:
+        """Failures the starter reports on its own (a rank whose adapter died without a status
+        line, a process of ``--exec``), as :class:`~mpilaunch.summary.Event`, first first."""
+        return []
+
+    def lost_hosts(self, text: str) -> List[str]:
+        """Hosts the starter says it lost, in the order first seen (default: those whose ssh
+        connection was closed by the remote host)."""
+        return [m.group(1).rstrip(".,") for m in SSH_CLOSED.finditer(text)]
+
+    # -- doing
+    def watch(self, plan, job) -> None:
+        """Called once the starter runs (``job``: :class:`mpilaunch.launcher.Job`): start any
+        watcher the starter needs, e.g. to end the job where it would not end by itself."""
+
+    def on_rank_failure(self, plan, job) -> None:
+        """A rank reported its own failure (exit code or signal)."""
+
+    def after(self, plan, collector, status: int) -> None:
+        """After the starter ended with ``status``, not stopped by the user: learn what its
+        output did not say (e.g. which host is unreachable), into ``collector``."""
+
+    def cleanup(self, pid: int, returncode: int) -> None:
+        """What the starter leaves behind when it was killed (``returncode`` < 0)."""

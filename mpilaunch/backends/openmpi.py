@@ -1,0 +1,222 @@
+"""Open MPI's mpirun (4.x, 5.x): the launch in its words, and what its output says.
+
+The ModelArts command shape: ``mpirun -np N --hostfile F [ssh] --tune T [OPENMPI_* args]
+[-x NAME ...] RANK_COMMAND``, in the dialect of the Open MPI found (``render.py`` spells the
+user's OPENMPI_* strings for it; ``tune.py`` decides what the tune file carries). Open MPI ends
+the job at a rank's failure and reports lost daemons itself; killed, Open MPI 5 leaves its
+session dir behind (docs/OPENMPI_FACTS.md section 9), which :meth:`OpenMpi.cleanup` removes.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import List, Mapping
+
+from mpilaunch import contract, render, tune
+from mpilaunch import hostfile as hf
+from mpilaunch.backends.base import SSH_CLOSED, Backend, LaunchPlan
+from mpilaunch.errors import UsageError
+from mpilaunch.mpi import OMPI4, MpiInfo
+from mpilaunch.rankcmd import rank_command
+
+SYSTEM_BIN_DIRS = ("/usr/bin", "/bin", "/usr/local/bin")
+
+# Open MPI wraps this notice at any space ("exited on\nsignal 9" on 5.x): match any whitespace.
+_MPIRUN_NOTICE = re.compile(
+    r"noticed\s+that\s+process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+?)\.?"
+    r"\s+exited\s+on\s+signal\s+(\d+)"
+)
+# Open MPI's own report of the first process that failed, for processes that send no status
+# line (``--exec``: the MPI program runs without an adapter). 4.1: ``Process name: [[J,1],R]``;
+# 5.x: ``Process name: [prterun-HOST-PID@1,R]``; both followed by ``Exit code: N``.
+_MPI_FAILED = re.compile(
+    r"Process\s+name:\s*\[(?:\[\d+,\d+\],(\d+)|prterun-(\S+)-\d+@\d+,(\d+))\]\s*Exit\s+code:\s*(\d+)")
+# MPI_Abort: 5.x names rank and node; the Errorcode comes from MPI_ABORT's own notice.
+_MPI_ABORT_NODE = re.compile(
+    r"exited\s+due\s+to\s+process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+(\S+?)\s+calling\s+\"abort\"")
+_MPI_ABORT_CODE = re.compile(r"MPI_ABORT\s+was\s+invoked\s+on\s+rank\s+(\d+)\s.*?Errorcode:\s*(\d+)", re.S)
+# Open MPI's words for a host whose daemon is gone (crashed, powered off, link down).
+_LOST_HOST = [
+    re.compile(r"(?:ORTE|PRTE) has lost communication with a remote daemon.*?Remote daemon:\s*\S+ on node (\S+)", re.S),
+    re.compile(r"A daemon failed to report back.*?Remote host:\s+(\S+)", re.S),
+    SSH_CLOSED,
+]
+
+
+
+
+class OpenMpi(Backend):
+    program = "mpirun"
+    lost_why = "Open MPI lost its daemon there"
+
+    def plan(self, cfg, env, run_dir, euid):
+        return make_plan(cfg, env, self.mpi, run_dir, euid)
+
+    def argv(self, plan) -> List[str]:
+        return argv(plan)
+
+    def files(self, plan):
+        return [(plan.hostfile_path, hf.render_hostfile(plan.hosts)),
+                (plan.tune_path, tune.render(plan.broadcast))]
+
+    def show(self, plan, env) -> None:
+        show(plan, env, self.files(plan))
+
+    def notices(self, text: str) -> list:
+        return notices(text) + reports(text)
+
+    def lost_hosts(self, text: str) -> List[str]:
+        found = []
+        for pattern in _LOST_HOST:
+            for m in pattern.finditer(text):
+                found.append((m.start(), m.group(1).rstrip(".,")))
+        return [h for _, h in sorted(found)]
+
+    def cleanup(self, pid: int, returncode: int) -> None:
+        if returncode < 0:
+            from mpilaunch import rundir
+
+            rundir.drop_session_dir(pid)   # a killed mpirun leaves it behind
+
+
+def make_plan(cfg, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int) -> LaunchPlan:
+    """LaunchConfig + environment -> the plan of an Open MPI launch (pure)."""
+    dialect = mpi.dialect
+    tokens: List[str] = []
+    for setting in (cfg.bind_args, cfg.x_args, cfg.mca_args, cfg.extra_args):
+        raw = render.split_arg_string(str(setting.value), setting.source)
+        tokens += render.normalize(raw, dialect, setting.source)
+    imported = cfg.tune_import
+    if imported is not None:
+        tokens += render.normalize(list(imported.x_tokens) + list(imported.mca_tokens), dialect,
+                                   imported.path)
+    tokens, dropped = render.drop_unset_x(tokens, env)
+    tokens, moved = render.route_secret_x(tokens)
+
+    ssh_args: List[str] = []
+    if cfg.ssh_port is not None:
+        ssh_args += ["-p", str(cfg.ssh_port)]
+    ssh_args += list(cfg.ssh_extra)
+    if ssh_args and render.has_param(tokens, ("plm_rsh_args", "plm_ssh_args")):
+        raise UsageError(
+            "the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
+            "plm_rsh_args in the MCA/extra args; keep one"
+        )
+
+    from mpilaunch import net
+
+    if not net.all_here(cfg.hosts):   # daemons on other hosts
+        tokens += render.keepalive_tokens(dialect, tokens)
+
+    selected = dict(tune.select(env, cfg.env_prefixes))
+    if imported is not None:
+        from mpilaunch import tuneimport
+
+        for name, value in tuneimport.selected(imported, env):
+            selected[name] = value
+            if name not in env:   # only in the file: mpirun's env must carry it for -x NAME
+                moved = {**moved, name: value}
+    broadcast = tune.split(sorted(selected.items()))
+    tune_path = cfg.tune_path or os.path.join(run_dir, "tune.env")
+    return LaunchPlan(
+        mpi=mpi,
+        hosts=cfg.hosts,
+        np=cfg.np,
+        oversubscribe=cfg.oversubscribe,
+        run_as_root=(euid == 0),
+        ssh=tuple(render.ssh_tokens(ssh_args, dialect)),
+        broadcast=broadcast,
+        args=tuple(tokens),
+        dropped_x=tuple(dropped),
+        hostfile_path=os.path.join(run_dir, "hostfile"),
+        tune_path=tune_path,
+        rank_command=tuple(rank_command(cfg)),
+        extra_env=moved,
+        # /usr/bin/mpirun (4.x) would put /usr/bin first on every rank's PATH, so PATH would not
+        # arrive as sent; a system prefix is on the default PATH anyway, so drop the behaviour.
+        noprefix=(dialect == OMPI4 and os.path.dirname(mpi.path) in SYSTEM_BIN_DIRS),
+        stdin=cfg.stdin,
+        scheduler=(cfg.scheduler, cfg.scheduler_why),
+    )
+
+
+def argv(plan: LaunchPlan) -> List[str]:
+    """The exact mpirun command: the ModelArts shape, in this Open MPI's dialect."""
+    cmd = [plan.mpi.path]
+    if plan.noprefix:
+        cmd.append("--noprefix")
+    cmd += ["-np", str(plan.np), "--hostfile", plan.hostfile_path]
+    cmd += list(plan.ssh)
+    cmd += ["--tune", plan.tune_path]
+    cmd += list(plan.args)
+    for name in plan.broadcast.routed:
+        cmd += ["-x", name]
+    if plan.stdin not in (None, "0"):   # same spelling in 4.1 and 5.x: --stdin RANK|all|none
+        cmd += ["--stdin", plan.stdin]
+    if plan.oversubscribe:
+        cmd.append("--oversubscribe")
+    if plan.run_as_root:
+        cmd.append("--allow-run-as-root")
+    cmd += list(plan.rank_command)
+    return cmd
+
+
+def show(plan, env: Mapping[str, str], files) -> None:
+    """``--dry-run``: the exact argv, hostfile and tune file, secrets masked."""
+    cmd = argv(plan)
+    shown = []
+    for i, tok in enumerate(cmd):
+        if i > 0 and cmd[i - 1] == "-x" and "=" in tok:
+            name, _, value = tok.partition("=")
+            tok = f"{name}={contract.mask_value(name, value)}"
+        shown.append(tok)
+    print(f"# mpirun: {plan.mpi.path} ({plan.mpi.name})")
+    print(render.show(shown))
+    show_files(plan, env, files)
+
+
+def show_files(plan, env: Mapping[str, str], files) -> None:
+    """The files of ``--dry-run``, and what travels in the launcher's environment instead."""
+    for path, text in files:
+        label = "hostfile" if path == plan.hostfile_path else "tune file"
+        print(f"# {label} {path}:")
+        sys.stdout.write("".join(f"#   {line}\n" for line in text.splitlines()))
+    if plan.broadcast.routed:
+        print("# carried in mpirun's environment (-x NAME): " + ", ".join(
+            f"{n}={contract.MASK}" if contract.is_secret(n) else f"{n}={env[n]!r}"
+            for n in plan.broadcast.routed))
+    if plan.dropped_x:
+        print("# dropped (unset here): " + " ".join(f"-x {n}" for n in plan.dropped_x))
+
+
+def notices(text: str) -> list:
+    """mpirun's "noticed that process rank N ... exited on signal S" (an adapter killed)."""
+    from mpilaunch.summary import Event
+
+    out = []
+    for m in _MPIRUN_NOTICE.finditer(text):
+        sig = int(m.group(4))
+        out.append(Event(int(m.group(1)), m.group(3), "rank", "exit", 128 + sig, sig,
+                         "self", None, [], float("inf")))
+    return out
+
+
+def reports(text: str) -> list:
+    """Open MPI's own report of a failed process (exit code, or MPI_Abort): ``--exec``."""
+    from mpilaunch.summary import Event
+
+    out = []
+    for m in _MPI_FAILED.finditer(text):
+        rank = int(m.group(1) if m.group(1) is not None else m.group(3))
+        out.append(Event(rank, m.group(2) or "?", "process", "exit", int(m.group(4)), None,
+                         "self", None, [], float("inf")))
+    codes = {int(m.group(1)): int(m.group(2)) for m in _MPI_ABORT_CODE.finditer(text)}
+    for m in _MPI_ABORT_NODE.finditer(text):
+        rank = int(m.group(1))
+        out.append(Event(rank, m.group(2), "process", "exit", codes.pop(rank, None), None, "self",
+                         None, [], float("inf"), message="the process called MPI_Abort"))
+    for rank, code in codes.items():
+        out.append(Event(rank, "?", "process", "exit", code, None, "self", None, [], float("inf"),
+                         message="the process called MPI_Abort"))
+    return out
