@@ -1,5 +1,5 @@
 """Where the ranks should run, for the check each rank makes before its script starts
-(issue 11 part 4; the check itself: ``mpilaunch/rank/span.py``). Pure.
+(the check itself: ``mpilaunch/rank/span.py``). Pure.
 
 The plan is the hostfile's slots filled in order, which is what ``--map-by slot`` (the
 ModelArts default binding args) and Hydra's ``host:N`` hostfile do: ``exact``. When the

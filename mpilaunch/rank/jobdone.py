@@ -1,4 +1,4 @@
-"""MindSpore jobs end when their workers end (issue 13 goal 4).
+"""MindSpore jobs end when their workers end.
 
 MindSpore's scheduler leaves on its own only at its next "alive nodes" poll, up to 5 s after
 the last worker unregistered (docs/OPENMPI_FACTS.md section 12). The adapters know better:
@@ -13,7 +13,7 @@ the last worker unregistered (docs/OPENMPI_FACTS.md section 12). The adapters kn
 
 Why this and not the alternatives: the scheduler's log text is MindSpore's to change (and a
 worker that exits 0 is the fact we need, not a line saying it unregistered); the adapters do
-not call MPI_Init (issue 13 goal 2), so no MPI channel; the launcher sees the ranks' output
+not call MPI_Init (it would cost every rank ~0.35 s), so no MPI channel; the launcher sees the ranks' output
 but reaches rank 0's processes only through mpirun. A lost datagram or a port someone else
 holds costs nothing but the speed-up: the scheduler still leaves on its own, as before
 (``--scheduler-grace`` bounds it). ``<job>`` is the job's id from the launcher (PMIx namespace,

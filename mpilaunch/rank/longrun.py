@@ -1,4 +1,4 @@
-"""Long jobs, rank side (issue 11): the restart count in the worker's environment, the span
+"""Long jobs, rank side: the restart count in the worker's environment, the span
 check, the graceful stop and the stall watchdog around :class:`~mpilaunch.rank.supervisor.Supervisor`.
 
 **Graceful stop** (``--term-grace S``). The launcher asks for it by sending **SIGUSR1** to

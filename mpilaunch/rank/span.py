@@ -1,4 +1,4 @@
-"""Does the job really run where the launcher planned it? (issue 11 part 4). Pure.
+"""Does the job really run where the launcher planned it? Pure.
 
 The launcher sends ``--expect-ranks SPEC`` (``mpilaunch/span.py`` writes it):
 ``N;MODE;host:count,host:count,...`` with N the planned world size and MODE

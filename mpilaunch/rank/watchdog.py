@@ -1,4 +1,4 @@
-"""Stall watchdog, rank side (issue 11 part 3): has this rank's worker shown progress?
+"""Stall watchdog, rank side: has this rank's worker shown progress?
 
 **Progress** is either of:
 
