@@ -1,5 +1,6 @@
-"""mpilaunch/rundir.py beyond its atomic writer: the run dir and its owner file, and reclaiming the run dirs (and Open MPI session dirs) of dead launchers
-while those of live ones, of other users and of unknown shape are left alone.
+"""mpilaunch/rundir.py beyond its atomic writer: the run dir and its owner file, and reclaiming
+the run dirs (and Open MPI session dirs) of dead launchers while those of live ones, of other
+users and of unknown shape are left alone.
 
 Everything happens in a private TMPDIR (tempfile's own setting, which rundir reads). A "dead"
 process is a pid with no /proc entry, or this process's pid with another start time (a reused
