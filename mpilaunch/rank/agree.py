@@ -24,9 +24,8 @@ one. A taken port, or a ``--master-addr`` that is not an address of rank 0's hos
 
 MPI start-up: unless the user set ``OMPI_MCA_btl`` to an inclusion list, ``ofi`` is
 excluded from the BTLs *of the adapter's own process* before mpi4py loads (Open MPI 5's
-libfabric probe costs ~1 s per rank; measured ``MPI_Init`` 1.2-1.6 s -> 0.2-0.5 s, under
-both mpirun 5.0.11 and 4.1.4). The workers' environment is taken before this change and
-never sees it.
+libfabric probe; what it costs: docs/ARCHITECTURE.md, start-up). The workers' environment is
+taken before this change and never sees it.
 """
 from __future__ import annotations
 
