@@ -28,7 +28,6 @@ from mpilaunch.errors import UsageError
 
 # Allocation.kind, and LaunchConfig.hosts_from for hosts found here
 SLURM, KUBEFLOW, VOLCANO = "slurm", "kubeflow", "volcano"
-_SLURM_SOURCE = "Slurm job "   # how a Slurm allocation's source (for messages) begins
 
 # mpi-operator (v2beta1) sets the first for Open MPI launchers; the others are how Open MPI 5's
 # PRRTE, Intel MPI and MPICH's Hydra are pointed at the same /etc/mpi/hostfile.
@@ -94,7 +93,7 @@ def slurm(env: Mapping[str, str]) -> Optional[Allocation]:
     if env.get("SLURM_NTASKS") and env["SLURM_NTASKS"].strip() != str(total):
         raise UsageError(f"SLURM_NTASKS={env['SLURM_NTASKS']} but {count_name}="
                          f"{env[count_name]!r} adds up to {total}")
-    source = f"{_SLURM_SOURCE}{job} ({list_name}={env[list_name]}"
+    source = f"Slurm job {job} ({list_name}={env[list_name]}"
     source += f", {count_name}={env[count_name]})" if count_name else ", 1 task per node)"
     return Allocation(hosts, source, SLURM, job)
 
@@ -103,10 +102,6 @@ def from_slurm(hosts_from: str) -> bool:
     """The hosts came from a Slurm allocation (``hosts_from``: LaunchConfig.hosts_from).
     Inside one, mpirun starts its daemons through Slurm, not ssh, and ``mpilaunch check``
     checks the allocation instead of ssh."""
-    if hosts_from not in (SLURM, KUBEFLOW, VOLCANO) and str(hosts_from).startswith(_SLURM_SOURCE):
-        # Transitional: restart.py and backends/srun.py still pass cfg.hosts_source, the
-        # display string; remove this once they pass cfg.hosts_from.
-        return True
     return hosts_from == SLURM
 
 

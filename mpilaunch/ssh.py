@@ -230,15 +230,6 @@ def port_message(err: int, port: int, timeout: float, port_source: str = PORT_SO
     return f"cannot connect to ssh port {port} ({os.strerror(err)})"
 
 
-# --------------------------------------------------------------------------- this machine
-
-# "Is this host this machine" is one rule, net.is_here; these names are kept for callers that
-# still use them (is_local(name, addrs) and host_is_here(host) are that same function).
-is_local = host_is_here = net.is_here
-rank0_is_here = net.rank0_is_here
-local_addresses = net.local_addresses
-
-
 # --------------------------------------------------------------------------- many hosts
 
 def parallel_map(fn: Callable, items: Sequence, workers: int) -> List:

@@ -19,8 +19,6 @@ from collections import namedtuple
 from typing import Iterable, List, Mapping, Sequence, Tuple
 
 from mpilaunch.contract import is_secret
-# The one atomic writer is rundir.write_atomic; named here for callers of tune.write_atomic.
-from mpilaunch.rundir import write_atomic  # noqa: F401
 
 DEFAULT_PREFIXES: Tuple[str, ...] = ("MA_", "AWS_", "S3_", "PATH", "VC_WORKER_", "SCC", "CRED")
 

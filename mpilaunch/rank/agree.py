@@ -37,10 +37,9 @@ if TYPE_CHECKING:
     from typing import Callable, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
 from mpilaunch.errors import UsageError
-# The network look-ups are the launcher's too: one module for both (mpilaunch/net.py);
-# free_port is named here only for launcher code that still calls agree.free_port.
-from mpilaunch.net import (LOOPBACK, MASTER_ADDR_FIX, check_port, free_port, is_loopback,
-                           local_ipv4s, resolve_ipv4, route_source)
+# The network look-ups are the launcher's too: one module for both (mpilaunch/net.py).
+from mpilaunch.net import (LOOPBACK, MASTER_ADDR_FIX, check_port, is_loopback, local_ipv4s,
+                           resolve_ipv4, route_source)
 from mpilaunch.rank.identity import RankInfo
 
 

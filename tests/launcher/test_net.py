@@ -2,6 +2,7 @@
 "is this host here"), and cheap to import for every rank."""
 import errno
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -61,13 +62,24 @@ def test_all_here_rank0_is_here_spans_machines():
     assert net.spans_machines([here, there]) and net.spans_machines([there, Host("198.51.100.1")])
 
 
-def test_ssh_names_are_the_same_function():
-    """The launcher files' old names are net's functions, not copies."""
-    assert ssh.is_local is net.is_here and ssh.host_is_here is net.is_here
-    assert ssh.rank0_is_here is net.rank0_is_here and ssh.resolve is net.resolve
+def test_each_fact_is_defined_once_in_the_package():
+    """No second "is this host here", port check, route or look-up beside net.py's (ssh.py
+    and rank/agree.py had their own); other modules use net's functions themselves."""
+    pkg = os.path.join(REPO, "mpilaunch")
+    pattern = re.compile(r"^def (is_here|is_local|host_is_here|rank0_is_here|all_here|"
+                         r"check_port|free_port|route_source|resolve|resolve_ipv4|"
+                         r"local_addresses|local_ipv4s)\(", re.M)
+    found = {}
+    for d, _, files in os.walk(pkg):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(d, f)
+                for m in pattern.finditer(open(path, encoding="utf-8").read()):
+                    found.setdefault(m.group(1), []).append(os.path.relpath(path, pkg))
+    assert all(where == ["net.py"] for where in found.values()), found
     from mpilaunch.rank import agree
-    assert agree.free_port is net.free_port and agree.check_port is net.check_port
-    assert agree.route_source is net.route_source and agree.LOOPBACK == net.LOOPBACK
+    assert agree.check_port is net.check_port and agree.route_source is net.route_source
+    assert ssh.resolve is net.resolve
 
 
 def test_local_addresses_are_getifaddrs():

@@ -7,7 +7,7 @@ import stat
 import pytest
 
 from helpers import REPO
-from mpilaunch import mpi, rundir, tune
+from mpilaunch import mpi, rundir
 from mpilaunch.job import worker0
 
 
@@ -60,7 +60,6 @@ def test_never_writes_through_a_symlink_planted_as_the_temporary(tmp_path, monke
 
 
 def test_every_writer_is_this_one(tmp_path, monkeypatch):
-    assert tune.write_atomic is rundir.write_atomic
     written = []
     monkeypatch.setattr(mpi, "write_atomic", lambda path, text: written.append(path))
     env = {"XDG_CACHE_HOME": str(tmp_path)}

@@ -1,7 +1,5 @@
-"""Tune file: selection by prefix, the portable subset, secrets never on disk, atomic 0600 writes."""
-import os
-import stat
-
+"""Tune file: selection by prefix, the portable subset, secrets never on disk (the file itself
+is written by rundir.write_atomic: tests/launcher/test_rundir.py)."""
 from mpilaunch import tune
 
 
@@ -27,10 +25,3 @@ def test_split_and_exact_text():
                         "MA_LONG", "AWS_SECRET_ACCESS_KEY", "MY_TOKEN", "CRED_X", "MA_SK")
     assert tune.render(b) == "-x MA_A=1\n-x MA_DOLLAR=$HOME=a#b,c\n-x PATH=/a:/b\n"
 
-
-def test_write_atomic_mode_0600(tmp_path):
-    path = tmp_path / "tune.env"
-    tune.write_atomic(str(path), "-x MA_A=1\n")
-    assert path.read_text() == "-x MA_A=1\n"
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert [p.name for p in tmp_path.iterdir()] == ["tune.env"]  # no temp file left behind

@@ -14,7 +14,7 @@ import pytest
 import mpilaunch
 from mpilaunch import hostfile as hf
 from mpilaunch import check as pf
-from mpilaunch import ssh
+from mpilaunch import net, ssh
 
 from helpers.launch import clean_env, mpilaunch_argv
 from helpers.ports import free_port
@@ -159,11 +159,11 @@ def test_parallel_map_is_bounded_and_keeps_errors():
     assert isinstance(out[7], RuntimeError) and out[8] == 16
 
 
-def test_is_local():
-    assert ssh.is_local("localhost", [])
-    assert ssh.is_local("anything", ["127.0.1.1"])
-    assert ssh.is_local(socket.gethostname(), [])
-    assert not ssh.is_local("192.0.2.1", ["192.0.2.1"])     # TEST-NET-1: never ours
+def test_is_here():
+    assert net.is_here("localhost", [])
+    assert net.is_here("anything", ["127.0.1.1"])
+    assert net.is_here(socket.gethostname(), [])
+    assert not net.is_here("192.0.2.1", ["192.0.2.1"])     # TEST-NET-1: never ours
 
 
 def test_resolve_times_out_and_fails_cleanly(monkeypatch):
