@@ -380,8 +380,8 @@ def _launch_proposals(imp_ad, imp_fe) -> List[str]:
     if fe_items:
         L.append(f"{n}. *Front-end start-up*, paid once per launch: " + "; ".join(fe_items) + ".")
         n += 1
-    fsync = ("the two `fsync`s of `tune.write_atomic` (measured 0.9 ms per file on this disk); "
-             if _grep("tune.py", r"os\.fsync\(", top_level_only=False) else "")
+    fsync = ("the two `fsync`s of `rundir.write_atomic` (measured 0.9 ms per file on this disk); "
+             if _grep("rundir.py", r"os\.fsync\(", top_level_only=False) else "")
     L.append(f"{n}. *Not worth it*: {fsync}planning itself (section 4: a few ms at the sizes used here).")
     L.append("")
     return L

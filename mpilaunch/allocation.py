@@ -119,7 +119,7 @@ def slurm_node_addr(name: str, env: Mapping[str, str], timeout: float = 5.0,
                     run=None) -> Optional[str]:
     """Slurm's ``NodeAddr`` of node ``name`` (one ``scontrol show node -o NAME``; slurmctld
     knows it from slurm.conf: no DNS lookup here), or None when scontrol cannot tell. Asked by
-    ``restart.rank0_address`` only for a multi-node job whose rank 0 runs here."""
+    ``net.rank0_address`` only for a multi-node job whose rank 0 runs here."""
     import shutil
     import subprocess
 

@@ -248,3 +248,26 @@ def spans_machines(hosts: Sequence) -> bool:
     """The ranks may run on more than one machine: several hosts listed, not all this one
     (two names of one remote machine cannot be told apart without DNS: counted as two)."""
     return len(hosts) > 1 and not all_here(hosts)
+
+
+def rank0_address(hosts: Sequence, node_addr=None) -> Optional[str]:
+    """Rank 0 runs here and some ranks elsewhere: the address of this host that the first
+    other host routes to (what the ranks' MPI agreement would pick, decided by the launcher
+    once), or None when that host is given by name (the agreement decides then: a name look-up
+    here could wait on DNS). ``node_addr``: name -> the address the scheduler knows for it
+    (Slurm's NodeAddr), asked for that host only."""
+    for h in hosts[1:]:
+        if is_here(h):
+            continue
+        addr = h.name if _is_ipv4(h.name) else node_addr(h.name) if node_addr else None
+        return route_source(addr) if _is_ipv4(addr) else None
+    return None
+
+
+def _is_ipv4(text) -> bool:
+    import socket
+
+    try:
+        return bool(text) and bool(socket.inet_pton(socket.AF_INET, text))
+    except OSError:
+        return False

@@ -15,7 +15,7 @@ BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank", "_boot.p
 
 def rank_interpreter(python: str, launcher_python: str) -> List[str]:
     """How each rank starts the adapter. With our own interpreter: ``python -S _boot.py``
-    (no ``site``/``.pth`` processing: measured 57 ms -> 10 ms of start-up per rank); with
+    (no ``site``/``.pth`` processing: docs/ARCHITECTURE.md, start-up); with
     another interpreter (``--python``), whose packages we do not know: ``python -m``."""
     if os.path.abspath(python) == os.path.abspath(launcher_python):  # not realpath: a venv's python links to its base
         return [python, "-S", BOOT]

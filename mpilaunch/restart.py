@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -94,27 +93,6 @@ def long_run_on(lr: LongRun) -> bool:
     return lr.term_grace is not None or bool(lr.stall_timeout)
 
 
-def rank0_address(cfg, node_addr=None):
-    """Rank 0 runs here and some ranks elsewhere: the address of this host that the first
-    other host routes to (what the ranks' MPI agreement would pick, decided here once), or
-    None when that host is given by name (the agreement decides then). ``node_addr``: name ->
-    the address the scheduler knows for it (Slurm's NodeAddr), asked for that host only."""
-    for h in cfg.hosts[1:]:
-        if net.is_here(h):
-            continue
-        # an address only: a name lookup here could wait on DNS; the agreement decides then
-        addr = h.name if _ipv4(h.name) else node_addr(h.name) if node_addr else None
-        return net.route_source(addr) if _ipv4(addr) else None
-    return None
-
-
-def _ipv4(text) -> bool:
-    try:
-        return bool(text) and bool(socket.inet_pton(socket.AF_INET, text))
-    except OSError:
-        return False
-
-
 def attempt_cfg(cfg, lr: LongRun, k: int):
     """The config of attempt ``k``: its log dir, port and adapter flags."""
     from mpilaunch import rankcmd
@@ -133,7 +111,7 @@ def attempt_cfg(cfg, lr: LongRun, k: int):
             and spec):
         from mpilaunch import allocation   # Slurm: node names, their NodeAddr from scontrol
 
-        addr = rank0_address(cfg, allocation.node_addr_lookup(cfg.hosts_from, os.environ))
+        addr = net.rank0_address(cfg.hosts, allocation.node_addr_lookup(cfg.hosts_from, os.environ))
         if addr:   # with the plan's node index, the adapters need no MPI agreement at all
             changes["master_addr"] = addr
     if k > 0 and not lr.port_given:   # a fresh port: nothing of the last attempt holds it

@@ -16,7 +16,7 @@ def preflight_fails(cfg, mux=None) -> bool:
     login leaves its connection open for mpirun's ssh (mpilaunch/ssh.py)."""
     from mpilaunch import net
 
-    if net.all_here(cfg.hosts):   # no host needs ssh (check itself would cost 12 ms to import)
+    if net.all_here(cfg.hosts):   # no host needs ssh: do not import check (docs/ARCHITECTURE.md, start-up)
         return False
     from mpilaunch import check
 

@@ -28,7 +28,7 @@ class Event(namedtuple("Event", "rank host role event code signal cause log tail
     tail: List[str];
     t: float;
     message: Optional[str].
-    (A namedtuple: ``dataclasses`` costs ~12 ms of start-up at every launch.)"""
+    (A namedtuple: docs/ARCHITECTURE.md, start-up.)"""
 
     __slots__ = ()
 

@@ -278,7 +278,7 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     ``broadcast.routed`` holds every broadcast name: each travels via -genvlist."""
     import os
 
-    from mpilaunch import render, tune
+    from mpilaunch import net, render, tune
 
     stdin_check(getattr(cfg, "stdin", None), mpi.dialect)
 
@@ -307,7 +307,7 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     if ssh_args and ssh_found:
         raise UsageError("the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
                          "plm_rsh_args in the MCA/extra args; keep one")
-    if len(cfg.hosts) > 1:   # a proxy's ssh ends when its host's link dies (no control master)
+    if not net.all_here(cfg.hosts):   # a proxy's ssh ends when its host's link dies (no control master)
         from mpilaunch.ssh import keepalive_options
 
         if ssh_found:

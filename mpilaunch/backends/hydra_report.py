@@ -78,7 +78,7 @@ def unreachable_hosts(plan, timeout: float = 2.0) -> List[str]:
 
     def probe(name: str):
         target = ssh.ssh_target(name, None, extra, timeout=timeout)
-        addrs, _ = ssh.resolve(target.hostname, timeout)
+        addrs, _ = net.resolve(target.hostname, timeout)
         if not addrs:
             return name
         return name if ssh.tcp_probe(addrs[0], target.port, timeout) is not None else None

@@ -212,18 +212,18 @@ def show(plan: SrunPlan, cmd: Sequence[str]) -> None:
 def rank0_side(cfg, env: Mapping[str, str]):
     """Rank 0 runs on this node (task 0 is on the allocation's first node, where the batch
     script runs): pick the port here (unless --dry-run) and, across nodes, take rank 0's
-    address from Slurm (the route towards the next node's NodeAddr, restart.rank0_address).
+    address from Slurm (the route towards the next node's NodeAddr, net.rank0_address).
     The node index is Slurm's (SLURM_NODEID), so the adapters then need no MPI agreement
     (MPI_Init under srun's PMIx in every adapter, ~1.3 s on 2 nodes)."""
-    from mpilaunch import allocation, net, restart
+    from mpilaunch import allocation, net
 
     if cfg.exec_mode or not net.rank0_is_here(cfg.hosts):
         return cfg
     changes = {}
     if cfg.master_port == 0 and not cfg.dry_run:
         changes["master_port"] = net.free_port()
-    if not cfg.master_addr and len(cfg.hosts) > 1:
-        addr = restart.rank0_address(cfg, allocation.node_addr_lookup(cfg.hosts_from, env))
+    if not cfg.master_addr and net.spans_machines(cfg.hosts):
+        addr = net.rank0_address(cfg.hosts, allocation.node_addr_lookup(cfg.hosts_from, env))
         if addr:
             changes["master_addr"] = addr
     return cfg._replace(**changes)

@@ -106,10 +106,10 @@ def exec_script(opts, info, user_env: dict, argv) -> int:
     What is allowed: :func:`mpilaunch.rank.plan.exec_check`. Rank 0 checks the port only when
     the user gave it (the launcher sends ``--no-port-check`` otherwise: an MPI program does its
     own rendezvous)."""
-    from mpilaunch.rank.agree import LOOPBACK, check_port, resolve_ipv4
+    from mpilaunch.rank.agree import LOOPBACK, check_port, master_address
 
     plan.exec_check(opts, info)
-    addr = resolve_ipv4(opts.master_addr) if opts.master_addr else LOOPBACK
+    addr = master_address(opts.master_addr, not info.single_node) if opts.master_addr else LOOPBACK
     if info.rank == 0 and opts.port_check:
         check_port(addr, opts.master_port, info.hostname)
     cpus, numa = _cpus(opts)

@@ -1,7 +1,7 @@
 """Start the rank adapter without ``site`` processing (``python -S _boot.py ...``).
 
 ``site`` runs every ``.pth`` file of the interpreter at start-up; on some machines that is
-most of Python's start time (measured here: 57 ms with, 10 ms without), and every rank pays
+most of Python's start time (docs/ARCHITECTURE.md, start-up), and every rank pays
 it before the user's script even starts. The adapter needs only this package and the
 site-packages directories (mpi4py, psutil), so it adds exactly those to ``sys.path``.
 The worker and the scheduler are started normally, with full ``site`` processing.

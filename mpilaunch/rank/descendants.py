@@ -1,7 +1,7 @@
 """A rank adapter's process subtree, read from ``/proc`` (Linux).
 
-Every rank pays for each import, and ``psutil`` alone cost ~13 ms of CPU per adapter (it was
-imported on each ``SIGCHLD``, i.e. on every run). ``/proc/<pid>/task/<tid>/children`` lists a
+Every rank pays for each import, and ``psutil`` was imported on each ``SIGCHLD``, i.e. on every
+run (its cost: docs/ARCHITECTURE.md, start-up). ``/proc/<pid>/task/<tid>/children`` lists a
 thread's children, zombies included; where the kernel lacks it (``CONFIG_PROC_CHILDREN``) the
 parent of every process is read from ``/proc/<n>/stat`` instead, as psutil does.
 

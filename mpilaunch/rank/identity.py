@@ -37,7 +37,7 @@ from mpilaunch.errors import UsageError
 class RankInfo(namedtuple("RankInfo", "rank size local_rank local_size node_index num_nodes hostname launcher")):
     """rank: int; size, local_rank, local_size, node_index, num_nodes: Optional[int];
     hostname: str; launcher: "openmpi" | "hydra" | "slurm" | "pmix".
-    (A namedtuple, not a dataclass: ``dataclasses`` costs every rank ~11 ms of start-up.)"""
+    (A namedtuple, not a dataclass: docs/ARCHITECTURE.md, start-up.)"""
 
     __slots__ = ()
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
-from mpilaunch.rank import affinity, flags, logs
+from mpilaunch.rank import affinity, flags, frameworkenv, logs
 
 PROG = "mpilaunch.rank"
 
@@ -56,7 +56,7 @@ def _negative_number(value: str) -> bool:
 def _fast(argv: List[str]):
     """The namespace argparse would give for the launcher's own spelling (every flag exact,
     ``--flag value``, values not dash-led except negative numbers), else None. argparse and
-    the ~8 ms of imports it brings (gettext, locale, shutil) then handle the rest."""
+    its imports (docs/ARCHITECTURE.md, start-up) then handle the rest."""
     from types import SimpleNamespace   # loaded at start-up already (enum imports it)
 
     ns = SimpleNamespace(**{f.dest: f.default for f in flags.FLAGS})
@@ -85,7 +85,7 @@ class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr ma
                          "no_scheduler cluster_time_out bind visible_devices scheduler_grace "
                          "exec_ no_python python command module port_check longrun",
                          defaults=(None,))):
-    """The adapter's validated options (a namedtuple: ``dataclasses`` costs every rank ~11 ms).
+    """The adapter's validated options (a namedtuple: docs/ARCHITECTURE.md, start-up).
 
     tail: parsed ``--tail-worker-log`` (None = every rank, else a frozenset of ranks);
     master_port, cluster_time_out (None = not given): int; bind: parsed ``--bind-core``
@@ -112,11 +112,8 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
     if not command:
         raise UsageError("no SCRIPT given (usage: python -m mpilaunch.rank [options] -- SCRIPT [ARGS...])")
     grace = contract.seconds(ns.scheduler_grace, "--scheduler-grace", allow_zero=True)
-    visible = None
-    if ns.visible_devices is not None:
-        visible = tuple(d.strip() for d in ns.visible_devices.split(","))
-        if not any(visible):
-            raise UsageError("--visible-devices is empty")
+    visible = (None if ns.visible_devices is None   # the one rule, the launcher checks it too
+               else frameworkenv.parse_devices(ns.visible_devices, "--visible-devices"))
     if ns.master_addr is not None and not ns.master_addr.strip():
         raise UsageError("--master-addr is empty")
     master_port = contract.master_port(ns.master_port, "--master-port")
@@ -146,7 +143,7 @@ def _longrun(ns):
 
 
 def _which(name: str, path: Optional[str]) -> Optional[str]:
-    """``shutil.which`` without importing shutil (~5 ms at every rank's start)."""
+    """``shutil.which`` without importing shutil (docs/ARCHITECTURE.md, start-up)."""
     if os.sep in name:
         return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
     for d in (path if path is not None else os.defpath).split(os.pathsep):

@@ -279,25 +279,23 @@ def test_slurm_node_addr_asks_scontrol_once_for_that_node(tmp_path):
 
 
 def test_rank0_address_from_the_first_other_nodes_nodeaddr():
-    from collections import namedtuple
+    from mpilaunch import net
 
-    from mpilaunch import restart
-
-    cfg = namedtuple("Cfg", "hosts")((Host("localhost", 2), Host("node-b", 2), Host("node-c", 2)))
+    hosts = (Host("localhost", 2), Host("node-b", 2), Host("node-c", 2))
     asked = []
 
     def addr_of(table):
         return lambda name: asked.append(name) or table.get(name)
 
     # the route source towards node-b's NodeAddr (loopback here, so the output is exact)
-    assert restart.rank0_address(cfg, addr_of({"node-b": "127.0.0.2"})) == "127.0.0.1"
+    assert net.rank0_address(hosts, addr_of({"node-b": "127.0.0.2"})) == "127.0.0.1"
     assert asked == ["node-b"]          # only the first other node is asked about
     # NodeAddr not an address (Slurm's default: the name), or unknown: the ranks agree
-    assert restart.rank0_address(cfg, addr_of({"node-b": "node-b"})) is None
-    assert restart.rank0_address(cfg, addr_of({})) is None
-    assert restart.rank0_address(cfg) is None
+    assert net.rank0_address(hosts, addr_of({"node-b": "node-b"})) is None
+    assert net.rank0_address(hosts, addr_of({})) is None
+    assert net.rank0_address(hosts) is None
     asked.clear()
-    assert restart.rank0_address(cfg._replace(hosts=cfg.hosts[:1]), addr_of({})) is None
+    assert net.rank0_address(hosts[:1], addr_of({})) is None
     assert asked == []                  # one node: nothing to ask
 
 

@@ -82,7 +82,10 @@ def test_each_fact_is_defined_once_in_the_package():
     assert ssh.resolve is net.resolve
 
 
-def test_local_addresses_are_getifaddrs():
+def test_local_addresses_are_getifaddrs(monkeypatch):
+    # read once per process: drop what an earlier test read (test hosts add and remove a
+    # bridge address while the suite runs)
+    monkeypatch.setattr(net, "_CACHE", {})
     assert net.local_addresses() == frozenset(a for _, _, a in netif.addresses())
     assert all(not a.startswith(("127.", "169.254.")) for a in net.local_ipv4s())
 
@@ -183,3 +186,25 @@ def test_check_config_and_rankcheck_ask_the_same_rule(tmp_path):
     assert build(f"localhost:1,{here[-1]}:1").np == 2     # one machine named twice: supervised
     with pytest.raises(UsageError, match="ranks on several hosts"):
         build("localhost:1,192.0.2.1:1")
+
+
+# rank 0's address for a multi-host job whose rank 0 runs here, hosts given by address: the
+# launcher decides it, so no adapter needs MPI_Init to learn it
+
+def test_rank0_address_towards_the_first_other_host():
+    from mpilaunch import hostfile as hf
+
+    assert net.rank0_address((hf.Host("localhost", 2), hf.Host("10.231.0.77", 2))) == net.route_source("10.231.0.77")
+
+
+def test_rank0_address_names_are_left_to_the_ranks_agreement():
+    from mpilaunch import hostfile as hf
+
+    # a name lookup could wait on DNS: the launcher never makes one for this
+    assert net.rank0_address((hf.Host("localhost", 1), hf.Host("node-b", 1))) is None
+
+
+def test_rank0_address_single_host_needs_nothing():
+    from mpilaunch import hostfile as hf
+
+    assert net.rank0_address((hf.Host("localhost", 4),)) is None

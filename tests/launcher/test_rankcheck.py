@@ -120,18 +120,8 @@ def _adapter(tmp_path, *opts):
     return p.returncode, human
 
 
-# rank/options.py (not this room's) still splits --visible-devices itself: it words its own
-# refusal of an all-empty list, and the rule later sees the entries stripped. Its calling
-# frameworkenv.parse_devices on the flag's text makes these pass (then drop the mark).
-RANK_OPTIONS_OWN_MESSAGE = pytest.mark.xfail(
-    strict=True, reason="rank/options.py does not call frameworkenv.parse_devices yet")
-
-
 @pytest.mark.parametrize("value", [
-    "1,,2", "0,1,",
-    pytest.param("0, ,1", marks=RANK_OPTIONS_OWN_MESSAGE),
-    pytest.param(",", marks=RANK_OPTIONS_OWN_MESSAGE),
-    pytest.param("", marks=RANK_OPTIONS_OWN_MESSAGE),
+    "1,,2", "0,1,", "0, ,1", ",", "",
 ])
 def test_visible_devices_launcher_and_adapter_refuse_alike(tmp_path, script, value):
     """An empty entry is an error on both sides, in the same words (the launcher used to

@@ -220,7 +220,7 @@ def test_exec_mode_replaces_the_adapter(tmp_path):
     (["--bind-core", "{bad"], {}, "--bind-core"),
     (["--tail-worker-log", "5"], {}, "--tail-worker-log: rank 5 does not exist"),
     (["--worker-log-name", "{nodename}.log"], {}, "--worker-log-name"),
-    (["--visible-devices", ""], {}, "--visible-devices is empty"),
+    (["--visible-devices", ""], {}, "--visible-devices='': is empty"),
     ([], {"OMPI_COMM_WORLD_LOCAL_SIZE": "x"}, "OMPI_COMM_WORLD_LOCAL_SIZE"),
     ([], {"CUDA_VISIBLE_DEVICES": "0", "OMPI_COMM_WORLD_SIZE": "2",
           "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, "CUDA_VISIBLE_DEVICES"),
