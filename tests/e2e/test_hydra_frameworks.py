@@ -1,4 +1,4 @@
-"""Real MindSpore (CPU) data-parallel training under MPICH's and Intel MPI's mpiexec (issue 9):
+"""Real MindSpore (CPU) data-parallel training under MPICH's and Intel MPI's mpiexec:
 2 workers + the scheduler on rank 0, params identical on both ranks and equal to the
 single-process reference, as on Open MPI (tests/e2e/test_frameworks.py)."""
 import os

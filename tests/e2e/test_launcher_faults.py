@@ -1,4 +1,4 @@
-"""Launcher-side faults found by trying to break mpilaunch (issue 12), on both Open MPIs:
+"""Launcher-side faults found by trying to break mpilaunch, on both Open MPIs:
 a stop at any moment ends the job, a closed stdout does not hang it, and the summary names the
 real root cause (never a process the teardown stopped)."""
 import os

@@ -1,5 +1,5 @@
 """``--master_port 0`` with rank 0 on this machine: the launcher picks the port and hands it
-down, so the adapters need no MPI agreement to learn it (issue 13 goal 2)."""
+down, so the adapters need no MPI agreement to learn it."""
 import re
 
 import pytest

@@ -1,4 +1,4 @@
-"""Job-wide restarts (issue 11 part 1): --max_restarts, --restart-delay, per-attempt logs and
+"""Job-wide restarts: --max_restarts, --restart-delay, per-attempt logs and
 ports, the restart count every rank sees, the attempts in the summary; real mpirun, real
 PyTorch (gloo) with checkpoints."""
 import json

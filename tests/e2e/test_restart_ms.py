@@ -1,4 +1,4 @@
-"""Job-wide restart of a real MindSpore (CPU) data-parallel job with checkpoints (issue 11 part 1):
+"""Job-wide restart of a real MindSpore (CPU) data-parallel job with checkpoints:
 rank 1's worker is SIGKILLed from outside at a step of attempt 0; mpilaunch tears the job down
 (scheduler included) and starts a new one: a new scheduler, every worker registering again
 with the same node ids. Attempt 1 resumes from the checkpoint and completes.

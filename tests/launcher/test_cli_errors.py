@@ -76,7 +76,7 @@ def test_dry_run_starts_nothing_and_masks_secrets(tmp_path, script):
     assert not (tmp_path / "STARTED").exists()
 
 
-# --- hardening (issue 12): each of these started mpirun, printed a traceback or was accepted
+# --- hardening: each of these started mpirun, printed a traceback or was accepted
 
 def test_tune_file_in_a_pseudo_filesystem(tmp_path, script):
     # was: rc 1, FileNotFoundError traceback from mkstemp

@@ -104,6 +104,44 @@ def test_nothing_imports_the_dispatcher():
     assert users == []
 
 
+# A backend is one room (docs/ARCHITECTURE.md, "Adding a backend"): it may use the shared rooms
+# and backends.base, never another backend, nor what drives the backends.
+DRIVERS = ("mpilaunch.launcher", "mpilaunch.attempts", "mpilaunch.restart", "mpilaunch.run",
+           "mpilaunch.relays", "mpilaunch.outcome", "mpilaunch.cli")
+BACKEND_SHARED = ("mpilaunch.backends", "mpilaunch.backends.base")
+
+
+def _backend_breaches(graph):
+    out = []
+    for m, deps in graph.items():
+        if not m.startswith("mpilaunch.backends.") or m in BACKEND_SHARED:
+            continue
+        own = m.rsplit(".", 1)[1].split("_")[0]      # hydra and hydra_report are one room
+        for d in deps:
+            other = d.startswith("mpilaunch.backends.") and d not in BACKEND_SHARED and \
+                d.rsplit(".", 1)[1].split("_")[0] != own
+            if other or d in DRIVERS:
+                out.append(f"{m} -> {d}")
+    return sorted(out)
+
+
+def test_a_backend_imports_no_other_backend_and_nothing_that_drives_it():
+    assert _backend_breaches(_graph()) == []
+    planted = {"mpilaunch.backends.srun": {"mpilaunch.backends.hydra", "mpilaunch.restart"},
+               "mpilaunch.backends.hydra": {"mpilaunch.backends.hydra_report"}}
+    assert _backend_breaches(planted) == ["mpilaunch.backends.srun -> mpilaunch.backends.hydra",
+                                          "mpilaunch.backends.srun -> mpilaunch.restart"]
+
+
+def test_the_launcher_names_no_backend():
+    graph = _graph()
+    for m in ("mpilaunch.launcher", "mpilaunch.attempts", "mpilaunch.relays", "mpilaunch.outcome",
+              "mpilaunch.summary"):
+        named = sorted(d for d in graph[m] if d.startswith("mpilaunch.backends.")
+                       and d != "mpilaunch.backends.base")
+        assert named == [], m
+
+
 # What the rank side may import (docs/ARCHITECTURE.md, start-up): every rank pays for each.
 RANK_SIDE_MAY_IMPORT = ("mpilaunch.contract", "mpilaunch.errors", "mpilaunch.pdeathsig",
                         "mpilaunch.netif", "mpilaunch.net")

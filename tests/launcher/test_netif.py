@@ -1,4 +1,4 @@
-"""mpilaunch/netif.py reads getifaddrs through ctypes in place of psutil.net_if_addrs (issue 13:
+"""mpilaunch/netif.py reads getifaddrs through ctypes in place of psutil.net_if_addrs (
 the psutil import cost every launch ~13 ms): the same addresses, in the same interface order."""
 import os
 import socket

@@ -1,4 +1,4 @@
-"""Programs users bring (issue 14), run for real: MPI programs under --exec, ..."""
+"""Programs users bring, run for real: MPI programs under --exec, ..."""
 import subprocess
 
 import pytest
@@ -39,7 +39,7 @@ def test_exec_failure_is_named_from_open_mpis_own_report(mpirun, tmp_path):
         assert "no rank reported a failure" in summary
 
 
-# ---------------------------------------------------------------- stdin (issue 14 item 1)
+# ---------------------------------------------------------------- stdin
 
 CPI = """\
 from mpi4py import MPI

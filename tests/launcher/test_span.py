@@ -1,4 +1,4 @@
-"""The job really spans its hosts (issue 11 part 4): every rank compares what the MPI launcher
+"""The job really spans its hosts: every rank compares what the MPI launcher
 gave it with the plan before its script starts."""
 import subprocess
 

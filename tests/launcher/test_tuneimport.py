@@ -1,4 +1,4 @@
-"""A tune file the ModelArts recipe already wrote is read, never overwritten (issue 14, item 7)."""
+"""A tune file the ModelArts recipe already wrote is read, never overwritten."""
 import os
 import subprocess
 

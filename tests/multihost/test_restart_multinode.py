@@ -1,4 +1,4 @@
-"""Job-wide restart across 2 ssh test hosts (issue 11 part 1): real PyTorch (gloo), the launcher
+"""Job-wide restart across 2 ssh test hosts: real PyTorch (gloo), the launcher
 inside host 1's namespaces (as worker-0 on a platform), rank 1's worker on host 2 SIGKILLed from
 outside at a step of attempt 0. The job completes on attempt 1 from the checkpoint with the
 final parameters of an uninterrupted run, bit for bit, and nothing of it is left on any host."""

@@ -1,4 +1,4 @@
-"""One ssh handshake per host (issue 13 goal 3): the preflight's login leaves a control master
+"""One ssh handshake per host: the preflight's login leaves a control master
 in the run dir, mpirun's ssh runs through it, and the masters are closed at the end (no socket,
 no master process left), also when the preflight fails. Real sshd in the namespace test hosts;
 the pure parts (mpilaunch/ssh.py mux_*) without them."""

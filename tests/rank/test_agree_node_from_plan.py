@@ -1,4 +1,4 @@
-"""agree.node_from_plan (issue 13 goal 2): the node index from the launcher's plan instead of
+"""agree.node_from_plan: the node index from the launcher's plan instead of
 an MPI agreement, only when the plan is "slots in order" and the MPI launcher agrees."""
 from mpilaunch.rank import agree
 from mpilaunch.rank.identity import RankInfo

@@ -1,4 +1,4 @@
-"""MindSpore jobs end when their workers end (issue 13 goal 4, mpilaunch/rank/jobdone.py): rank
+"""MindSpore jobs end when their workers end (mpilaunch/rank/jobdone.py): rank
 0's adapter stops the scheduler once every rank's worker exited 0, told by a UDP datagram at the
 scheduler's port; with no word (no job id, a lost datagram) the old path (the scheduler leaves
 by itself, or --scheduler-grace) is unchanged. The time bounds are generous: they tell "stopped

@@ -195,7 +195,7 @@ def test_options_defaults():
 
 def test_scheduler_copy_never_carries_the_mpi_identity():
     # was: the scheduler copy inherited OMPI_COMM_WORLD_RANK=0 etc.; an MPI script in it called
-    # MPI_Init as a second rank 0 and broke PMIx for the job (issue 14 item 4)
+    # MPI_Init as a second rank 0 and broke PMIx for the job
     mpi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "PMIX_RANK": "0",
            "PMIX_NAMESPACE": "prterun-x@1", "PMI_RANK": "0", "MPI_LOCALRANKID": "0",
            "OMPI_MCA_ess_base_jobid": "1"}
