@@ -1,0 +1,20 @@
+"""The attempts' list printed after a job with --max_restarts (mpilaunch/attempts.py)."""
+from mpilaunch import attempts, launcher, restart
+
+
+def test_summary_lists_every_attempt_with_its_cause_and_logs():
+    lr = restart.LongRun(2, 0.0, None, None, False, "/logs", False, True)
+    first, second = launcher.Attempt(0), launcher.Attempt(1)
+    first.status, first.cause = 137, "rank 1 (worker) on host a: killed by signal 9 (SIGKILL)"
+    second.status = 0
+    assert attempts.summary([first, second], lr, 0) == (
+        "mpilaunch: 2 attempt(s), restart budget 2; exit status 0 (the last attempt's)\n"
+        "  attempt 0: exit status 137: rank 1 (worker) on host a: killed by signal 9 (SIGKILL); "
+        "logs: /logs/attempt0\n"
+        "  attempt 1: succeeded; logs: /logs/attempt1\n")
+
+
+def test_a_plain_attempt_has_no_say_in_the_status():
+    att = launcher.Attempt()
+    assert att.verdict() == {} and att.on_stop(None, 15, None) is False
+    assert att.summary("text", None) == "text"

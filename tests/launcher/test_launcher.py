@@ -1,0 +1,127 @@
+"""launcher.run supervises any backend through the Backend protocol alone: a backend of a few
+lines here (its starter a real Python process) is written, started, watched and cleaned up
+exactly as Open MPI, Hydra and srun are, and the job's status is the root cause's."""
+import json
+import os
+import signal
+import sys
+import time
+from collections import namedtuple
+
+from mpilaunch import launcher
+from mpilaunch.backends.base import Backend
+from mpilaunch.contract import STATUS_PREFIX
+
+Plan = namedtuple("Plan", "argv hostfile_path tune_path stdin scheduler extra_env")
+
+STARTER = """\
+import json, os, sys, time
+print("starter output", flush=True)
+for rank, code, cause in json.loads(sys.argv[1]):
+    line = {"v": 1, "rank": rank, "host": "h", "role": "worker", "event": "exit", "code": code,
+            "signal": None, "cause": cause, "log": None, "tail": [], "t": time.time()}
+    sys.stderr.write(%r + json.dumps(line) + "\\n")
+    sys.stderr.flush()
+time.sleep(float(sys.argv[2]))
+sys.exit(int(sys.argv[3]))
+""" % STATUS_PREFIX
+
+
+class Toy(Backend):
+    """A starter that reports ``reports`` and exits ``rc`` after ``sleep`` s; it reads one file."""
+    program = "toy"
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def plan(self, cfg, env, run_dir, euid):
+        raise NotImplementedError
+
+    def argv(self, plan):
+        return list(plan.argv)
+
+    def files(self, plan):
+        return [(plan.hostfile_path, "h slots=1\n")]
+
+    def on_rank_failure(self, plan, job):
+        self.calls.append(("failure", job.pid))
+        job.end()
+
+    def cleanup(self, pid, returncode):
+        self.calls.append(("cleanup", pid, returncode))
+
+
+def toy_plan(run_dir, reports, sleep=0.0, rc=0):
+    argv = (sys.executable, "-c", STARTER, json.dumps(reports), str(sleep), str(rc))
+    return Plan(argv, os.path.join(run_dir, "hostfile"), os.path.join(run_dir, "tune.env"), "none",
+                None, {"TOY_ENV": "1"})
+
+
+def run(tmp_path, plan, backend=None):
+    backend = backend or Toy()
+    run_dir = str(tmp_path / "run")
+    os.makedirs(run_dir, mode=0o700)
+    t0 = time.monotonic()
+    status = launcher.run(backend, plan, dict(os.environ), run_dir, False, launcher.Attempt())
+    return status, backend, time.monotonic() - t0, run_dir
+
+
+def test_status_is_the_root_causes_not_the_starters(tmp_path, capfd):
+    run_dir = str(tmp_path / "run")
+    status, toy, _, _ = run(tmp_path, toy_plan(run_dir, [[1, 5, "self"], [0, 143, "terminated"]], rc=143))
+    out, err = capfd.readouterr()
+    assert status == 5
+    assert "starter output" in out
+    assert STATUS_PREFIX not in err                      # status lines are taken out
+    assert "mpilaunch: job failed (exit status 5)\n  root cause: rank 1 (worker) on host h: exit code 5\n" in err
+    assert toy.calls[0][0] == "failure" and toy.calls[-1][0] == "cleanup"
+    assert [c[0] for c in toy.calls].count("failure") == 1
+
+
+def test_the_backends_files_are_written_private_and_removed(tmp_path):
+    seen = {}
+
+    class Peek(Toy):
+        def watch(self, plan, job):
+            st = os.stat(plan.hostfile_path)
+            seen["mode"], seen["text"] = st.st_mode & 0o777, open(plan.hostfile_path).read()
+
+    run_dir = str(tmp_path / "run")
+    status, _, _, run_dir = run(tmp_path, toy_plan(run_dir, []), Peek())
+    assert status == 0
+    assert seen == {"mode": 0o600, "text": "h slots=1\n"}
+    assert not os.path.exists(run_dir)                   # nothing of the job left
+
+
+def test_a_backend_that_ends_the_job_at_the_first_failure(tmp_path):
+    """The starter would run 60 s: the backend's on_rank_failure ends it (Job.end: SIGTERM)."""
+    run_dir = str(tmp_path / "run")
+    status, toy, took, _ = run(tmp_path, toy_plan(run_dir, [[2, 7, "self"]], sleep=60))
+    assert status == 7
+    assert took < 10, took
+    assert toy.calls[-1][2] == -signal.SIGTERM            # cleanup saw how the starter ended
+
+
+def test_the_starters_own_status_without_a_report(tmp_path):
+    run_dir = str(tmp_path / "run")
+    status, _, _, _ = run(tmp_path, toy_plan(run_dir, [], rc=3))
+    assert status == 3
+
+
+def test_job_end_is_sent_once(tmp_path):
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
+                             "signal.signal(signal.SIGTERM, lambda *a: print('term', flush=True))\n"
+                             "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        job = launcher.Job(proc, None, "toy")
+        job.end(escalate=1.0)
+        job.end(escalate=1.0)                             # a second end sends nothing more
+        assert proc.wait(timeout=10) == -signal.SIGKILL  # it ignored SIGTERM: escalated
+        assert proc.stdout.read().count("term") == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
