@@ -124,3 +124,23 @@ class Backend:
 
     def cleanup(self, pid: int, returncode: int) -> None:
         """What the starter leaves behind when it was killed (``returncode`` < 0)."""
+
+
+def show_files(plan, env: Mapping[str, str], files, carried: str) -> None:
+    """``--dry-run``'s part after the argv, for a launch over a hostfile: each file the starter
+    reads, then what travels in its environment instead (``carried``: how, in its words), and
+    the ``-x NAME`` left out; secrets masked."""
+    import sys
+
+    from mpilaunch import contract
+
+    for path, text in files:
+        label = "hostfile" if path == plan.hostfile_path else "tune file"
+        print(f"# {label} {path}:")
+        sys.stdout.write("".join(f"#   {line}\n" for line in text.splitlines()))
+    if plan.broadcast.routed:
+        print(f"# carried in {carried}: " + ", ".join(
+            f"{n}={contract.MASK}" if contract.is_secret(n)
+            else f"{n}={env.get(n, plan.extra_env.get(n))!r}" for n in plan.broadcast.routed))
+    if plan.dropped_x:
+        print("# dropped (unset here): " + " ".join(f"-x {n}" for n in plan.dropped_x))

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import namedtuple
 from typing import Dict, List, Mapping, Sequence, Tuple
 
-from mpilaunch.backends.base import Backend, LaunchPlan
+from mpilaunch.backends.base import Backend, LaunchPlan, show_files
 from mpilaunch.contract import is_secret
 from mpilaunch.errors import UsageError
 from mpilaunch.mpi import IMPI, MPICH
@@ -82,18 +82,11 @@ class Hydra(Backend):
         return [(plan.hostfile_path, render_hostfile(plan.hosts))]   # no tune file: -genvlist
 
     def show(self, plan, env) -> None:
-        from mpilaunch import contract, render
+        from mpilaunch import render
 
         print(f"# mpiexec: {plan.mpi.path} ({plan.mpi.name})")
         print(render.show(self.argv(plan)))
-        print(f"# hostfile {plan.hostfile_path}:")
-        print("".join(f"#   {line}\n" for line in render_hostfile(plan.hosts).splitlines()), end="")
-        if plan.broadcast.routed:
-            print("# carried in mpiexec's environment (-genvlist): " + ", ".join(
-                f"{n}={contract.MASK}" if contract.is_secret(n) else f"{n}={env.get(n, plan.extra_env.get(n))!r}"
-                for n in plan.broadcast.routed))
-        if plan.dropped_x:
-            print("# dropped (unset here): " + " ".join(f"-x {n}" for n in plan.dropped_x))
+        show_files(plan, env, self.files(plan), "mpiexec's environment (-genvlist)")
 
     def notices(self, text: str) -> list:
         from mpilaunch.backends.hydra_report import bad_terminations

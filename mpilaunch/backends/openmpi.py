@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from typing import List, Mapping
 
 from mpilaunch import contract, render, tune
 from mpilaunch import hostfile as hf
-from mpilaunch.backends.base import SSH_CLOSED, Backend, LaunchPlan
+from mpilaunch.backends.base import SSH_CLOSED, Backend, LaunchPlan, show_files
 from mpilaunch.errors import UsageError
 from mpilaunch.mpi import OMPI4, MpiInfo
 from mpilaunch.rankcmd import rank_command
@@ -173,21 +172,7 @@ def show(plan, env: Mapping[str, str], files) -> None:
         shown.append(tok)
     print(f"# mpirun: {plan.mpi.path} ({plan.mpi.name})")
     print(render.show(shown))
-    show_files(plan, env, files)
-
-
-def show_files(plan, env: Mapping[str, str], files) -> None:
-    """The files of ``--dry-run``, and what travels in the launcher's environment instead."""
-    for path, text in files:
-        label = "hostfile" if path == plan.hostfile_path else "tune file"
-        print(f"# {label} {path}:")
-        sys.stdout.write("".join(f"#   {line}\n" for line in text.splitlines()))
-    if plan.broadcast.routed:
-        print("# carried in mpirun's environment (-x NAME): " + ", ".join(
-            f"{n}={contract.MASK}" if contract.is_secret(n) else f"{n}={env[n]!r}"
-            for n in plan.broadcast.routed))
-    if plan.dropped_x:
-        print("# dropped (unset here): " + " ".join(f"-x {n}" for n in plan.dropped_x))
+    show_files(plan, env, files, "mpirun's environment (-x NAME)")
 
 
 def notices(text: str) -> list:
