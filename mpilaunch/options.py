@@ -17,7 +17,7 @@ from mpilaunch import contract
 from mpilaunch.errors import UsageError
 from mpilaunch.tune import DEFAULT_PREFIXES
 
-RUN, CHECK, JOB = "run", "check", "job"
+RUN, CHECK, JOB, REPORT = "run", "check", "job", "report"
 LAUNCH = (RUN, CHECK, JOB)   # every command that plans a launch takes these
 
 GROUPS = {
@@ -27,6 +27,7 @@ GROUPS = {
     "long": "long jobs: restarts, graceful stop, stall watchdog",
     "check": "check",
     "job": "job",
+    "report": "report",
 }
 
 
@@ -97,6 +98,8 @@ OPTIONS = (
        kind="switch"),
     _o(("-v", "--verbose"), "verbose", "print the mpirun command before running it", "mpirun",
        kind="switch"),
+    _o(("--version",), "version", "print mpilaunch's version and exit", "mpirun",
+       kind="version", commands=LAUNCH + (REPORT,)),
     # -- inside every rank
     _o(("--log_dir", "--log-dir"), "log_dir", "worker and scheduler logs", "rank",
        default=contract.DEFAULT_LOG_DIR, metavar="DIR"),
@@ -182,6 +185,41 @@ DESCRIPTIONS = {
 }
 
 
+def version_text() -> str:
+    """``--version``'s answer (also the first line of ``--dry-run``)."""
+    import os
+    import platform
+
+    from mpilaunch import __version__
+
+    return (f"mpilaunch {__version__} (Python {platform.python_version()}, "
+            f"{os.path.dirname(os.path.abspath(__file__))})")
+
+
+def _launch_statuses() -> str:
+    from mpilaunch import outcome
+
+    return ("exit status:\n"
+            "  0        success\n"
+            "  1        a preflight check failed (nothing started)\n"
+            "  2        a usage error (nothing started), or a rank's adapter refused a value\n"
+            f"  {outcome.STALL_STATUS}      the stall watchdog ended the job (--stall-timeout)\n"
+            "  128+N    mpilaunch was asked to stop by signal N (130: Ctrl-C, 143: SIGTERM), or\n"
+            "           the failing rank was killed by signal N\n"
+            f"  {outcome.LOST_HOST_STATUS}      a host was lost\n"
+            "  other    the failing rank's exit code (the root cause the summary names)\n"
+            "with --max_restarts: the last attempt's status.")
+
+
+def epilog(command: str) -> str:
+    """The exit statuses of ``command`` (``--help``'s last part)."""
+    if command == CHECK:
+        return "exit status: 0 every check passed, 1 a check failed, 2 a usage error."
+    if command == REPORT:
+        return "exit status: 0 report written, 2 no event record in LOG_DIR (or a usage error)."
+    return _launch_statuses()
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, no usage dump, exit 2 via UsageError
         raise UsageError(message)
@@ -249,7 +287,8 @@ def parser(command: str = RUN) -> argparse.ArgumentParser:
     """The argparse parser of ``command``; every value is left a string (or None when not
     given) so that :func:`setting` can tell a flag from a variable from a default."""
     prog = "mpilaunch" if command == RUN else f"mpilaunch {command}"
-    p = _Parser(prog=prog, description=DESCRIPTIONS[command], allow_abbrev=False)
+    p = _Parser(prog=prog, description=DESCRIPTIONS[command], allow_abbrev=False,
+                epilog=epilog(command), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.value_flags = frozenset(f for o in OPTIONS if command in o.commands and o.kind != "switch"
                               for f in o.flags)
     groups = {}
@@ -259,7 +298,9 @@ def parser(command: str = RUN) -> argparse.ArgumentParser:
         if o.group not in groups:
             groups[o.group] = p.add_argument_group(GROUPS[o.group])
         g = groups[o.group]
-        if o.kind == "switch":
+        if o.kind == "version":   # beside -h: every command answers it
+            p.add_argument(*o.flags, action="version", version=version_text(), help=o.help)
+        elif o.kind == "switch":
             g.add_argument(*o.flags, dest=o.dest, action="store_true", help=_help(o))
         elif o.kind == "hidden":
             g.add_argument(*o.flags, dest=o.dest, default=None, help=argparse.SUPPRESS)
@@ -297,14 +338,20 @@ def markdown_table(command: str = RUN, only_own: bool = False) -> str:
     """The README's table of ``command``'s options: flag, variable, default, what it does
     (``only_own``: just the options no other command takes)."""
     rows = ["| flag | variable | default | what |", "|---|---|---|---|"]
+    group = None
     for o in OPTIONS:
         if command not in o.commands or o.kind == "hidden":
             continue
         if only_own and o.commands != (command,):
             continue
+        if not only_own and o.group != group:   # the groups of --help
+            group = o.group
+            rows.append(f"| **{GROUPS[group]}** | | | |")
         flags = ", ".join(f"`{f}`" for f in o.flags)
         var = f"`{o.var}`" if o.var else ""
-        if o.kind == "switch":
+        if o.kind == "version":
+            default = ""
+        elif o.kind == "switch":
             default = "off"
         elif o.default not in (None, "") and not o.shown:
             default = f"`{o.default}`"

@@ -60,6 +60,7 @@ def main(argv: Sequence[str]) -> int:
     cfg = restart.attempt_cfg(cfg, long_run, 0)
     if cfg.dry_run:
         plan = backend.plan(cfg, env, "<run-dir>", os.geteuid())
+        print(f"# {options.version_text()}")
         backend.show(plan, env)
         print(f"# hosts: {cfg.hosts_source}")
         return 0
