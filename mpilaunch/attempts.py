@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 
+from mpilaunch import events
 
 
 def run(backend, lr, cfg, env, plan, run_dir: str) -> int:
@@ -29,6 +30,7 @@ def run(backend, lr, cfg, env, plan, run_dir: str) -> int:
                 or k >= lr.max_restarts):
             break
         k += 1
+        events.emit("restart", next_attempt=k, cause=att.cause, delay=lr.restart_delay)
         print(f"mpilaunch: attempt {k - 1} failed ({att.cause}); restarting the job: attempt "
               f"{k} of at most {lr.max_restarts + 1}"
               + (f" in {lr.restart_delay:g} s" if lr.restart_delay else ""),
@@ -54,8 +56,9 @@ def run(backend, lr, cfg, env, plan, run_dir: str) -> int:
             launcher.remove_run_dir(run_dir)
             raise
     if lr.max_restarts:
-        sys.stderr.write(summary(attempts, lr, status))
+        sys.stderr.write(summary(attempts, lr, status) + (events.hint() if status else ""))
         sys.stderr.flush()
+    events.job_end(status, len(attempts))   # the record's last line (docs/EVENTS.md)
     return status
 
 

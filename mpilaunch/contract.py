@@ -73,6 +73,9 @@ def mask_lines(lines, env, cut=None) -> list:
 STATUS_PREFIX = "@@mpilaunch "          # adapter -> launcher, one JSON object per line (stderr)
 PROBE_PREFIX = "@@mpilaunch-probe "     # `mpilaunch check`'s remote probe -> checker (stdout)
 PEER_PREFIX = "@@mpilaunch-peer "       # `mpilaunch job`'s peer relay -> worker-0 (stdout)
+# The cause of a status line that only tells where a rank is (adapter up, child started, first
+# output, exit 0): the launcher's event record takes it, the failure logic never sees it.
+LIFE_CAUSE = "life"
 
 # --------------------------------------------------------------------------- defaults
 

@@ -25,7 +25,7 @@ import sys
 import threading
 from typing import List, Mapping, Optional
 
-from mpilaunch import allocation, relays, rundir
+from mpilaunch import allocation, events, relays, rundir
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
 from mpilaunch.summary import Collector, render_summary, root_text
 
@@ -152,6 +152,7 @@ class Job:
         if self.ended:
             return
         self.ended = True
+        events.teardown(f"mpilaunch ended {self.program}")   # the event record (docs/EVENTS.md)
         self.kill(signal.SIGTERM)
         self.later(escalate, self.kill, signal.SIGKILL)
 
@@ -174,6 +175,7 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
     from mpilaunch import outcome
 
     plan = relays.stdin_target(backend, plan)
+    events.attempt_start(attempt.index, plan)   # the event record (docs/EVENTS.md)
     cmd: List[str] = list(backend.argv(plan))
     collector = attempt.collector(backend)
     stop = {"signals": 0, "first": None}
@@ -181,6 +183,7 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
     job: Optional[Job] = None
 
     def on_signal(signum, _frame):
+        events.stop_signal(signum)   # the event record (docs/EVENTS.md)
         stop["signals"] += 1
         if stop["first"] is None:
             stop["first"] = signum
@@ -223,6 +226,7 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
             preexec_fn=_child_setup_for(prctl()), close_fds=True,
         )
         rundir.record_mpirun(run_dir, proc.pid)
+        events.emit("starter_start", program=backend.program, pid=proc.pid, argv=cmd)
         job = Job(proc, collector, backend.program)
         if stop["first"] is not None and not stop.get("forwarded") and not stop.get("graceful"):
             act(stop["first"])   # the stop came while Popen ran (the handler saw no job yet)
@@ -234,6 +238,7 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
         for relay in streams:
             relay.start()
         rc = proc.wait()
+        events.emit("starter_exit", returncode=rc)
         for relay in streams:
             relay.join(timeout=5)
     except _StoppedBeforeStart:
@@ -250,22 +255,26 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
         remove_files(plan, run_dir, keep_tune)
         if proc is not None and proc.returncode is not None:
             backend.cleanup(proc.pid, proc.returncode)
+    events.emit("teardown_end")   # the starter gone, the run files removed
 
     if stop["first"] is None and rc != 0:
         backend.after(plan, collector, rc)
     verdict = attempt.verdict()
     status = outcome.decide(rc, collector, stopped_by=stop["first"], **verdict)
     attempt.finish(status, collector, stop["first"])
+    events.attempt_end(attempt, collector)
     if status != 0:
         summary = render_summary(collector, status, stopped_by=stop["first"],
                                  starter_signal=-rc if rc < 0 and stop["first"] is None else None,
                                  scheduler=getattr(plan, "scheduler", None), program=backend.program)
         summary = attempt.summary(summary, collector)
+        summary += events.summary(summary)   # recorded; its last line: the report command
         relays.Sink(2).write(summary.encode("utf-8", "replace"))
         if stop["first"] is not None and allocation.in_slurm(env):   # who sent the stop?
             cause = allocation.slurm_stop_cause(env)
             if cause:
                 relays.Sink(2).write(f"  scheduler: {cause}\n".encode("utf-8", "replace"))
+                events.emit("scheduler_stop", cause=cause)
     return status
 
 

@@ -13,6 +13,7 @@ import stat
 import subprocess
 import threading
 
+from mpilaunch import events
 from mpilaunch.summary import STATUS_PREFIX, Collector, parse_status_line
 
 
@@ -33,6 +34,7 @@ class ErrRelay(threading.Thread):
                 head, _, rest = raw.partition(marker)
                 event = parse_status_line(STATUS_PREFIX + rest.decode("utf-8", "replace").rstrip("\r\n"))
                 if event is not None:
+                    events.status(event)   # the event record, launcher's clock (docs/EVENTS.md)
                     self.collector.feed_status(event)
                     self.on_event(event)
                     if not head.strip():

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Sequence
 
+from mpilaunch import events
 
 
 def preflight_fails(cfg, mux=None) -> bool:
@@ -20,7 +21,8 @@ def preflight_fails(cfg, mux=None) -> bool:
         return False
     from mpilaunch import check
 
-    bad = check.failed(check.run_checks(cfg, timeout=check.DEFAULT_TIMEOUT, mux=mux))
+    events.preflight_start()   # the event record: preflight per host (LOG_DIR/events.jsonl)
+    bad = check.failed(events.preflight(check.run_checks(cfg, timeout=check.DEFAULT_TIMEOUT, mux=mux)))
     for result in bad:
         print(f"mpilaunch: preflight: {result.line()}", file=sys.stderr)
     if bad:
@@ -64,6 +66,7 @@ def main(argv: Sequence[str]) -> int:
         backend.show(plan, env)
         print(f"# hosts: {cfg.hosts_source}")
         return 0
+    events.start(cfg, long_run, backend, env)   # LOG_DIR/events.jsonl, from here on (docs/EVENTS.md)
     # Inside a Slurm job, mpirun starts its daemons through Slurm (srun), not ssh: no ssh check.
     run_dir = launcher.make_run_dir()
     try:
@@ -78,6 +81,7 @@ def main(argv: Sequence[str]) -> int:
         plan = backend.plan(cfg, env, run_dir, os.geteuid())
     except BaseException as exc:
         launcher.remove_run_dir(run_dir)   # its owner file, any ssh masters: all of it
+        events.job_end(1 if isinstance(exc, _NotStarted) else None, 0, error=repr(exc))
         if isinstance(exc, _NotStarted):
             return 1
         raise

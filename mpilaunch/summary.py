@@ -13,10 +13,11 @@ from collections import deque
 from collections import namedtuple
 from typing import List, Optional
 
-from mpilaunch.contract import STATUS_PREFIX
+from mpilaunch.contract import LIFE_CAUSE, STATUS_PREFIX
 
 
-class Event(namedtuple("Event", "rank host role event code signal cause log tail t message", defaults=(None,))):
+class Event(namedtuple("Event", "rank host role event code signal cause log tail t message pid",
+                       defaults=(None, None))):
     """rank: Optional[int];
     host: str;
     role: str;
@@ -27,7 +28,8 @@ class Event(namedtuple("Event", "rank host role event code signal cause log tail
     log: Optional[str];
     tail: List[str];
     t: float;
-    message: Optional[str].
+    message: Optional[str];
+    pid: Optional[int] (lifecycle lines: the process they are about).
     (A namedtuple: docs/ARCHITECTURE.md, start-up.)"""
 
     __slots__ = ()
@@ -40,7 +42,7 @@ class Event(namedtuple("Event", "rank host role event code signal cause log tail
             code=payload.get("code"), signal=payload.get("signal"),
             cause=str(payload.get("cause", "self")), log=payload.get("log"),
             tail=[str(x) for x in payload.get("tail") or []], t=float(payload.get("t", 0.0)),
-            message=payload.get("message"),
+            message=payload.get("message"), pid=payload.get("pid"),
         )
 
 
@@ -88,6 +90,8 @@ class Collector:
         self._streams = {"stdout": _Tail(self.TAIL), "stderr": _Tail(self.TAIL)}
 
     def feed_status(self, event: Event) -> None:
+        if event.cause == LIFE_CAUSE:   # where a rank is, not how it failed: events.jsonl only
+            return
         self.events.append(event)
 
     def feed_text(self, text: str, stream: str = "stderr") -> None:

@@ -119,6 +119,9 @@ def exec_script(opts, info, user_env: dict, argv) -> int:
         os.sched_setaffinity(0, todo.cpus)
     sys.stdout.flush()
     sys.stderr.flush()
+    from mpilaunch.rank import status   # the program runs in this process: its pid is ours
+
+    status.life(info.rank, info.hostname, "worker", "started", pid=os.getpid())
     try:
         os.execvpe(todo.argv[0], todo.argv, todo.env)
     except OSError as exc:
@@ -132,6 +135,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     hostname = os.uname().nodename     # what socket.gethostname() returns, without socket
     rank = _guess_rank(os.environ)
+    status.life(rank, hostname, "adapter", "up", pid=os.getpid())   # the launcher's event record
     try:
         opts = rank_options.parse_args(argv, os.cpu_count())
         if opts.longrun is not None:   # before anything: SIGUSR1 must not kill us (longrun.py)

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from mpilaunch.rank.plan import ChildSpec   # what to start: rank/plan.py decides it
 
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl as _prctl
-from mpilaunch.rank import descendants, jobdone, logs, status
+from mpilaunch.rank import descendants, firstout, jobdone, logs, status
 from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS, _grow_pipe, relay
 
 TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -144,6 +144,11 @@ class Supervisor:
                 os.close(log_fd)
                 if read_fd is not None:
                     os.close(read_fd)
+        # lifecycle lines for the launcher's event record (rank/status.py: life)
+        status.life(self.rank, self.host, spec.role, "started", pid=child.proc.pid)
+        if spec.role == "worker":
+            firstout.watch(spec.log_path, lambda: child.status is not None,
+                           lambda: status.life(self.rank, self.host, "worker", "output"))
         if read_fd is not None:
             child.relay = threading.Thread(
                 target=relay, args=(read_fd, log_fd, spec.tail_prefix, self.stdout_fd, 0.1,
@@ -257,6 +262,7 @@ class Supervisor:
                 continue
             if child.start_error is None and child.status == 0:
                 child.reported = True
+                status.life(self.rank, self.host, child.spec.role, "exit", code=0)
                 self._finish_relay(child)
                 if child.spec.role == "worker" and self.tell_rank0:
                     jobdone.send_done(child.spec.env, self.rank)

@@ -5,7 +5,7 @@ import os
 import sys
 
 from helpers import REPO
-from mpilaunch.contract import STATUS_PREFIX as PREFIX
+from mpilaunch.contract import LIFE_CAUSE, STATUS_PREFIX as PREFIX
 
 # The test worker: what it does is read from T_<ROLE>_<RANK> or T_<ROLE> (ROLE = WORKER or
 # SCHED), a ';' list of steps. It always records its env, pid and CPU affinity first.
@@ -76,9 +76,12 @@ def fake_rank_env(rank=0, size=1, local_rank=None, local_size=None, **extra):
     return env
 
 
-def status_lines(stderr: str):
-    return [json.loads(line[len(PREFIX):]) for line in stderr.splitlines()
-            if line.startswith(PREFIX)]
+def status_lines(stderr: str, life: bool = False):
+    """The adapter's status lines; its lifecycle lines (cause "life": up, started, first
+    output, exit 0, for the launcher's event record) only with ``life``."""
+    lines = [json.loads(line[len(PREFIX):]) for line in stderr.splitlines()
+             if line.startswith(PREFIX)]
+    return [x for x in lines if life or x.get("cause") != LIFE_CAUSE]
 
 
 def infos(out_dir):

@@ -157,7 +157,7 @@ def test_mpi_program_without_exec_works_on_one_host(mpirun, tmp_path):
                    "--log_dir", str(tmp_path / "logs"), str(script)], tmp_path, timeout=90)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("SUM 3") == 2
-    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["worker_0.log", "worker_1.log"]
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["events.jsonl", "worker_0.log", "worker_1.log"]
     # where the adapter itself would initialise MPI: refused, naming --exec
     proc = launch(["--mpirun", mpirun, "-np", "2", "--master_port", "0", str(script)], tmp_path)
     assert proc.returncode == 2 and "--exec" in proc.stderr and "mpi4py" in proc.stderr

@@ -1,0 +1,304 @@
+"""The event record of a job: ``LOG_DIR/events.jsonl``, one JSON object a line (docs/EVENTS.md).
+
+Written by the launcher only, from what it learns anyway: its own steps (start, hosts,
+preflight, the starter, teardown, restarts, the final status) and the ranks' status lines
+(``relays.py`` hands every one to :func:`status`; the adapters add lifecycle lines for
+"adapter up", "child started" and "first output", rank/status.py). Each record has the
+launcher's clock (``t``); a record that came from a rank also keeps that host's own clock
+(``host_t``), so a skew between the hosts shows instead of being hidden.
+
+Cheap by construction: one ``os.write`` of one line per record into a file opened once with
+O_APPEND (no lock: appends of one line do not interleave, and a record written from a signal
+handler cannot wait on a lock a relay thread holds), nothing at all when no record is open
+(unit tests that call ``launcher.run`` directly, ``--dry-run``, a usage error). Every string
+goes through the one secret rule (``contract.mask_lines`` for the values of this
+environment's secret variables, ``contract.mask_value`` for ``NAME=VALUE`` words).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import sys
+import time
+
+from mpilaunch import contract
+
+SCHEMA = 1
+FILENAME = "events.jsonl"
+REPORT_COMMAND = "mpilaunch report"
+_ASSIGN = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=(\S*)")
+
+
+class _Record:
+    def __init__(self, fd: int, path: str, log_dir: str, restarts: bool, env):
+        self.fd, self.path, self.log_dir, self.restarts = fd, path, log_dir, restarts
+        self.secret_env = {k: v for k, v in env.items() if v and contract.is_secret(k)}
+        self.seq = itertools.count()
+        self.attempt = 0
+        self.teardown = None     # why this attempt's teardown started (once per attempt)
+        self.preflight_t0 = None
+
+
+_rec = None
+_closed = []   # fds of ended records: closed only when the next one opens (a late relay thread
+               # writing to a closed fd number could hit a file opened since)
+
+
+_api_fd = None   # the Python API's pipe (mpilaunch/api.py), while nothing was said on it
+
+
+def api_channel(value) -> None:
+    """``MPILAUNCH_API_FD`` as cli.main took it from the environment (never passed on)."""
+    global _api_fd
+    try:
+        _api_fd = int(value) if value else None
+    except ValueError:
+        _api_fd = None
+
+
+def tell_api(word: str, text: str) -> bool:
+    """One line to the API's pipe, then closed: ``ready EVENTS_PATH`` once every value is
+    checked, or ``error MESSAGE``. False when no API is listening."""
+    global _api_fd
+    fd, _api_fd = _api_fd, None
+    if fd is None:
+        return False
+    try:
+        os.write(fd, f"{word} {text}".replace("\n", " ").encode("utf-8", "replace") + b"\n")
+        os.close(fd)
+    except OSError:
+        return False
+    return True
+
+
+def path() -> "str | None":
+    """The open record's file, or None."""
+    return _rec.path if _rec is not None else None
+
+
+def _mask(value):
+    if isinstance(value, str):
+        if _rec.secret_env:
+            value = contract.mask_lines([value], _rec.secret_env)[0]
+        if "=" in value:
+            value = _ASSIGN.sub(lambda m: f"{m.group(1)}={contract.mask_value(m.group(1), m.group(2))}",
+                                value)
+        return value
+    if isinstance(value, dict):
+        return {k: _mask(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_mask(v) for v in value]
+    return value
+
+
+def emit(kind: str, t: "float | None" = None, **fields) -> None:
+    """One record of ``kind`` (docs/EVENTS.md lists them) for the running attempt."""
+    rec = _rec
+    if rec is None:
+        return
+    obj = {"v": SCHEMA, "seq": next(rec.seq), "t": round(time.time() if t is None else t, 6),
+           "kind": kind, "attempt": rec.attempt}
+    obj.update(fields)
+    line = json.dumps(_mask(obj), ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+    try:
+        os.write(rec.fd, line.encode("utf-8", "replace"))
+    except OSError:   # a full disk must not stop the launch: the record just ends there
+        pass
+
+
+def _process_start() -> float:
+    """When this process started (the interpreter's start-up belongs to the launch), from
+    /proc; now if that cannot be read."""
+    now = time.time()
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+        return min(now, now - (uptime - ticks / os.sysconf("SC_CLK_TCK")))
+    except (OSError, ValueError, IndexError):
+        return now
+
+
+def start(cfg, lr, backend, env=None) -> None:
+    """Open ``LOG_DIR/events.jsonl`` (a new job: the file starts empty) and write the
+    launcher's start and the hosts. ``lr``: restart.LongRun (its ``log_dir`` is LOG_DIR
+    itself, also when each attempt logs to ``LOG_DIR/attempt<k>``)."""
+    global _rec
+    from mpilaunch import __version__
+
+    env = os.environ if env is None else env
+    close()
+    _close_old()
+    log_dir = os.path.abspath(lr.log_dir)
+    target = os.path.join(log_dir, FILENAME)
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        if fd < 3:   # a launcher started with fd 0/1/2 closed: never be its stdin or stdout
+            import fcntl
+
+            fd, low = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3), fd
+            os.close(low)
+    except OSError as exc:
+        print(f"mpilaunch: warning: no event record: {target}: {exc.strerror}", file=sys.stderr)
+        tell_api("ready", "")
+        return
+    _rec = _Record(fd, target, log_dir, bool(lr.max_restarts), env)
+    tell_api("ready", target)   # every value checked: the API's launch() returns from here on
+    emit("launcher_start", t=_process_start(), version=__version__, pid=os.getpid(),
+         host=os.uname().nodename, argv=list(sys.argv), cwd=os.getcwd(), log_dir=log_dir,
+         python=sys.executable, max_restarts=lr.max_restarts)
+    emit("hosts", source=cfg.hosts_source, np=cfg.np, launcher=backend.program,
+         backend=getattr(backend, "name", backend.program),
+         hosts=[{"name": h.name, "slots": h.slots} for h in cfg.hosts])
+
+
+def close() -> None:
+    global _rec
+    if _rec is not None:
+        _closed.append(_rec.fd)
+        _rec = None
+
+
+def _close_old() -> None:
+    while _closed:
+        try:
+            os.close(_closed.pop())
+        except OSError:
+            pass
+
+
+def preflight_start() -> None:
+    if _rec is not None:
+        _rec.preflight_t0 = time.time()
+        emit("preflight_start", t=_rec.preflight_t0)
+
+
+def preflight(results):
+    """The preflight's results, recorded per host (each host's checks ran one after the
+    other from the preflight's start, so its end is the start + their seconds); returned
+    unchanged."""
+    if _rec is None:
+        return results
+    t0 = _rec.preflight_t0 or time.time()
+    hosts = {}
+    for r in results:
+        if r.host:
+            hosts.setdefault(r.host, []).append(r)
+    failed = []
+    for host, rs in hosts.items():
+        verdict = "fail" if any(r.status == "fail" for r in rs) else (
+            "warn" if any(r.status == "warn" for r in rs) else "ok")
+        if verdict == "fail":
+            failed.append(host)
+        seconds = sum(r.seconds for r in rs)
+        emit("preflight_host", host=host, verdict=verdict, start=round(t0, 6),
+             end=round(t0 + seconds, 6), seconds=round(seconds, 6),
+             checks=[{"check": r.check, "status": r.status, "seconds": round(r.seconds, 6),
+                      "message": r.message} for r in rs])
+    jobwide = [r for r in results if not r.host and r.status == "fail"]
+    emit("preflight_end", verdict="fail" if failed or jobwide else "ok", failed=failed,
+         messages=[r.message for r in jobwide])
+    return results
+
+
+def attempt_start(index: int, plan) -> None:
+    if _rec is None:
+        return
+    _rec.attempt, _rec.teardown = index, None
+    log_dir = os.path.join(_rec.log_dir, f"attempt{index}") if _rec.restarts else _rec.log_dir
+    emit("attempt_start", np=plan.np, log_dir=log_dir,
+         hosts=[{"name": h.name, "slots": h.slots} for h in plan.hosts])
+
+
+def teardown(reason: str) -> None:
+    """The job is being ended (the first reason of the attempt is the one recorded)."""
+    if _rec is None or _rec.teardown is not None:
+        return
+    _rec.teardown = reason
+    emit("teardown_start", reason=reason)
+
+
+def stop_signal(signum: int) -> None:
+    """A stop signal reached the launcher."""
+    if _rec is None:
+        return
+    import signal as _signal
+
+    name = _signal.Signals(signum).name
+    emit("signal", signal=signum, name=name)
+    teardown(f"{name} received by mpilaunch")
+
+
+_BY = {"self": "itself", "terminated": "teardown", "grace": "graceful stop", "life": "itself"}
+_LIFE_KINDS = {"up": "adapter_up", "started": "process_start", "output": "first_output",
+               "exit": "process_exit"}
+
+
+def status(event) -> None:
+    """A rank's status line (``summary.Event``), recorded with the launcher's clock."""
+    if _rec is None:
+        return
+    common = {"rank": event.rank, "host": event.host, "role": event.role, "host_t": event.t}
+    if event.cause == contract.LIFE_CAUSE:
+        kind = _LIFE_KINDS.get(event.event, "rank_status")
+        if kind == "process_exit":
+            emit(kind, status=event.code or 0, code=event.code, signal=None, cause="ok",
+                 by="itself", **common)
+        else:
+            emit(kind, pid=event.pid, event=event.event, **common)
+        return
+    if event.event in ("exit", "start-failed", "grace-expired") or (
+            event.role == "adapter" and event.event == "error"):
+        from mpilaunch.outcome import event_status
+
+        emit("process_exit", status=event_status(event), code=event.code, signal=event.signal,
+             cause=event.cause, by=_BY.get(event.cause, event.cause), event=event.event,
+             log=event.log, message=event.message, tail=event.tail, **common)
+    else:   # the stall watchdog's stall / progress / done, an adapter's graceful stop
+        emit("rank_status", event=event.event, cause=event.cause, message=event.message, **common)
+    if event.cause == "self" and (event.code or event.signal):
+        who = f"rank {event.rank}" if event.rank is not None else "a rank"
+        teardown(f"{who} ({event.role}) failed on {event.host}")
+
+
+def attempt_end(attempt, collector) -> None:
+    """The attempt's status, cause and root cause (``launcher.Attempt`` after ``finish``)."""
+    if _rec is None:
+        return
+    root = collector.root_cause()
+    lost = collector.lost_hosts()
+    emit("attempt_end", status=attempt.status, cause=attempt.cause,
+         stopped_by=attempt.stopped_by, lost_hosts=lost,
+         root=None if root is None or lost or attempt.stopped_by is not None else {
+             "rank": root.rank, "host": root.host, "role": root.role, "code": root.code,
+             "signal": root.signal, "log": root.log, "message": root.message})
+
+
+def summary(text: str) -> str:
+    """Record the failure summary; the line that ends it: how to see the job's timeline."""
+    if _rec is None:
+        return ""
+    emit("summary", text=text)
+    return hint()
+
+
+def hint() -> str:
+    if _rec is None:
+        return ""
+    import shlex
+
+    return f"  timeline: {REPORT_COMMAND} {shlex.quote(_rec.log_dir)}\n"
+
+
+def job_end(status: "int | None", attempts: int, error: "str | None" = None) -> None:
+    """The record's last line: the job's exit status (None: an error of the launcher's own
+    ended it before any attempt, ``error``)."""
+    if error is None:
+        emit("job_end", status=status, attempts=attempts)
+    else:
+        emit("job_end", status=status, attempts=attempts, error=error)
+    close()
