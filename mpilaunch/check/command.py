@@ -2,7 +2,8 @@
 
 Takes the launcher's own options and builds the same ``LaunchConfig`` (``config.build``), so
 the hosts, np, ssh port and ssh options checked are exactly those a launch would use. Exit
-status: 0 nothing failed (warnings allowed), 1 a check failed, 2 usage error.
+status: 0 nothing failed (warnings allowed), 1 a check failed (with ``--deep``: or a host is an
+outlier, mpilaunch/check/deep.py), 2 usage error.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from mpilaunch import contract, options
 from mpilaunch.check.hosts import run_checks
 from mpilaunch.check.report import report_lines
 from mpilaunch.check.results import LEVEL_FULL, LEVEL_SSH, failed, params_from_config
+from mpilaunch.errors import UsageError
 
 
 def main(argv: Sequence[str]) -> int:
@@ -31,6 +33,10 @@ def main(argv: Sequence[str]) -> int:
     user_oversubscribe = bool(args.oversubscribe)
     args.oversubscribe = True  # np > slots is reported as the 'slots' check, not a usage error
     cfg = config.build(args, env)
+    deep = config.deep_settings(args, env) if args.check_deep else None
+    if deep is not None and (args.check_ssh_only or allocation.from_slurm(cfg.hosts_from)):
+        raise UsageError("--deep: not with --ssh-only, nor inside a Slurm allocation (its "
+                         "agents are started over ssh); run it from a login to the hosts")
     level = LEVEL_SSH if args.check_ssh_only else LEVEL_FULL
     info = mpi.detect(cfg.mpirun, env) if level == LEVEL_FULL else None
     p = params_from_config(cfg, level=level, mpi_info=info, oversubscribe=user_oversubscribe,
@@ -45,14 +51,19 @@ def main(argv: Sequence[str]) -> int:
     for path in rundir.reclaim_stale():   # files of launchers that died by SIGKILL
         print(f"mpilaunch check: removed {path} (its launcher is gone)", flush=True)
     t0 = time.monotonic()
+    report = None
     if allocation.from_slurm(cfg.hosts_from):   # the allocation, not ssh (check/slurm.py)
         from mpilaunch.check import slurm
 
         results = slurm.run_checks(p, env, timeout, parallel=parallel)
+    elif deep is not None:
+        from mpilaunch.check import deep as deep_check
+
+        results, report = deep_check.check_deep(p, deep, cfg.log_dir, timeout, parallel)
     else:
         results = run_checks(p, timeout, parallel=parallel)
     for line in report_lines(results, len(p.hosts), time.monotonic() - t0,
-                             table=True if args.check_table else None):
+                             table=True if args.check_table else None, deep=report):
         print(line)
     sys.stdout.flush()
     return 1 if failed(results) else 0

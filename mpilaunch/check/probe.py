@@ -59,6 +59,21 @@ for name in p.get("sysctl", []):
         pass
 if p.get("script"):
     r["script"] = os.path.isfile(p["script"])
+if p.get("deep"):   # check --deep: its agent (check/agent.py) forks from here, port bound first
+    d = p["deep"]
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("0.0.0.0", 0)); ls.listen(128); r["deep_port"] = ls.getsockname()[1]
+    sys.stdout.flush()
+    if os.fork() == 0:
+        try:
+            os.setsid(); nul = os.open(os.devnull, os.O_RDWR)
+            for k in (0, 1, 2):
+                os.dup2(nul, k)
+            g = {"__name__": "mpilaunch_deep_agent"}; exec(d["code"], g); g["serve"](d, ls)
+        finally:
+            os._exit(0)
+    ls.close()
 ''' + f'sys.stdout.write({contract.PROBE_PREFIX!r} + json.dumps(r) + "\\n")\n'
 
 
@@ -71,6 +86,9 @@ def probe_argv(p: Params, rank0_host: bool, timeout: float) -> List[str]:
         ask["port"] = p.master_port
     if p.script:
         ask["script"] = p.script
+    deep = getattr(p, "deep", None)   # check --deep's Params (check/deep.py): start its agent
+    if deep:
+        ask["deep"] = deep
     return [p.python, "-c", PROBE_CODE, json.dumps(ask, sort_keys=True)]
 
 
@@ -170,4 +188,6 @@ def evaluate_probe(host: str, addr: str, probe: Mapping, p: Params, rank0_host: 
                                f"({probe.get('port_err', 'in use')}) — stop what holds it, or pass "
                                "another --master_port (0 = any free port)"))
     res += evaluate_sysctl(host, addr, probe.get("sysctl") or {}, p.np)
+    if probe.get("deep_port"):   # not a column: where check/deep.py reaches the host's agent
+        res.append(CheckResult(host, addr, "agent", OK, f"port {probe['deep_port']}"))
     return res

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
+from mpilaunch.check.outliers import COLUMNS as DEEP_COLUMNS
 from mpilaunch.check.results import CHECKS, FAIL, OK, SKIP, WARN, CheckResult
 
 TABLE_MAX_HOSTS = 40          # beyond this, print failures and the summary only (or --table)
@@ -11,7 +12,10 @@ MAX_LINES_PER_CHECK = 20      # failure lines per check kind before "... and N m
 
 
 def report_lines(results: Sequence[CheckResult], n_hosts: int, elapsed: float, table: Optional[bool] = None,
-                 max_per_check: int = MAX_LINES_PER_CHECK) -> List[str]:
+                 max_per_check: int = MAX_LINES_PER_CHECK, deep=None) -> List[str]:
+    """``deep``: the ``--deep`` report (mpilaunch/check/deep.py's DeepReport): its columns
+    join the table (figures instead of ok, ``!`` after an outlier's), its notes and verdict
+    come before the summary line."""
     lines: List[str] = []
     for status, tag in ((FAIL, "FAIL"), (WARN, "WARN")):
         by_check: Dict[str, List[CheckResult]] = {}
@@ -26,7 +30,9 @@ def report_lines(results: Sequence[CheckResult], n_hosts: int, elapsed: float, t
     if table is None:
         table = n_hosts <= TABLE_MAX_HOSTS
     if table:
-        lines += table_lines(results)
+        lines += table_lines(results, deep.cells if deep is not None else None)
+    if deep is not None:
+        lines += list(deep.notes) + [deep.verdict]
     bad_hosts = {r.host for r in results if r.status == FAIL and r.host}
     job_fail = [r for r in results if r.status == FAIL and not r.host]
     warns = sum(1 for r in results if r.status == WARN)
@@ -44,8 +50,9 @@ def report_lines(results: Sequence[CheckResult], n_hosts: int, elapsed: float, t
     return lines
 
 
-def table_lines(results: Sequence[CheckResult]) -> List[str]:
-    """One row per host, one column per check that any host ran."""
+def table_lines(results: Sequence[CheckResult], figures: Optional[Dict[str, Dict[str, str]]] = None) -> List[str]:
+    """One row per host, one column per check that any host ran; ``figures`` (host -> column
+    -> text) gives the deep columns' cells."""
     order: List[str] = []
     cells: Dict[str, Dict[str, str]] = {}
     addr: Dict[str, str] = {}
@@ -60,13 +67,19 @@ def table_lines(results: Sequence[CheckResult]) -> List[str]:
         cells[r.host][r.check] = {OK: "ok", FAIL: "FAIL", WARN: "warn", SKIP: "-"}[r.status]
     if not order:
         return []
-    used = [c for c in CHECKS if any(c in cells[h] for h in order)]
+    figures = figures or {}
+    for h in order:
+        for c, text in figures.get(h, {}).items():
+            if cells[h].get(c) != "FAIL" or text.endswith("!"):
+                cells[h][c] = text
+    used = [c for c in CHECKS + DEEP_COLUMNS if any(c in cells[h] for h in order)]
     hw = max(4, *(len(h) for h in order))
     aw = max(7, *(len(addr.get(h, "")) for h in order))
-    head = f"{'HOST':<{hw}}  {'ADDRESS':<{aw}}  " + "  ".join(c.upper() for c in used)
+    width = {c: max(len(c), *(len(cells[h].get(c, "-")) for h in order)) for c in used}
+    head = f"{'HOST':<{hw}}  {'ADDRESS':<{aw}}  " + "  ".join(f"{c.upper():<{width[c]}}" for c in used).rstrip()
     out = [head]
     for h in order:
         row = f"{h:<{hw}}  {addr.get(h, ''):<{aw}}  "
-        row += "  ".join(f"{cells[h].get(c, '-'):<{len(c)}}" for c in used)
+        row += "  ".join(f"{cells[h].get(c, '-'):<{width[c]}}" for c in used)
         out.append(row.rstrip())
     return out
