@@ -14,6 +14,10 @@ and hands it the running :class:`Job` (``Backend.watch``, ``Backend.on_rank_fail
   nothing is started; while Popen runs, it is forwarded as soon as the starter exists.
 * The run dir has an owner file; run dirs of launchers that died by SIGKILL are reclaimed by
   the next launch (``rundir.py``). Open MPI facts relied on: docs/OPENMPI_FACTS.md section 9.
+* SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT are the workers' (docs/ARCHITECTURE.md, "Signals"): each
+  goes once to every rank, through the starter where it forwards that signal to every rank
+  (``Backend.forwards``), else over the control channel (``control.py``), which is also the
+  graceful stop's; the launcher itself neither dies nor stops of them, as mpirun does not.
 """
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
 from mpilaunch.summary import Collector, render_summary, root_text
 
 ESCALATE_AFTER = 10.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTSTP, signal.SIGCONT)
 
 
 def _child_setup_for(prctl):
@@ -85,6 +91,7 @@ class Attempt:
     them; ``restart.LongRunAttempt`` fills the hooks in for the graceful stop and the stall
     watchdog). The defaults are a plain launch. In the order they are called:
 
+    wants_control()             -> True when the attempt needs the control channel
     collector(backend)          -> the Collector the starter's output goes into
     started(job)                   the starter runs (:class:`Job`: kill, end, later)
     on_stop(job, signum, act)   -> True when the attempt handles this stop itself
@@ -100,6 +107,9 @@ class Attempt:
         self.stopped_by = None
         self.cause = ""
         self.usage_error = False
+
+    def wants_control(self) -> bool:
+        return False
 
     def collector(self, backend) -> Collector:
         return Collector(backend)
@@ -133,6 +143,8 @@ class Job:
         self.proc, self.pid, self.collector, self.program = proc, proc.pid, collector, program
         self.timers: List[threading.Timer] = []
         self.ended = False
+        self.control = None     # control.Control, when the attempt has the channel
+        self.np = 0
 
     def kill(self, sig: int) -> None:
         try:
@@ -174,6 +186,9 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
     launch; restart.py's ``LongRunAttempt`` for the graceful stop and the stall watchdog)."""
     from mpilaunch import outcome
 
+    control = _open_control(backend, plan, attempt)
+    if control is not None:     # its two variables reach every rank as the starter exports them
+        plan = backend.with_control(plan, control.names)
     plan = relays.stdin_target(backend, plan)
     events.attempt_start(attempt.index, plan)   # the event record (docs/EVENTS.md)
     cmd: List[str] = list(backend.argv(plan))
@@ -205,14 +220,38 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
         else:
             print("mpilaunch: already stopping; signal again to force", file=sys.stderr, flush=True)
 
+    delivered: List[int] = []
+
+    def on_user_signal(signum, _frame):
+        name = signal.Signals(signum).name
+        if job is None or proc.poll() is not None:
+            print(f"mpilaunch: {name} received while no rank runs: not forwarded", file=sys.stderr,
+                  flush=True)
+            return
+        delivered.append(signum)
+        if signum in backend.forwards:
+            job.kill(signum)
+            how = f"forwarded to every rank by {backend.program}"
+        elif control is not None:
+            from mpilaunch.control import missing
+
+            how = ("sent to every rank's adapter, for its workers"
+                   + missing(control.signal(signum), job.np))
+        else:
+            how = (f"not delivered: {backend.program} does not forward it, and under --exec "
+                   "no adapter is there to")
+        print(f"mpilaunch: {name} received: {how}", file=sys.stderr, flush=True)
+
     def rank_failed(event):
         if event.cause == "self" and (event.code or event.signal) and not stop.get("rank_failed"):
             stop["rank_failed"] = True
             backend.on_rank_failure(plan, job)
 
     previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         previous[sig] = signal.signal(sig, on_signal)
+    for sig in USER_SIGNALS:
+        signal.signal(sig, on_user_signal)
     try:
         for path, text in backend.files(plan):
             rundir.write_atomic(path, text)
@@ -221,13 +260,14 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
         if stop["first"] is not None:
             raise _StoppedBeforeStart()
         proc = subprocess.Popen(
-            cmd, env={**env, **backend.env(plan)}, stdin=relays.stdin_for(backend.stdin(plan)),
+            cmd, env={**env, **backend.env(plan), **(control.env if control else {})}, stdin=relays.stdin_for(backend.stdin(plan)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             preexec_fn=_child_setup_for(prctl()), close_fds=True,
         )
         rundir.record_mpirun(run_dir, proc.pid)
         events.emit("starter_start", program=backend.program, pid=proc.pid, argv=cmd)
         job = Job(proc, collector, backend.program)
+        job.control, job.np = control, getattr(plan, "np", 0)
         if stop["first"] is not None and not stop.get("forwarded") and not stop.get("graceful"):
             act(stop["first"])   # the stop came while Popen ran (the handler saw no job yet)
         streams = [relays.ErrRelay(proc.stderr, collector, rank_failed), relays.OutRelay(proc.stdout, collector)]
@@ -251,6 +291,10 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
             proc.wait()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        for sig in USER_SIGNALS:    # until the next attempt's ranks run: no one to give it to
+            signal.signal(sig, _no_ranks)
+        if control is not None:
+            control.close()
         close_ssh_masters(run_dir)
         remove_files(plan, run_dir, keep_tune)
         if proc is not None and proc.returncode is not None:
@@ -266,7 +310,8 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
     if status != 0:
         summary = render_summary(collector, status, stopped_by=stop["first"],
                                  starter_signal=-rc if rc < 0 and stop["first"] is None else None,
-                                 scheduler=getattr(plan, "scheduler", None), program=backend.program)
+                                 scheduler=getattr(plan, "scheduler", None), program=backend.program,
+                                 delivered=delivered)
         summary = attempt.summary(summary, collector)
         summary += events.summary(summary)   # recorded; its last line: the report command
         relays.Sink(2).write(summary.encode("utf-8", "replace"))
@@ -276,6 +321,33 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
                 relays.Sink(2).write(f"  scheduler: {cause}\n".encode("utf-8", "replace"))
                 events.emit("scheduler_stop", cause=cause)
     return status
+
+
+def _no_ranks(signum, _frame) -> None:
+    """A user signal between two attempts (or after the job): no rank runs to get it."""
+
+
+def _supervised(plan) -> bool:
+    """The ranks run adapters that stay (not ``--exec``, where the adapter execs the program)."""
+    cmd = list(getattr(plan, "rank_command", ()))
+    return "--exec" not in (cmd[:cmd.index("--")] if "--" in cmd else cmd)
+
+
+def _open_control(backend, plan, attempt):
+    """The control channel, when the attempt needs it: the graceful stop, or a user signal
+    the starter does not forward (docs/ARCHITECTURE.md, "Signals")."""
+    if not _supervised(plan):
+        return None
+    if not attempt.wants_control() and set(USER_SIGNALS) <= set(backend.forwards):
+        return None
+    from mpilaunch import control
+
+    try:
+        return control.Control(getattr(plan, "hosts", ()))
+    except OSError as exc:
+        control.warn(f"no control channel ({exc}): the graceful stop and the signals "
+                     f"{backend.program} does not forward cannot reach the ranks")
+        return None
 
 
 class _StoppedBeforeStart(Exception):

@@ -68,8 +68,7 @@ def settings(args, cfg) -> LongRun:
     return lr
 
 
-_WHY_NOT = {"term_grace": "it relies on the starter forwarding SIGUSR1 to every rank, measured "
-                          "for Open MPI's mpirun only"}
+_WHY_NOT = {d: "measured with mpirun and mpiexec only" for d in ("max_restarts", "stall_timeout")}
 
 
 def check(lr: LongRun, backend) -> LongRun:
@@ -162,42 +161,55 @@ class LongRunAttempt(launcher.Attempt):
         self.stalled = None     # the silent ranks' events when the job was ended for it
         self.graceful = False   # the launcher asked for a graceful stop
         self.grace_stops = []   # adapters that made one (asked or not: see finish)
-        self.foreign = False    # ... when mpilaunch had not asked
+        self.foreign = None     # the stop signal an adapter got when mpilaunch had not asked
         self.lock = threading.Lock()
 
+    def wants_control(self) -> bool:
+        return self.lr.term_grace is not None     # the graceful stop's channel
+
     def collector(self, backend) -> Collector:
-        return _Collector(self, backend)
+        self.collected = _Collector(self, backend)
+        return self.collected
 
     def started(self, job) -> None:
         self.job, self.started_at = job, time.monotonic()
 
     # -- graceful stop
     def on_stop(self, job, signum, forward) -> bool:
-        """The first stop signal, with --term-grace: SIGUSR1 to mpirun (forwarded to every
-        rank's group by Open MPI 4.1 and 5.0; the adapters SIGTERM their workers and wait up
-        to the grace), then the ordinary teardown when the job has not ended by itself."""
+        """The first stop signal, with --term-grace: ``stop`` over the control channel to every
+        adapter (they SIGTERM their workers and wait up to the grace: rank/longrun.py), then
+        the ordinary teardown when the job has not ended by itself."""
         grace = self.lr.term_grace
-        if grace is None or job is None or self.started_at is None:
+        if grace is None or job is None or self.started_at is None or job.control is None:
             return False
         self.graceful = True
+        from mpilaunch.control import missing
+
+        note = missing(job.control.stop(), job.np)
         print(f"mpilaunch: {signal.Signals(signum).name} received: SIGTERM to every worker, "
-              f"{grace:g} s to save (signal again to stop at once)", file=sys.stderr, flush=True)
-        job.kill(signal.SIGUSR1)
+              f"{grace:g} s to save (signal again to stop at once){note}", file=sys.stderr,
+              flush=True)
         job.later(grace + GRACE_MARGIN, forward, signum)
         return True
 
     def grace_event(self, event) -> None:
-        """An adapter stopped its worker on SIGUSR1. Not asked by us (sent to mpirun or to a
-        rank by another process): the job cannot finish without that rank, so every rank
-        gets the same graceful stop (mpirun forwards it; an adapter already stopping ignores
-        it) and the job ends with 128+SIGUSR1 (see finish)."""
+        """An adapter stopped its worker gracefully on a stop signal it got itself (SIGTERM
+        to that rank from another process, Slurm's scancel to every process of the job).
+        Not asked by us, and not the teardown of a failure: the job cannot finish without
+        that rank, so every rank gets the same graceful stop (an adapter already stopping
+        ignores it) and the job ends with 128 + that signal (see finish)."""
         with self.lock:
             self.grace_stops.append(event)
             first = len(self.grace_stops) == 1 and not self.graceful
-        if first and self.job is not None:
-            print(f"mpilaunch: rank {event.rank} stopped its worker on a SIGUSR1 mpilaunch did "
-                  "not send: the same graceful stop for every rank", file=sys.stderr, flush=True)
-            self.job.kill(longrun.GRACE_SIGNAL)
+        job = self.job
+        if not first or job is None or job.ended or self.collected.root_cause() is not None:
+            return
+        self.foreign = event.signal or signal.SIGTERM
+        name = signal.Signals(self.foreign).name
+        print(f"mpilaunch: rank {event.rank} stopped its worker on a {name} mpilaunch did not "
+              "send: the same graceful stop for every rank", file=sys.stderr, flush=True)
+        if job.control is not None:
+            job.control.stop()
 
     # -- stall watchdog
     def stall_event(self, event) -> None:
@@ -220,7 +232,7 @@ class LongRunAttempt(launcher.Attempt):
     # -- the outcome
     def verdict(self) -> dict:
         return dict(stalled=self.stalled is not None,
-                    foreign_grace=bool(self.grace_stops) and not self.graceful)
+                    foreign_grace=None if self.graceful else self.foreign)
 
     def finish(self, status: int, collector: Collector, stopped_by) -> None:
         super().finish(status, collector, stopped_by)
@@ -229,11 +241,10 @@ class LongRunAttempt(launcher.Attempt):
         if self.stalled is not None:
             self.cause = ("stalled: no progress from ranks "
                           + ", ".join(str(r) for r in sorted(self.stalled)))
-        elif self.grace_stops and not self.graceful and status == 128 + longrun.GRACE_SIGNAL:
-            # SIGUSR1 to mpirun (or a rank) from something else: the adapters saved and
-            # exited 0, but the job did not finish; the status it has without --term-grace
-            self.foreign = True
-            self.cause = "stopped by a SIGUSR1 mpilaunch did not send"
+        elif self.foreign and not self.graceful and status == 128 + self.foreign:
+            # a stop signal to the ranks from something else: the adapters saved and exited
+            # 0, but the job did not finish; the status it has without --term-grace
+            self.cause = f"stopped by a {signal.Signals(self.foreign).name} mpilaunch did not send"
 
     def summary(self, text: str, collector: Collector) -> str:
         if self.stalled is not None and self.stopped_by is None:
@@ -244,13 +255,15 @@ class LongRunAttempt(launcher.Attempt):
                 ev = self.stalled[rank]
                 lines.append(f"  stalled: rank {rank} on host {ev.host}: {ev.message}")
             return "\n".join(lines) + "\n"
-        if self.foreign:
+        foreign = self.foreign and not self.graceful and self.status == 128 + self.foreign
+        if foreign:
             ranks = ", ".join(str(e.rank) for e in sorted(self.grace_stops, key=lambda e: e.rank))
             text = (f"mpilaunch: job failed (exit status {self.status})\n"
-                    "  root cause: SIGUSR1 reached the ranks, but mpilaunch did not send it (a "
-                    "process sent it to mpirun or to the ranks); with --term-grace it is the "
-                    f"graceful-stop signal: ranks {ranks} stopped their workers\n")
-        if self.graceful or self.foreign:
+                    f"  root cause: {signal.Signals(self.foreign).name} reached the ranks, but "
+                    "mpilaunch did not send it (a process, or the scheduler, sent it to the "
+                    f"ranks); with --term-grace their workers saved first: ranks {ranks} "
+                    "stopped gracefully\n")
+        if self.graceful or foreign:
             text += _grace_lines(collector, self.lr.term_grace)
         return text
 

@@ -159,13 +159,37 @@ def scheduler_hint(root: Optional[Event], scheduler) -> Optional[str]:
     return None
 
 
+# The signals that are the workers' (docs/ARCHITECTURE.md, "Signals"): one that kills a process
+# was the user's or the scheduler's, and the summary says where it came from.
+USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+
+
+def signal_note(sig: Optional[int], delivered, program: str, starter: bool = False) -> Optional[str]:
+    """Where the user signal ``sig`` that killed a process came from: sent to mpilaunch
+    (``delivered``: the signals it gave to the workers) or straight to the ranks or the
+    starter (``starter``: the starter itself died of it)."""
+    if sig not in USER_SIGNALS:
+        return None
+    name = _signal_name(sig)
+    if starter:
+        return (f"  signal: {name} was sent to {program} itself, which died of it (as without "
+                f"mpilaunch); sent to mpilaunch it reaches every worker")
+    if sig in delivered:
+        return (f"  signal: {name} was sent to mpilaunch, which gave it to every worker; a "
+                "process without a handler for it dies of it, as under a bare launcher")
+    return (f"  signal: {name} reached the ranks without going through mpilaunch (sent to "
+            f"{program} or to the ranks, or by the scheduler: scancel --signal, sbatch "
+            "--signal); a process without a handler for it dies of it")
+
+
 def render_summary(collector: Collector, status: int, tail_lines: int = 10,
                    stopped_by: Optional[int] = None, starter_signal: Optional[int] = None,
-                   scheduler=None, program: str = "mpirun") -> str:
+                   scheduler=None, program: str = "mpirun", delivered=()) -> str:
     """``status``: the job's exit status (``outcome.decide``); ``stopped_by``: the signal that
     asked mpilaunch to stop (the user or the platform); ``starter_signal``: the signal that
     ended the starter (``program``: mpirun, mpiexec, srun) itself, if one did; ``scheduler``:
-    (started on rank 0, why), for :func:`scheduler_hint`."""
+    (started on rank 0, why), for :func:`scheduler_hint`; ``delivered``: the user signals
+    mpilaunch gave to the workers (:func:`signal_note`)."""
     lines = [f"mpilaunch: job failed (exit status {status})"]
     if stopped_by is not None:
         lines.append(f"  root cause: stopped by {_signal_name(stopped_by)} sent to mpilaunch "
@@ -184,6 +208,9 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
     if root is None and starter_signal is not None:
         lines.append(f"  root cause: {program} itself was killed by signal {starter_signal} "
                      f"({_signal_name(starter_signal)}); no rank reported a failure")
+        note = signal_note(starter_signal, delivered, program, starter=True)
+        if note:
+            lines.append(note)
         _others(lines, collector, None)
         return "\n".join(lines) + "\n"
     if root is None:
@@ -193,6 +220,9 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
     who = f"rank {root.rank}" if root.rank is not None else "a rank"
     where = f" on host {root.host}" if root.host not in ("", "?") else ""
     lines.append(f"  root cause: {who} ({root.role}){where}: {describe_status(root.code, root.signal)}")
+    note = signal_note(root.signal, delivered, program)
+    if note:
+        lines.append(note)
     if root.message:
         lines.append(f"  error: {root.message}")
     if root.log:

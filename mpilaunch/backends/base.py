@@ -11,6 +11,7 @@ what was learnt, in one place (``mpilaunch/outcome.py``), the same way for every
 from __future__ import annotations
 
 import re
+import signal
 from collections import namedtuple
 from typing import List, Mapping, Sequence, Tuple
 
@@ -43,6 +44,13 @@ class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_roo
     __slots__ = ()
 
 
+def with_routed(plan: LaunchPlan, names: Sequence[str]) -> LaunchPlan:
+    """``names`` exported to every rank with their values in the starter's environment
+    (Open MPI's ``-x NAME``, Hydra's ``-genvlist``): the control channel's variables."""
+    routed = plan.broadcast.routed + tuple(n for n in names if n not in plan.broadcast.routed)
+    return plan._replace(broadcast=plan.broadcast._replace(routed=routed))
+
+
 class Backend:
     """One way of starting ranks. Subclasses set :attr:`name` and implement :meth:`plan`,
     :meth:`argv`; everything else has a default that does nothing."""
@@ -56,6 +64,10 @@ class Backend:
     span_check = True
     #: how the summary explains a lost host
     lost_why = "its launcher daemon there was lost"
+    #: the signals the starter delivers to every rank when it gets them (measured for each:
+    #: docs/OPENMPI_FACTS.md section 16); the launcher sends the others of SIGUSR1, SIGUSR2,
+    #: SIGTSTP, SIGCONT over its control channel (docs/ARCHITECTURE.md, "Signals")
+    forwards = frozenset()
 
     def __init__(self, mpi=None):
         self.mpi = mpi
@@ -90,6 +102,11 @@ class Backend:
 
     def with_stdin(self, plan, target):
         return plan._replace(stdin=target)
+
+    def with_control(self, plan, names: Sequence[str]):
+        """The plan with ``names`` (variables the launcher puts in the starter's environment)
+        exported to every rank (default: as is, for a starter that exports everything)."""
+        return plan
 
     def show(self, plan, env: Mapping[str, str]) -> None:
         """``--dry-run``: print what would be run."""

@@ -28,10 +28,11 @@ The argv: ``mpiexec.hydra -n NP -f|-machinefile HOSTFILE [ssh] [translated OPENM
 """
 from __future__ import annotations
 
+import signal
 from collections import namedtuple
 from typing import Dict, List, Mapping, Sequence, Tuple
 
-from mpilaunch.backends.base import Backend, LaunchPlan, show_files
+from mpilaunch.backends.base import Backend, LaunchPlan, show_files, with_routed
 from mpilaunch.contract import is_secret
 from mpilaunch.errors import UsageError
 from mpilaunch.mpi import IMPI, MPICH
@@ -64,8 +65,19 @@ HOST_LOST_ESCALATE = 3.0   # a host lost: mpiexec's own teardown waits on the de
 
 class Hydra(Backend):
     program = "mpiexec"
-    long_run = ("max_restarts", "stall_timeout")   # --term-grace: mpiexec's SIGUSR1 not measured
     lost_why = "its ssh port no longer answers and Hydra lost its proxy there"
+
+    @property
+    def forwards(self):
+        """Measured (docs/OPENMPI_FACTS.md section 16): both forward SIGUSR1 to each rank's
+        process group and die of SIGUSR2; Intel MPI's also forwards SIGTSTP and SIGCONT,
+        MPICH's ignores both."""
+        if self.mpi is not None and self.mpi.dialect == IMPI:
+            return frozenset((signal.SIGUSR1, signal.SIGTSTP, signal.SIGCONT))
+        return frozenset((signal.SIGUSR1,))
+
+    def with_control(self, plan, names):
+        return with_routed(plan, names)
 
     def plan(self, cfg, env, run_dir, euid):
         from mpilaunch.rankcmd import rank_command

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from typing import List, Mapping
 
 from mpilaunch import contract, render, tune
 from mpilaunch import hostfile as hf
-from mpilaunch.backends.base import SSH_CLOSED, Backend, LaunchPlan, show_files
+from mpilaunch.backends.base import SSH_CLOSED, Backend, LaunchPlan, show_files, with_routed
 from mpilaunch.errors import UsageError
 from mpilaunch.mpi import OMPI4, MpiInfo
 from mpilaunch.rankcmd import rank_command
@@ -48,12 +49,17 @@ _LOST_HOST = [
 class OpenMpi(Backend):
     program = "mpirun"
     lost_why = "Open MPI lost its daemon there"
+    # to each rank's process group, 4.1 and 5 alike (docs/OPENMPI_FACTS.md section 16)
+    forwards = frozenset((signal.SIGUSR1, signal.SIGUSR2, signal.SIGTSTP, signal.SIGCONT))
 
     def plan(self, cfg, env, run_dir, euid):
         return make_plan(cfg, env, self.mpi, run_dir, euid)
 
     def argv(self, plan) -> List[str]:
         return argv(plan)
+
+    def with_control(self, plan, names):
+        return with_routed(plan, names)
 
     def files(self, plan):
         return [(plan.hostfile_path, hf.render_hostfile(plan.hosts)),

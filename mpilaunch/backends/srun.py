@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 from collections import namedtuple
 from typing import Dict, List, Mapping, Sequence, Tuple
@@ -53,7 +54,12 @@ class SrunPlan(namedtuple("SrunPlan", "srun plugin np hosts hosts_source rank_co
 
 class Srun(Backend):
     program = "srun"
-    long_run = ()   # restarts, graceful stop, watchdog: measured with mpirun only
+    # restarts and the watchdog: measured with mpirun only; the graceful stop goes over the
+    # control channel, which every backend has
+    long_run = ("term_grace",)
+    # to every process of the step (Slurm's process tracking), workers' children included;
+    # srun stops itself on SIGTSTP and keeps SIGCONT (docs/OPENMPI_FACTS.md section 16)
+    forwards = frozenset((signal.SIGUSR1, signal.SIGUSR2))
     span_check = False   # Slurm places the tasks, not a hostfile
 
     def __init__(self, srun: str, plugin: str):

@@ -23,6 +23,11 @@ from mpilaunch.rank import options as rank_options
 from mpilaunch.rank import plan
 
 PROG = rank_options.PROG
+USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _for_the_worker(signum, frame) -> None:
+    """A user signal the starter forwarded to the whole group: the worker has its own copy."""
 
 
 def _guess_rank(env) -> Optional[int]:
@@ -53,6 +58,9 @@ def _make_log_dir(log_dir: str) -> None:
 
 
 def run(opts, info, user_env: dict, hostname: str) -> int:
+    from mpilaunch.rank import control
+
+    channel = control.take(user_env)   # the launcher's key never reaches a worker (control.py)
     plan.check(opts, info, user_env)
     if opts.longrun is not None:   # span check, restart count, heartbeat
         from mpilaunch.rank import longrun
@@ -93,11 +101,13 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
 
     if opts.longrun is not None:   # graceful stop, stall watchdog (rank/longrun.py)
-        return longrun.supervise(specs, opts, info.rank, hostname, local_size=info.local_size)
+        return longrun.supervise(specs, opts, info.rank, hostname, local_size=info.local_size,
+                                 channel=channel)
     from mpilaunch.rank.supervisor import supervise
 
     return supervise(specs, info.rank, hostname, scheduler_grace=opts.scheduler_grace,
-                     local_size=info.local_size, tell_rank0=not opts.no_scheduler)
+                     local_size=info.local_size, tell_rank0=not opts.no_scheduler,
+                     channel=channel)
 
 
 def exec_script(opts, info, user_env: dict, argv) -> int:
@@ -133,12 +143,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     from mpilaunch.rank import status
 
+    # First of all: a SIGUSR1/SIGUSR2 forwarded to the rank's process group (Open MPI, Hydra,
+    # srun) is for the worker, which gets it too; the adapter must survive it and not pass it
+    # on. A Python handler, not SIG_IGN: exec resets a handled signal to its default in the
+    # children, but would hand them an ignored one.
+    for sig in USER_SIGNALS:
+        signal.signal(sig, _for_the_worker)
     hostname = os.uname().nodename     # what socket.gethostname() returns, without socket
     rank = _guess_rank(os.environ)
     status.life(rank, hostname, "adapter", "up", pid=os.getpid())   # the launcher's event record
     try:
         opts = rank_options.parse_args(argv, os.cpu_count())
-        if opts.longrun is not None:   # before anything: SIGUSR1 must not kill us (longrun.py)
+        if opts.longrun is not None:   # --term-grace needs the supervised mode
             from mpilaunch.rank import longrun
 
             longrun.early(opts)

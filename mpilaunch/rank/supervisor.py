@@ -87,6 +87,8 @@ class Supervisor:
         self.lock = threading.Lock()
         self.stopping = False
         self.parent_pid = os.getpid()
+        self.signal_grace = None   # the kill grace after a stop signal, if not kill_grace
+        self.stop_signal = None    # the signal that tore this rank down, once one did
 
     # ------------------------------------------------------------ child threads
     def _preexec(self, cpus: Optional[List[int]]):
@@ -300,6 +302,9 @@ class Supervisor:
         return found
 
     def _teardown(self, signum: int) -> int:
+        self.stop_signal = int(signum)
+        if self.signal_grace is not None:     # --term-grace: the workers' time to save
+            self.kill_grace = self.signal_grace
         self._terminate(list(self.children.values()), cause="terminated")
         return 128 + int(signum)
 
@@ -360,8 +365,21 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
+def listen(sup: Supervisor, channel, on_stop=lambda: None) -> None:
+    """Take the launcher's commands (rank/control.py): ``sig N`` to this rank's descendants,
+    ``stop`` -> ``on_stop()``."""
+    from mpilaunch.rank import control
+
+    control.Link(channel, sup.rank, on_stop,
+                 lambda text: status.write_stderr(f"mpilaunch.rank: rank {sup.rank}: {text}\n")).start()
+
+
 def supervise(children: Sequence[ChildSpec], rank: int, host: str,
-              scheduler_grace: float = 30.0, local_size: int = 1, tell_rank0: bool = True) -> int:
+              scheduler_grace: float = 30.0, local_size: int = 1, tell_rank0: bool = True,
+              channel=None) -> int:
     pipe_size = PIPE_SIZE if local_size <= 8 else PIPE_SIZE_MANY_RANKS
-    return Supervisor(children, rank, host, scheduler_grace=scheduler_grace,
-                      pipe_size=pipe_size, tell_rank0=tell_rank0).run()
+    sup = Supervisor(children, rank, host, scheduler_grace=scheduler_grace,
+                     pipe_size=pipe_size, tell_rank0=tell_rank0)
+    if channel is not None:
+        listen(sup, channel)
+    return sup.run()

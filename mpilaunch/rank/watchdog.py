@@ -15,6 +15,11 @@ and a status line ``event: stall`` goes to the launcher; progress after that sen
 ``event: progress``. The launcher (``mpilaunch/stall.py``) ends the job only when **every**
 rank is silent at once, so a rank that computes quietly while others log is never a stall.
 The watchdog polls two ``stat`` calls every ``min(1, timeout/4)`` s.
+
+A **suspended** job is not silent: while the worker is stopped (SIGTSTP forwarded to it,
+Slurm's ``scontrol suspend``) no time counts, and neither does a gap in the watchdog's own
+polling (the adapter was stopped with it: Open MPI stops the whole process group, Slurm
+every process of the job).
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from mpilaunch.rank import status
 
 HEARTBEAT_VAR = "MPILAUNCH_HEARTBEAT_FILE"
 DUMP_TIMEOUT = 20.0
+STOPPED_GAP = 1.0   # a poll this much later than due: the adapter itself was stopped
 
 
 def heartbeat_path(log_dir: str, rank: int) -> str:
@@ -76,6 +82,16 @@ def dump_stacks(pid: int, out_path: str, py_spy: str) -> str:
     return f"stacks: {out_path}"
 
 
+def is_stopped(pid) -> bool:
+    """``pid`` is stopped (state T: SIGTSTP/SIGSTOP) or traced (t)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (OSError, TypeError):
+        return False
+    return stat[stat.rindex(b")") + 2:][:1] in (b"T", b"t")
+
+
 def _children(pid: int) -> list:
     try:
         import psutil
@@ -119,7 +135,7 @@ class Watchdog(threading.Thread):
     def run(self) -> None:
         period = min(1.0, self.timeout / 4)
         marks = [_mark(p) for p in self.paths]
-        last = time.monotonic()
+        last = polled = time.monotonic()
         silent = False
         while not self.done.wait(period):
             if self.status_of() is not None:    # the worker ended: a success is not silence
@@ -129,6 +145,11 @@ class Watchdog(threading.Thread):
                 return
             now_marks = [_mark(p) for p in self.paths]
             now = time.monotonic()
+            if now - polled > period + STOPPED_GAP:     # we were stopped too: not the worker's time
+                last += now - polled - period
+            polled = now
+            if is_stopped(self.pid_of()):               # suspended, not stalled
+                last = now
             if now_marks != marks:
                 marks, last = now_marks, now
                 if silent:

@@ -1,5 +1,6 @@
-"""Graceful stop (issue 11 part 2): SIGTERM to the launcher with --term-grace gives every
-worker SIGTERM and up to the grace to save before SIGKILL; real mpirun (5 and 4.1)."""
+"""Graceful stop: SIGTERM to the launcher with --term-grace gives every worker SIGTERM and up
+to the grace to save before SIGKILL (asked over the launcher's control channel); a user's
+SIGUSR1 is the workers' as without --term-grace; real mpirun (5 and 4.1)."""
 import os
 import signal
 import subprocess
@@ -14,10 +15,15 @@ from helpers.mpis import MPIRUNS
 from helpers.procs import wait_for
 
 # On SIGTERM: write "<out>/saving_<rank>", take SAVE seconds, then "<out>/saved_<rank>".
+# On SIGUSR1: append a line to "<out>/usr1_<rank>" and go on.
 SAVER = r'''
 import os, signal, sys, time
 out, save = sys.argv[1], float(sys.argv[2])
 rank = os.environ["RANK"]
+def on_usr1(signum, frame):
+    with open(os.path.join(out, f"usr1_{rank}"), "a") as f:
+        f.write("1\n")
+signal.signal(signal.SIGUSR1, on_usr1)
 def on_term(signum, frame):
     open(os.path.join(out, f"saving_{rank}"), "w").close()
     time.sleep(save)
@@ -32,8 +38,8 @@ while True:
 
 def _stop(mpirun, tmp_path, grace, save, np=2, to_mpirun=None, to_rank=None):
     """SIGTERM to the launcher; or, with ``to_mpirun``, that signal to mpirun (the launcher's
-    child) from outside, as another process would send it; or, with ``to_rank`` (rank, signal),
-    that signal to that rank's adapter alone."""
+    child) from outside, as another process would send it, and SIGTERM to the launcher 1 s
+    later; or, with ``to_rank`` (rank, signal), that signal to that rank's adapter alone."""
     script = tmp_path / "saver.py"
     script.write_text(SAVER)
     out = tmp_path / "out"
@@ -58,6 +64,8 @@ def _stop(mpirun, tmp_path, grace, save, np=2, to_mpirun=None, to_rank=None):
         else:
             mpirun_proc, = psutil.Process(proc.pid).children()
             mpirun_proc.send_signal(to_mpirun)
+            time.sleep(1)
+            proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=grace + 30)
         took = time.monotonic() - t0
     finally:
@@ -89,28 +97,32 @@ def test_grace_shorter_than_the_save_cuts_it_and_says_so(mpirun, tmp_path):
 
 
 @pytest.mark.parametrize("mpirun", MPIRUNS)
-def test_sigusr1_mpilaunch_did_not_send_is_a_failure_not_success(mpirun, tmp_path):
-    """SIGUSR1 is the graceful-stop signal mpirun forwards to the ranks: sent to mpirun by
-    something else, the workers still get their grace (the adapters cannot tell who sent it),
-    but the job did not finish: 128+SIGUSR1, as without --term-grace (it was 0)."""
+def test_sigusr1_under_term_grace_is_the_workers(mpirun, tmp_path):
+    """SIGUSR1 to mpirun by another process: the workers' handlers run once each and the job
+    goes on (the graceful stop has its own channel; this was a stop, and exit 138, when the
+    stop rode on SIGUSR1); the SIGTERM to the launcher 1 s later still gives every worker its
+    grace."""
     rc, err, out, took, left = _stop(mpirun, tmp_path, grace=10, save=1, to_mpirun=signal.SIGUSR1)
-    assert rc == 128 + signal.SIGUSR1, err
+    assert rc == 143, err
+    assert [(out / f"usr1_{r}").read_text() for r in range(2)] == ["1\n", "1\n"], err
     assert all((out / f"saved_{r}").exists() for r in range(2)), err
-    assert "mpilaunch: job failed (exit status 138)" in err
-    assert "SIGUSR1 reached the ranks, but mpilaunch did not send it" in err
-    assert "stopped their workers" in err and "ended within the grace: rank 0, rank 1" in err
+    assert "graceful stop: SIGTERM to every worker, up to 10 s to save" in err
+    assert "ended within the grace: rank 0, rank 1" in err
+    assert "did not send" not in err
     assert left == []
 
 
 @pytest.mark.parametrize("mpirun", MPIRUNS)
-def test_sigusr1_to_one_rank_stops_every_rank_gracefully(mpirun, tmp_path):
-    """Only rank 1's adapter gets it: its worker saves and stops; the job cannot finish
-    without it, so the launcher gives every rank the same graceful stop (rank 0 looped
-    forever before)."""
+def test_sigterm_to_one_rank_stops_every_rank_gracefully(mpirun, tmp_path):
+    """Only rank 1's adapter gets SIGTERM (another process's): its worker saves and stops; the
+    job cannot finish without it, so the launcher gives every rank the same graceful stop
+    (rank 0 looped forever before), and the job's status is 128+SIGTERM, as it would be
+    without --term-grace."""
     rc, err, out, took, left = _stop(mpirun, tmp_path, grace=10, save=1,
-                                     to_rank=(1, signal.SIGUSR1))
-    assert rc == 128 + signal.SIGUSR1, err
+                                     to_rank=(1, signal.SIGTERM))
+    assert rc == 128 + signal.SIGTERM, err
     assert all((out / f"saved_{r}").exists() for r in range(2)), err
-    assert "rank 1 stopped its worker on a SIGUSR1 mpilaunch did not send" in err
+    assert "rank 1 stopped its worker on a SIGTERM mpilaunch did not send" in err
+    assert "root cause: SIGTERM reached the ranks, but mpilaunch did not send it" in err
     assert "ended within the grace: rank 0, rank 1" in err
     assert left == []

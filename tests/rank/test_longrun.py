@@ -1,6 +1,6 @@
 """mpilaunch/rank/longrun.py without a launch: the long-run options read and checked, SIGUSR1
-kept from killing the adapter, the variables every worker sees, the graceful-stop thread and
-the watchdog wired to the worker. No process is started; signals go to one thread only."""
+left to the workers, the variables every worker sees, the graceful stop's grace on a stop
+signal and the watchdog wired to the worker. No process is started."""
 import os
 import queue
 import signal
@@ -54,15 +54,15 @@ def restore_sigusr1():
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def test_early_blocks_and_ignores_sigusr1_only_with_a_grace(restore_sigusr1):
+def test_early_leaves_sigusr1_to_the_workers_with_or_without_a_grace(restore_sigusr1):
+    # the graceful stop has its own channel: a blocked or ignored SIGUSR1 would reach the
+    # workers ignored (exec passes SIG_IGN on), and a user's SIGUSR1 is theirs
     before = signal.getsignal(signal.SIGUSR1)
     longrun.early(SimpleNamespace(longrun=None, exec_=False))
     longrun.early(SimpleNamespace(longrun=LongRun(1, 2, None, 5.0, None), exec_=True))
+    longrun.early(SimpleNamespace(longrun=LongRun(None, None, 30.0, None, None), exec_=False))
     assert signal.SIGUSR1 not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
     assert signal.getsignal(signal.SIGUSR1) == before
-    longrun.early(SimpleNamespace(longrun=LongRun(None, None, 30.0, None, None), exec_=False))
-    assert signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
 
 
 def test_early_refuses_a_grace_under_exec(restore_sigusr1):
@@ -108,26 +108,21 @@ def test_prepare_stops_a_rank_that_runs_off_plan_before_setting_anything(tmp_pat
 
 # --------------------------------------------------------------------------- graceful stop
 
-def test_sigusr1_asks_the_supervisor_for_a_graceful_teardown(restore_sigusr1):
-    # as early() leaves the adapter: SIGUSR1 blocked (so sigwait takes it) and ignored
-    signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGUSR1,))
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    before = {t.ident for t in threading.enumerate()}
-    sup = SimpleNamespace(kill_grace=2.0, events=queue.SimpleQueue())
-    state = {"graceful": False}
-    longrun._start_grace_thread(sup, 7.5, state)
-    [grace] = [t for t in threading.enumerate() if t.ident not in before]
-    assert grace.name == "grace" and grace.daemon
-    assert state == {"graceful": False} and sup.events.empty()
-    signal.pthread_kill(grace.ident, signal.SIGUSR1)    # to that thread only, never the main one
-    grace.join(5)
-    assert not grace.is_alive()
-    assert state == {"graceful": True} and sup.kill_grace == 7.5
-    assert sup.events.get_nowait() == ("signal", signal.SIGTERM) and sup.events.empty()
+def test_a_stop_signal_gets_the_grace_and_is_remembered():
+    from mpilaunch.rank.supervisor import Supervisor
+
+    sup = Supervisor([], 0, "node-a")
+    assert (sup.kill_grace, sup.signal_grace, sup.stop_signal) == (2.0, None, None)
+    assert sup._teardown(signal.SIGHUP) == 129        # no --term-grace: the usual 2 s
+    assert (sup.kill_grace, sup.stop_signal) == (2.0, signal.SIGHUP)
+    sup = Supervisor([], 0, "node-a")
+    sup.signal_grace = 7.5                            # what supervise() sets for --term-grace
+    assert sup._teardown(signal.SIGTERM) == 143
+    assert (sup.kill_grace, sup.stop_signal) == (7.5, signal.SIGTERM)
 
 
-def test_the_grace_constants_the_launcher_reads():
-    assert (longrun.GRACE_SIGNAL, longrun.GRACE_EVENT) == (signal.SIGUSR1, "grace-stop")
+def test_the_grace_event_the_launcher_reads():
+    assert longrun.GRACE_EVENT == "grace-stop"
 
 
 # --------------------------------------------------------------------------- the watchdog's wiring
