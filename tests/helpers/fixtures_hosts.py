@@ -8,6 +8,11 @@ Imported by tests/conftest.py (``from helpers.fixtures_hosts import *``).  Use::
         subprocess.run([mpirun, "--hostfile", hf, *testhosts.mpirun_ssh_flags(mpirun),
                         ...])
 
+``scalehosts`` is the same for the scale tests: ``MPILAUNCH_SCALE_HOSTS`` hosts (16 unless
+set; up to 64 here) in a wide set (a /24 of its own in 10.231.0.0/16, prefix ``mls`` ... ``mlq``),
+also session-scoped, built once (~4 s for 16) and torn down like ``testhosts``; its
+``leftovers()`` lists what runs on each host besides sshd.
+
 ``testhosts`` is session-scoped: 3 hosts (``<prefix>1..3``, hostnames
 ``<prefix>-host1..3``, addresses in 10.231.0.0/24, sshd on port 2222), built by the
 test package tests/helpers/hosts/ and always torn down (finalizer, KeyboardInterrupt, SIGTERM,
@@ -35,11 +40,17 @@ import pytest
 
 from helpers import hosts
 
-__all__ = ["testhosts", "testhosts_healthy", "TestHosts",
-           "TestHost", "N_TEST_HOSTS", "SESSION_PREFIXES"]
+__all__ = ["testhosts", "testhosts_healthy", "scalehosts", "scalehosts_healthy", "TestHosts",
+           "TestHost", "N_TEST_HOSTS", "SESSION_PREFIXES", "SCALE_PREFIXES", "scale_hosts_wanted"]
 
 N_TEST_HOSTS = 3
 SESSION_PREFIXES = ("mlt", "mlu", "mlv", "mlw")
+SCALE_PREFIXES = ("mls", "mlr", "mlq")
+N_SCALE_HOSTS = 16        # CI's size; the bench runs 32 and 64
+
+
+def scale_hosts_wanted():
+    return int(os.environ.get("MPILAUNCH_SCALE_HOSTS") or N_SCALE_HOSTS)
 
 
 class TestHost:
@@ -189,6 +200,13 @@ class TestHosts:
         finally:
             self.restore(host)
 
+    def leftovers(self, hosts_=None):
+        """{host: [(pid, cmdline), ...]} of the processes running inside each host (all, or
+        those given) besides its sshd, hosts with none left out: what a job left behind."""
+        wanted = None if hosts_ is None else {self.host(h).index for h in hosts_}
+        return {self.hosts[i - 1]: procs for i, procs in hosts.processes(self.prefix).items()
+                if procs and (wanted is None or i in wanted)}
+
     def down(self):
         hosts.down(self.prefix)
 
@@ -196,12 +214,36 @@ class TestHosts:
 @pytest.fixture(scope="session")
 def testhosts(request):
     """Three namespace hosts with sshd; torn down at session end (always)."""
+    return _session_set(request, N_TEST_HOSTS, SESSION_PREFIXES, wide=False)
+
+
+@pytest.fixture
+def testhosts_healthy(testhosts):
+    """``testhosts``, restored (links up, sshd running) after the test."""
+    yield testhosts
+    testhosts.restore_all()
+
+
+@pytest.fixture(scope="session")
+def scalehosts(request):
+    """``MPILAUNCH_SCALE_HOSTS`` (16) namespace hosts in a wide set; torn down at session end."""
+    return _session_set(request, scale_hosts_wanted(), SCALE_PREFIXES, wide=True)
+
+
+@pytest.fixture
+def scalehosts_healthy(scalehosts):
+    """``scalehosts``, restored (links up, sshd running) after the test."""
+    yield scalehosts
+    scalehosts.restore_all()
+
+
+def _session_set(request, n, prefixes, wide):
     why = hosts.missing_prereqs()
     if why:
         pytest.skip(why)
 
     desc = None
-    for prefix in SESSION_PREFIXES:
+    for prefix in prefixes:
         if hosts.prefix_in_use(prefix):
             continue
         done = []
@@ -215,7 +257,7 @@ def testhosts(request):
         atexit.register(teardown)
         request.addfinalizer(teardown)
         try:
-            desc = hosts.up(N_TEST_HOSTS, prefix=prefix, owner_pid=os.getpid())
+            desc = hosts.up(n, prefix=prefix, owner_pid=os.getpid(), wide=wide)
             break
         except hosts.PrefixInUse:
             done.append(True)        # not ours: never tear it down
@@ -225,8 +267,7 @@ def testhosts(request):
                 pytest.skip(str(e))
             raise
     if desc is None:
-        pytest.skip("all test-host prefixes %s are held by live sessions"
-                    % (SESSION_PREFIXES,))
+        pytest.skip("all test-host prefixes %s are held by live sessions" % (prefixes,))
 
     old_term = signal.getsignal(signal.SIGTERM)
     if old_term in (signal.SIG_DFL, None):
@@ -237,10 +278,3 @@ def testhosts(request):
         signal.signal(signal.SIGTERM, on_term)
         request.addfinalizer(lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
     return TestHosts(desc)
-
-
-@pytest.fixture
-def testhosts_healthy(testhosts):
-    """``testhosts``, restored (links up, sshd running) after the test."""
-    yield testhosts
-    testhosts.restore_all()

@@ -2,7 +2,7 @@
 
 For manual use (tests use the ``testhosts`` fixture of tests/helpers/fixtures_hosts.py)::
 
-    scripts/testhosts.py up N [--prefix mlt] [--block B] [--owner-pid PID] [--no-verify]
+    scripts/testhosts.py up N [--prefix mlt] [--block B] [--wide] [--owner-pid PID] [--no-verify]
     scripts/testhosts.py down [--prefix mlt] [--force]
     scripts/testhosts.py status [--prefix mlt]
     scripts/testhosts.py kill-sshd|crash|start-sshd|link-down|link-up I [--prefix mlt]
@@ -16,7 +16,7 @@ import sys
 
 from . import faults, hostset, nsinit
 from .errors import TestHostsError
-from .netns import SUBNET_CIDR
+from .netns import MAX_HOSTS, MAX_WIDE_HOSTS, SUBNET_CIDR
 
 
 def parser():
@@ -26,7 +26,11 @@ def parser():
     p_up.add_argument("n", type=int)
     p_up.add_argument("--prefix", default="mlt")
     p_up.add_argument("--block", type=int, default=None,
-                      help="/27 block of %s to use (default: first free)" % SUBNET_CIDR)
+                      help="/27 block of %s to use (0-7; wide: 8-23; default: first free)"
+                      % SUBNET_CIDR)
+    p_up.add_argument("--wide", action="store_true", default=None,
+                      help="a /24 of its own (up to %d hosts; default for N > %d)"
+                      % (MAX_WIDE_HOSTS, MAX_HOSTS))
     p_up.add_argument("--owner-pid", type=int, default=None,
                       help="the set is stale (reclaimable) once this pid is gone")
     p_up.add_argument("--no-verify", action="store_true",
@@ -57,7 +61,7 @@ def main(argv=None):
     try:
         if args.cmd == "up":
             hostset.up(args.n, args.prefix, args.block, args.owner_pid,
-                       verify=not args.no_verify, quiet=False)
+                       verify=not args.no_verify, quiet=False, wide=args.wide)
         elif args.cmd == "down":
             hostset.down(args.prefix, force=args.force)
         elif args.cmd == "status":

@@ -10,7 +10,7 @@ import os
 import re
 import shutil
 
-from . import netns, proc, sshd, state
+from . import netns, proc, scan, sshd, state
 from .errors import PrefixInUse, TestHostsError
 
 
@@ -48,11 +48,16 @@ def prefix_in_use(prefix):
     return state.owner_alive(st)
 
 
-def up(n, prefix="mlt", block=None, owner_pid=None, verify=True, quiet=True):
-    """Bring up n hosts; return the hosts.json dict.  On any failure, tears down."""
+def up(n, prefix="mlt", block=None, owner_pid=None, verify=True, quiet=True, wide=None):
+    """Bring up n hosts; return the hosts.json dict.  On any failure, tears down.
+    ``wide``: take a /24 of its own (blocks 8..23: the scale sets, up to 240 hosts) instead
+    of a /27 of 10.231.0.0/24; default: wide when n does not fit a /27."""
     state.check_prefix(prefix)
-    if not 1 <= n <= netns.MAX_HOSTS:
-        raise TestHostsError("N must be 1..%d" % netns.MAX_HOSTS)
+    if wide is None:
+        wide = n > netns.MAX_HOSTS if block is None else netns.is_wide(block)
+    limit = netns.MAX_WIDE_HOSTS if wide else netns.MAX_HOSTS
+    if not 1 <= n <= limit:
+        raise TestHostsError("N must be 1..%d%s" % (limit, "" if wide else " (more: --wide)"))
     why = missing_prereqs()
     if why:
         raise TestHostsError(why)
@@ -69,13 +74,14 @@ def up(n, prefix="mlt", block=None, owner_pid=None, verify=True, quiet=True):
         if why:
             raise TestHostsError(why)
         used = used_blocks(exclude_prefix=prefix)
+        blocks = netns.WIDE_BLOCKS if wide else range(netns.N_BLOCKS)
         if block is None:
-            free = [b for b in range(netns.N_BLOCKS) if b not in used]
+            free = [b for b in blocks if b not in used]
             if not free:
-                raise TestHostsError("all %d address blocks of %s are in use"
-                                     % (netns.N_BLOCKS, netns.SUBNET_CIDR))
+                raise TestHostsError("all %d %s address blocks of %s are in use" % (
+                    len(blocks), "wide" if wide else "small", netns.RANGE_CIDR))
             block = free[0]
-        elif block in used or not 0 <= block < netns.N_BLOCKS:
+        elif block in used or block not in blocks:
             raise TestHostsError("address block %r is in use or out of range" % block)
         os.makedirs(sd, mode=0o700)
         os.chmod(sd, 0o700)
@@ -104,7 +110,7 @@ def _build(st, verify):
     def save():
         state.write_json(state.state_path(prefix), st)
 
-    key, auth_line = sshd.make_keys(prefix, sd)
+    key, auth_line = sshd.make_keys(prefix, sd, block)
     st["auth_line"] = auth_line
     save()
     sshd.add_auth_line(auth_line)
@@ -114,13 +120,11 @@ def _build(st, verify):
     save()
     netns.add_bridge(prefix, block)
 
-    for i in range(1, n + 1):
-        st["netns"].append(netns.netns_name(prefix, i))
-        save()
-        netns.add_netns(netns.netns_name(prefix, i))
-        st["veths"].append(netns.veth_root(prefix, i))
-        save()
-        netns.add_host_link(prefix, i, block)
+    # recorded first: down() removes whichever of them the batches managed to create
+    st["netns"] = [netns.netns_name(prefix, i) for i in range(1, n + 1)]
+    st["veths"] = [netns.veth_root(prefix, i) for i in range(1, n + 1)]
+    save()
+    netns.add_host_links(prefix, 1, n, block)
 
     with open(os.path.join(sd, "ssh_config"), "w") as f:
         f.write(sshd.ssh_config(prefix, block, n, key))
@@ -144,7 +148,7 @@ def _build(st, verify):
     desc = {
         "prefix": prefix,
         "block": block,
-        "subnet": netns.SUBNET_CIDR,
+        "subnet": netns.set_cidr(block),
         "bridge": {"name": br, "addr": netns.bridge_addr(block)},
         "port": sshd.SSH_PORT,
         "state_dir": sd,
@@ -198,10 +202,8 @@ def down_locked(prefix):
              if proc.alive(rec["pid"], rec.get("starttime"))]
     victims = roots + proc.descendants(roots)
     # anything still inside our namespaces was started there by us (via our sshd)
-    for ns in namespaces:
-        for pid in netns.netns_pids(ns):
-            if pid not in victims:
-                victims.append(pid)
+    for pids in scan.pids_by_netns(namespaces).values():
+        victims += [pid for pid in pids if pid not in victims]
     if victims:
         proc.kill_all(victims)
     proc.reap([rec["pid"] for rec in st.get("pids") or []])
@@ -217,6 +219,19 @@ def down_locked(prefix):
 
     # 4. the state dir
     shutil.rmtree(state.state_dir(prefix), ignore_errors=True)
+
+
+def processes(prefix):
+    """{host index: [(pid, cmdline), ...]} of every live process inside each host of the
+    set except its listening sshd: after a job, what the job left behind there."""
+    st = state.load(prefix)
+    listeners = {rec["pid"] for rec in st.get("pids") or []}
+    index = {netns.netns_name(prefix, i): i for i in range(1, int(st["n"]) + 1)}
+    out = {}
+    for ns, pids in scan.pids_by_netns(list(index)).items():
+        out[index[ns]] = [(pid, scan.cmdline(pid)) for pid in pids
+                          if pid not in listeners and not scan.is_zombie(pid)]
+    return out
 
 
 def status(prefix=None):

@@ -33,6 +33,15 @@ def quiet(argv):
         return -1
 
 
+def quiet_input(argv, text):
+    """:func:`quiet` with ``text`` on the command's stdin (``ip -batch -``)."""
+    try:
+        return subprocess.run(argv, input=text.encode(), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=60).returncode
+    except (OSError, subprocess.SubprocessError):
+        return -1
+
+
 def _stat_fields(pid):
     """Fields of /proc/<pid>/stat after the comm field, or None if pid does not exist."""
     try:

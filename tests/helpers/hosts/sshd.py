@@ -54,7 +54,7 @@ def ssh_config(prefix, block, n, key):
     for i in range(1, n + 1):
         lines.append("Host %s %s" % (netns.host_addr(block, i), netns.host_name(prefix, i)))
         lines.append("    HostName %s" % netns.host_addr(block, i))
-    lines.append("Host %s.* %s-host*" % (netns.SUBNET, prefix))
+    lines.append("Host %s %s-host*" % (netns.host_glob(block), prefix))
     lines += [
         "    Port %d" % SSH_PORT,
         "    User root",
@@ -79,7 +79,7 @@ def ssh_config(prefix, block, n, key):
     return "\n".join(lines)
 
 
-def make_keys(prefix, sd):
+def make_keys(prefix, sd, block=0):
     """A client key (to be authorized for root) and one host key shared by the sshds.
     Returns (client key path, the authorized_keys line for it)."""
     key = os.path.join(sd, "id_ed25519")
@@ -90,7 +90,7 @@ def make_keys(prefix, sd):
               "-f", os.path.join(sd, "ssh_host_ed25519_key")])
     with open(key + ".pub") as f:
         pub = f.read().split()
-    auth_line = 'from="%s" %s %s %s:%s:%s' % (netns.SUBNET_CIDR, pub[0], pub[1],
+    auth_line = 'from="%s" %s %s %s:%s:%s' % (netns.set_cidr(block), pub[0], pub[1],
                                               MARKER, prefix, nonce)
     return key, auth_line
 
@@ -169,7 +169,7 @@ def spawn_sshd(prefix, i, sd, hostname):
     log = os.path.join(sd, "sshd-%d.log" % i)
     argv = ["ip", "netns", "exec", netns.netns_name(prefix, i),
             "unshare", "--uts", "--mount", "--propagation", "private",
-            sys.executable, NSINIT, "--hostname", hostname, "--",
+            sys.executable, "-S", NSINIT, "--hostname", hostname, "--",
             SSHD, "-D", "-f", cfg, "-E", log]
     out = open(os.path.join(sd, "sshd-%d.stderr" % i), "ab")
     try:
