@@ -89,6 +89,7 @@ class Agent:
             self.file.flush()
         except OSError:
             pass
+        self.file.close()      # the socket closes with its last file
         self.sock.close()
 
 
