@@ -1,6 +1,6 @@
 """Command line: ``mpilaunch [run] [options] SCRIPT [ARGS...]``, ``mpilaunch check``,
-``mpilaunch job``. Only dispatches: each command lives in its own module, the options in
-``options.py``.
+``mpilaunch job``, ``mpilaunch report LOG_DIR``. Only dispatches: each command lives in its
+own module, the options in ``options.py``.
 
 User errors print one line ``mpilaunch: error: ...`` and exit 2, before anything starts.
 """
@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 from mpilaunch.errors import UsageError
 
-SUBCOMMANDS = ("run", "check", "job")
+SUBCOMMANDS = ("run", "check", "job", "report")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -27,6 +27,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if command == "job":
             from mpilaunch.job.command import main as job_main
             return job_main(argv)
+        if command == "report":
+            from mpilaunch.report.command import main as report_main
+            return report_main(argv)
         from mpilaunch.run import main as run_main
         return run_main(argv)
     except UsageError as exc:

@@ -15,6 +15,7 @@ from collections import namedtuple
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
+from mpilaunch.helptext import epilog, version_text  # noqa: F401 (--dry-run prints it)
 from mpilaunch.tune import DEFAULT_PREFIXES
 
 RUN, CHECK, JOB, REPORT = "run", "check", "job", "report"
@@ -188,6 +189,12 @@ OPTIONS = (
     _o(("--collective",), "deep_collective",
        "--deep: also time a torch.distributed allreduce across the hosts (gloo or nccl)",
        "check", shown="off", metavar="gloo|nccl", commands=(CHECK,)),
+    # -- mpilaunch report
+    _o(("--png",), "report_png",
+       "also draw the timeline as LOG_DIR/report.png (needs matplotlib: pip install "
+       "'mpilaunch[report]')", "report", kind="switch", commands=(REPORT,)),
+    _o(("-o", "--output"), "report_output", "where to write the HTML report", "report",
+       shown="`LOG_DIR/report.html`", metavar="FILE", commands=(REPORT,)),
     # -- mpilaunch job
     _o(("--wait-hosts",), "wait_hosts", "worker-0: seconds to wait for every host to be ready",
        "job", default="300", metavar="SECONDS", commands=(JOB,)),
@@ -204,42 +211,10 @@ DESCRIPTIONS = {
             "exit 0 all passed, 1 a check failed, 2 usage error."),
     JOB: ("ModelArts-like entrypoint: run the same command on every host of a job "
           "(VC_WORKER_HOSTS, VC_TASK_INDEX, MA_NUM_GPUS, SSHD_PORT); worker-0 launches."),
+    REPORT: ("Draw a finished (or running) job from its event record LOG_DIR/events.jsonl: "
+             "one self-contained HTML file, LOG_DIR/report.html (no network needed to view it)."),
 }
 
-
-def version_text() -> str:
-    """``--version``'s answer (also the first line of ``--dry-run``)."""
-    import os
-    import platform
-
-    from mpilaunch import __version__
-
-    return (f"mpilaunch {__version__} (Python {platform.python_version()}, "
-            f"{os.path.dirname(os.path.abspath(__file__))})")
-
-
-def _launch_statuses() -> str:
-    from mpilaunch import outcome
-
-    return ("exit status:\n"
-            "  0        success\n"
-            "  1        a preflight check failed (nothing started)\n"
-            "  2        a usage error (nothing started), or a rank's adapter refused a value\n"
-            f"  {outcome.STALL_STATUS}      the stall watchdog ended the job (--stall-timeout)\n"
-            "  128+N    mpilaunch was asked to stop by signal N (130: Ctrl-C, 143: SIGTERM), or\n"
-            "           the failing rank was killed by signal N\n"
-            f"  {outcome.LOST_HOST_STATUS}      a host was lost\n"
-            "  other    the failing rank's exit code (the root cause the summary names)\n"
-            "with --max_restarts: the last attempt's status.")
-
-
-def epilog(command: str) -> str:
-    """The exit statuses of ``command`` (``--help``'s last part)."""
-    if command == CHECK:
-        return "exit status: 0 every check passed, 1 a check failed, 2 a usage error."
-    if command == REPORT:
-        return "exit status: 0 report written, 2 no event record in LOG_DIR (or a usage error)."
-    return _launch_statuses()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -328,6 +303,9 @@ def parser(command: str = RUN) -> argparse.ArgumentParser:
             g.add_argument(*o.flags, dest=o.dest, default=None, help=argparse.SUPPRESS)
         else:
             g.add_argument(*o.flags, dest=o.dest, default=None, help=_help(o), metavar=o.metavar)
+    if command == REPORT:
+        p.add_argument("log_dir", metavar="LOG_DIR", help="the job's --log_dir")
+        return p
     p.add_argument("script", nargs="?", default=None)
     p.add_argument("script_args", nargs=argparse.REMAINDER)
     return p

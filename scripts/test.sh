@@ -10,6 +10,8 @@ need_apt=()
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ssh >/dev/null || need_apt+=(openssh-client)
 command -v ip >/dev/null || need_apt+=(iproute2)
+# headless Chromium renders `mpilaunch report` pages in tests/e2e/test_report_browser.py
+command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== apt-get install ${need_apt[*]}"

@@ -24,7 +24,7 @@ def test_the_version_is_the_package_metadata_version():
     assert cfg["metadata"]["version"] == __version__
 
 
-@pytest.mark.parametrize("command", [[], ["check"], ["job"]])
+@pytest.mark.parametrize("command", [[], ["check"], ["job"], ["report"]])
 def test_every_command_answers_version(command):
     p = _cli(*command, "--version")
     assert p.returncode == 0, p.stderr
