@@ -31,7 +31,7 @@ from typing import List, Mapping, Optional
 
 from mpilaunch import allocation, events, relays, rundir
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
-from mpilaunch.summary import Collector, render_summary, root_text
+from mpilaunch.summary import Collector, render_summary, root_text, write_ranks_file
 
 ESCALATE_AFTER = 10.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -270,7 +270,9 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
         job.control, job.np = control, getattr(plan, "np", 0)
         if stop["first"] is not None and not stop.get("forwarded") and not stop.get("graceful"):
             act(stop["first"])   # the stop came while Popen ran (the handler saw no job yet)
-        streams = [relays.ErrRelay(proc.stderr, collector, rank_failed), relays.OutRelay(proc.stdout, collector)]
+        progress = relays.startup_line(plan)   # a terminal only: how far the start-up got
+        streams = [relays.ErrRelay(proc.stderr, collector, rank_failed, progress),
+                   relays.OutRelay(proc.stdout, collector, progress)]
         if proc.stdin is not None:
             relays.StdinRelay(proc.stdin).start()   # not joined: it may wait on the terminal
         backend.watch(plan, job)
@@ -311,7 +313,8 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
         summary = render_summary(collector, status, stopped_by=stop["first"],
                                  starter_signal=-rc if rc < 0 and stop["first"] is None else None,
                                  scheduler=getattr(plan, "scheduler", None), program=backend.program,
-                                 delivered=delivered)
+                                 delivered=delivered,
+                                 ranks_file=write_ranks_file(collector))
         summary = attempt.summary(summary, collector)
         summary += events.summary(summary)   # recorded; its last line: the report command
         relays.Sink(2).write(summary.encode("utf-8", "replace"))

@@ -251,11 +251,24 @@ def spans_machines(hosts: Sequence) -> bool:
 
 
 def rank0_address(hosts: Sequence, node_addr=None) -> Optional[str]:
-    """Rank 0 runs here and some ranks elsewhere: the address of this host that the first
-    other host routes to (what the ranks' MPI agreement would pick, decided by the launcher
-    once), or None when that host is given by name (the agreement decides then: a name look-up
-    here could wait on DNS). ``node_addr``: name -> the address the scheduler knows for it
-    (Slurm's NodeAddr), asked for that host only."""
+    """Rank 0's address for the scheduler, decided by the launcher once instead of by the
+    ranks' MPI agreement (MPI_Init in every adapter), or None to leave it to the agreement.
+
+    * Rank 0 runs here and some ranks elsewhere: the address of this host that the first
+      other host routes to (what the agreement would pick).
+    * Rank 0 runs on another host (a launcher outside the hostfile: mpi-operator's launcher
+      pod, a login node): that host's own address, when the hostfile gives it as one; the
+      launcher's ssh and Open MPI's daemons reach it there, and so do the other ranks.
+
+    A host given by name is looked up nowhere here (a look-up could wait on DNS); only
+    ``node_addr`` (name -> the address the scheduler knows for it: Slurm's NodeAddr) is asked,
+    for that one host."""
+    if not hosts:
+        return None
+    first = hosts[0]
+    if not is_here(first):
+        addr = first.name if _is_ipv4(first.name) else node_addr(first.name) if node_addr else None
+        return addr if _is_ipv4(addr) and not is_loopback(addr) else None
     for h in hosts[1:]:
         if is_here(h):
             continue

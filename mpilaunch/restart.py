@@ -106,8 +106,10 @@ def attempt_cfg(cfg, lr: LongRun, k: int):
         spec = span.expect_spec(cfg)
     extra = rankcmd.attempt_flags(k if lr.max_restarts else None, lr.max_restarts,
                                   lr.term_grace, lr.stall_timeout, spec)
-    if (lr.span and lr.rank0_here and not cfg.master_addr and not cfg.exec_mode
-            and spec):
+    # Rank 0 elsewhere (a launcher outside the hostfile) is on the first host only where the
+    # plan fills the slots in order; a placement of the user's own leaves it to the agreement.
+    placed = lr.rank0_here or (spec or "").split(";")[1:2] == ["exact"]
+    if lr.span and placed and not cfg.master_addr and not cfg.exec_mode and spec:
         from mpilaunch import allocation   # Slurm: node names, their NodeAddr from scontrol
 
         addr = net.rank0_address(cfg.hosts, allocation.node_addr_lookup(cfg.hosts_from, os.environ))

@@ -44,6 +44,31 @@ def _ssh_args_in_mca(cfg) -> bool:
     return "plm_rsh_args" in text or "plm_ssh_args" in text
 
 
+def _ssh_checks(cfg, backend, run_dir):
+    """The ssh preflight of a multi-host launch, or its replacement; -> the config to launch.
+
+    A backend that explains a failed start itself (``explains_start``: Open MPI, whose mpirun
+    names the host whose daemon did not report back) gets no preflight before the launch: its
+    own ssh is the check, given BatchMode and a connect time-out (ssh.start_options), and only
+    after a failed daemon start do the preflight's checks run, to name every failing host and
+    the fix (backends/openmpi.py, after). A preflight cost a login per host before mpirun's own
+    (~0.15 s per host on the 32-host bench, docs/SCALE.md). Otherwise (Hydra, or ssh options the
+    user gives in the MCA args, which mpilaunch does not amend) the preflight runs first, each
+    login leaving a control master that the starter's ssh reuses."""
+    from mpilaunch import options, ssh
+
+    if getattr(backend, "explains_start", False) and not _ssh_args_in_mca(cfg):
+        backend.start_cfg = cfg   # the hosts and ssh options the checks use after a failure
+        timeout = float(options.BY_DEST["check_timeout"].default)   # check's, without importing it
+        return cfg._replace(ssh_extra=tuple(cfg.ssh_extra) + tuple(ssh.start_options(timeout)))
+    mux = None if _ssh_args_in_mca(cfg) else ssh.mux_path(run_dir, len(cfg.hosts))
+    if preflight_fails(cfg, mux):
+        raise _NotStarted()
+    if mux and ssh.mux_sockets(run_dir):   # the starter's ssh reuses the logins' connections
+        cfg = cfg._replace(ssh_extra=tuple(cfg.ssh_extra) + tuple(ssh.mux_client_options(mux)))
+    return cfg
+
+
 def main(argv: Sequence[str]) -> int:
     from mpilaunch import allocation, backends, config, launcher, net, options, rankcheck, restart
 
@@ -70,14 +95,9 @@ def main(argv: Sequence[str]) -> int:
     # Inside a Slurm job, mpirun starts its daemons through Slurm (srun), not ssh: no ssh check.
     run_dir = launcher.make_run_dir()
     try:
-        if not args.no_preflight and not allocation.from_slurm(cfg.hosts_from):
-            from mpilaunch import ssh
-
-            mux = None if _ssh_args_in_mca(cfg) else ssh.mux_path(run_dir, len(cfg.hosts))
-            if preflight_fails(cfg, mux):
-                raise _NotStarted()
-            if mux and ssh.mux_sockets(run_dir):   # the starter's ssh reuses the logins' connections
-                cfg = cfg._replace(ssh_extra=tuple(cfg.ssh_extra) + tuple(ssh.mux_client_options(mux)))
+        if (not args.no_preflight and not allocation.from_slurm(cfg.hosts_from)
+                and not net.all_here(cfg.hosts)):
+            cfg = _ssh_checks(cfg, backend, run_dir)
         plan = backend.plan(cfg, env, run_dir, os.geteuid())
     except BaseException as exc:
         launcher.remove_run_dir(run_dir)   # its owner file, any ssh masters: all of it

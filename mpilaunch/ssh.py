@@ -158,6 +158,15 @@ def keepalive_options() -> List[str]:
     return ["-o", f"ServerAliveInterval={KEEPALIVE_INTERVAL}", "-o", f"ServerAliveCountMax={KEEPALIVE_COUNT}"]
 
 
+def start_options(timeout: float) -> List[str]:
+    """For the starter's own ssh when no preflight ran before it (Open MPI: run.py): never a
+    prompt (a password or host-key question would stop the background mpirun for good), and a
+    host that does not answer fails within ``timeout`` s instead of TCP's ~2 minutes; the failed
+    daemon start is then explained by the preflight's own checks (backends/openmpi.py, after).
+    Appended after the user's options: ssh takes the first value given, so theirs win."""
+    return ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(math.ceil(timeout)))}"]
+
+
 def mux_client_options(path: Optional[str]) -> List[str]:
     """For mpirun's ssh: use an open master, never become one (no socket -> plain ssh)."""
     if not path:

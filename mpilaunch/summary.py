@@ -87,6 +87,8 @@ class Collector:
         self.backend = backend
         self.events: List[Event] = []
         self.unreachable: List[str] = []   # hosts a backend found unreachable (Hydra)
+        self.not_started: list = []        # check results of hosts where no daemon started
+        self.ranks_seen: set = set()       # ranks that sent any status line: the job had started
         self._streams = {"stdout": _Tail(self.TAIL), "stderr": _Tail(self.TAIL)}
 
     def feed_status(self, event: Event) -> None:
@@ -184,24 +186,31 @@ def signal_note(sig: Optional[int], delivered, program: str, starter: bool = Fal
 
 def render_summary(collector: Collector, status: int, tail_lines: int = 10,
                    stopped_by: Optional[int] = None, starter_signal: Optional[int] = None,
-                   scheduler=None, program: str = "mpirun", delivered=()) -> str:
+                   scheduler=None, program: str = "mpirun", delivered=(),
+                   ranks_file: Optional[str] = None) -> str:
     """``status``: the job's exit status (``outcome.decide``); ``stopped_by``: the signal that
     asked mpilaunch to stop (the user or the platform); ``starter_signal``: the signal that
     ended the starter (``program``: mpirun, mpiexec, srun) itself, if one did; ``scheduler``:
     (started on rank 0, why), for :func:`scheduler_hint`; ``delivered``: the user signals
-    mpilaunch gave to the workers (:func:`signal_note`)."""
+    mpilaunch gave to the workers (:func:`signal_note`); ``ranks_file``: where every rank's
+    status was written (:func:`write_ranks_file`), named when the summary counts ranks."""
     lines = [f"mpilaunch: job failed (exit status {status})"]
     if stopped_by is not None:
         lines.append(f"  root cause: stopped by {_signal_name(stopped_by)} sent to mpilaunch "
                      "(the user or the platform asked the job to stop)")
-        _others(lines, collector, None)
+        _others(lines, collector, None, ranks_file)
+        return "\n".join(lines) + "\n"
+    if collector.not_started:
+        _not_started(lines, collector.not_started, program)
         return "\n".join(lines) + "\n"
     lost = collector.lost_hosts()
     if lost:
         why = collector.backend.lost_why
         lines.append(f"  root cause: host {lost[0]} lost: {why} (host down, crashed or unreachable)")
         if len(lost) > 1:
-            lines.append("  also lost: " + ", ".join(lost[1:]))
+            more = len(lost) - 1 - MAX_LISTED
+            lines.append("  also lost: " + ", ".join(lost[1:1 + MAX_LISTED])
+                         + (f" and {more} more" if more > 0 else ""))
         lines.append("  check it with: mpilaunch check --hostfile ... (same options as the launch)")
         return "\n".join(lines) + "\n"
     root = collector.root_cause()
@@ -211,11 +220,11 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
         note = signal_note(starter_signal, delivered, program, starter=True)
         if note:
             lines.append(note)
-        _others(lines, collector, None)
+        _others(lines, collector, None, ranks_file)
         return "\n".join(lines) + "\n"
     if root is None:
         lines.append(f"  no rank reported a failure; see {program}'s messages above")
-        _others(lines, collector, None)
+        _others(lines, collector, None, ranks_file)
         return "\n".join(lines) + "\n"
     who = f"rank {root.rank}" if root.rank is not None else "a rank"
     where = f" on host {root.host}" if root.host not in ("", "?") else ""
@@ -233,22 +242,95 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
     hint = scheduler_hint(root, scheduler)
     if hint:
         lines.append(hint)
-    _others(lines, collector, root)
+    _others(lines, collector, root, ranks_file)
     return "\n".join(lines) + "\n"
 
 
-def _others(lines: List[str], collector: Collector, root: Optional[Event]) -> None:
-    others = sorted(
-        {(e.rank if e.rank is not None else -1, e.role, e.cause) for e in collector.events if e is not root}
-    )
-    if others:
-        parts = [f"{r} {role} ({'stopped by the teardown' if cause == 'terminated' else 'failed too'})"
-                 for r, role, cause in others]
-        lines.append("  other ranks: " + ", ".join(parts))
+MAX_LISTED = 8      # hosts or ranks named one by one in a summary; the rest are counted
+
+
+def _not_started(lines: List[str], results, program: str) -> None:
+    """The hosts where the starter could not start its daemon, each with the ssh check that
+    fails there and its fix (the preflight's words: check/hosts.py)."""
+    hosts = list(dict.fromkeys(r.host for r in results))
+    lines.append(f"  root cause: {program} could not start on {len(hosts)} host(s): "
+                 f"{', '.join(hosts[:MAX_LISTED])}{', ...' if len(hosts) > MAX_LISTED else ''}")
+    for r in results[:MAX_LISTED]:
+        lines.append(f"    {r.line()}")
+    if len(results) > MAX_LISTED:
+        lines.append(f"    ... and {len(results) - MAX_LISTED} more")
+    lines.append("  check them with: mpilaunch check --hostfile ... (same options as the launch)")
+
+
+RANKS_FILE = "ranks.txt"   # every rank's last status, next to the logs (what the summary counts)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _others(lines: List[str], collector: Collector, root: Optional[Event],
+            ranks_file: Optional[str] = None) -> None:
+    """The other ranks, readable at any size: those that failed on their own one by one (at
+    most MAX_LISTED), those the teardown stopped and those that had finished as counts
+    ("31 workers on 31 hosts stopped by the teardown"), and where the full list is."""
+    seen, others = set(), []
+    for e in collector.events:   # one line per process: a rank's worker, its scheduler copy
+        if e is not root and (e.rank, e.role) not in seen:
+            seen.add((e.rank, e.role))
+            others.append(e)
+    own = sorted((e for e in others if e.cause != "terminated" and (e.code or e.signal)),
+                 key=lambda e: e.t)
+    for e in own[:MAX_LISTED]:
+        who = f"rank {e.rank}" if e.rank is not None else "a rank"
+        where = f" on host {e.host}" if e.host not in ("", "?") else ""
+        lines.append(f"  also failed on its own: {who} ({e.role}){where}: "
+                     f"{describe_status(e.code, e.signal)}")
+    if len(own) > MAX_LISTED:
+        lines.append(f"  ... and {len(own) - MAX_LISTED} more failed on their own")
+    for cause, what in (("terminated", "stopped by the teardown"), ("self", "had finished (exit 0)")):
+        group = [e for e in others if e.cause == cause and (cause == "terminated" or not (e.code or e.signal))]
+        for role in sorted({e.role for e in group}):
+            mine = [e for e in group if e.role == role]
+            hosts = {e.host for e in mine}
+            lines.append(f"  {_plural(len(mine), role)} on {_plural(len(hosts), 'host')} {what}")
+    if ranks_file and others:
+        lines.append(f"  every rank: {ranks_file}")
+
+
+def rank_lines(collector: Collector) -> List[str]:
+    """One line per status line the ranks sent, by rank: the full list the summary counts."""
+    out = []
+    for e in sorted(collector.events, key=lambda e: (e.rank if e.rank is not None else -1, e.t)):
+        how = ("stopped by the teardown" if e.cause == "terminated"
+               else "failed on its own" if e.code or e.signal else "finished")
+        out.append(f"rank {e.rank} ({e.role}) on host {e.host}: {e.event} "
+                   f"{describe_status(e.code, e.signal)}, {how}" + (f"; log {e.log}" if e.log else ""))
+    return out
+
+
+def write_ranks_file(collector: Collector) -> Optional[str]:
+    """Write :func:`rank_lines` to RANKS_FILE in the ranks' log dir (where their logs are);
+    -> its path, or None (no rank reported a log, or it cannot be written)."""
+    import os
+
+    logs = [e.log for e in collector.events if e.log and os.path.isabs(e.log)]
+    if len(collector.events) < 2 or not logs:
+        return None
+    path = os.path.join(os.path.dirname(logs[0]), RANKS_FILE)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write("\n".join(rank_lines(collector)) + "\n")
+    except OSError:
+        return None
+    return path
 
 
 def root_text(collector: Collector, status: int) -> str:
     """The root cause in a few words (the attempts' list)."""
+    if collector.not_started:
+        return f"could not start on host {collector.not_started[0].host}"
     lost = collector.lost_hosts()
     if lost:
         return f"host {lost[0]} lost"

@@ -42,6 +42,11 @@ _LOST_HOST = [
     re.compile(r"A daemon failed to report back.*?Remote host:\s+(\S+)", re.S),
     SSH_CLOSED,
 ]
+# A daemon that did not report back (5.x names the host, 4.1 does not). 5.x says the same of
+# a daemon whose ssh ended mid-job (a link down): a start failure is one before any rank ran,
+# since Open MPI starts the ranks only once every daemon has reported.
+_START_FAILED = re.compile(r"A daemon failed to report back|unable to reliably start one or more "
+                           r"daemons|failed after launch and before communicating back")
 
 
 
@@ -51,6 +56,10 @@ class OpenMpi(Backend):
     lost_why = "Open MPI lost its daemon there"
     # to each rank's process group, 4.1 and 5 alike (docs/OPENMPI_FACTS.md section 16)
     forwards = frozenset((signal.SIGUSR1, signal.SIGUSR2, signal.SIGTSTP, signal.SIGCONT))
+    #: no ssh preflight before the launch: a failed daemon start is explained after it (run.py)
+    explains_start = True
+    #: the launch config the ssh checks use after a failed start (set by run.py), or None
+    start_cfg = None
 
     def plan(self, cfg, env, run_dir, euid):
         return make_plan(cfg, env, self.mpi, run_dir, euid)
@@ -77,6 +86,21 @@ class OpenMpi(Backend):
             for m in pattern.finditer(text):
                 found.append((m.start(), m.group(1).rstrip(".,")))
         return [h for _, h in sorted(found)]
+
+    def after(self, plan, collector, status: int) -> None:
+        """A daemon did not start (mpirun's words, and no rank reported anything): the
+        preflight's ssh checks, run now over every host in parallel, name each host that fails
+        and the fix (``collector.not_started``; those hosts count as lost: exit 255)."""
+        if (self.start_cfg is None or collector.ranks_seen or collector.events
+                or not _START_FAILED.search(collector.text)):
+            return
+        from mpilaunch import check, events
+
+        events.preflight_start()   # the event record: the checks' per-host records, as a preflight's
+        results = events.preflight(check.run_checks(self.start_cfg, timeout=check.DEFAULT_TIMEOUT))
+        bad = [r for r in check.failed(results) if r.host]
+        collector.not_started = bad
+        collector.unreachable += [r.host for r in bad if r.host not in collector.unreachable]
 
     def cleanup(self, pid: int, returncode: int) -> None:
         if returncode < 0:

@@ -34,7 +34,8 @@ def test_a_failed_rank_with_its_log_tail_and_the_others():
         "  log: /logs/worker_1.log\n"
         "  last 10 line(s) of the log:\n"
         + "".join(f"    | line {i}\n" for i in range(2, 12))
-        + "  other ranks: 0 scheduler (stopped by the teardown), 0 worker (stopped by the teardown)\n")
+        + "  1 scheduler on 1 host stopped by the teardown\n"
+        + "  1 worker on 1 host stopped by the teardown\n")
 
 
 def test_a_signal_and_an_adapter_error():
@@ -52,7 +53,7 @@ def test_a_stop_asked_of_mpilaunch():
     assert render_summary(c, 143, stopped_by=signal.SIGTERM) == (
         "mpilaunch: job failed (exit status 143)\n"
         "  root cause: stopped by SIGTERM sent to mpilaunch (the user or the platform asked the job to stop)\n"
-        "  other ranks: 0 worker (stopped by the teardown)\n")
+        "  1 worker on 1 host stopped by the teardown\n")
 
 
 def test_a_lost_host_in_each_backends_words():
