@@ -90,7 +90,7 @@ def combine(rounds: Sequence[outliers.Host]) -> outliers.Host:
     first = rounds[-1]
     rates = [r.compute for r in rounds if r.compute]
     compute = [_mean(col) for col in zip(*rates)] if rates else None
-    disk = dict(first.disk or {})
+    disk = dict(next((r.disk for r in rounds if r.disk), None) or {})
     rate = _mean([(r.disk or {}).get("rate") for r in rounds])
     if rate is not None:
         disk["rate"] = rate
