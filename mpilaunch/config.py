@@ -42,7 +42,10 @@ _CONFIG_FIELDS = (
     # started; whether rank 0 checks the port (--exec: only a --master_port the user gave)
     "module stdin scheduler_why port_check "
     # more adapter flags, before '--' (long jobs: mpilaunch/restart.py writes them per attempt)
-    "rank_extra"
+    "rank_extra "
+    # msrun's: --bind_numa (a file's content inlined), DryRun's level / rank / simulated size,
+    # the rank table's absolute path
+    "bind_numa sim_level sim_rank_id sim_world rank_table_file"
 )
 
 # Where the hosts of a launch came from (LaunchConfig.hosts_from), in the order they are
@@ -53,7 +56,8 @@ HOSTS_FROM = (FROM_H, FROM_HOSTFILE, FROM_VC_WORKER_HOSTS, allocation.SLURM,
               allocation.KUBEFLOW, allocation.VOLCANO, FROM_LOCAL)
 
 
-class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None, "mpirun", None, None, "", True, ()))):
+class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None, "mpirun", None, None, "", True, (),
+                                                                   None, None, None, None, None))):
     """Everything the user asked for, validated. Notable fields: ``hosts`` (tuple of Host),
     ``hosts_from`` (where the hosts came from, one of :data:`HOSTS_FROM`: decisions test
     this), ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
@@ -198,7 +202,21 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         raise UsageError(f"--python={python}: give an absolute path (ranks may get another PATH)")
 
     scheduler, scheduler_why = _scheduler(args, env, script, module, hosts, master_port)
+    from mpilaunch import msrun
+
+    sim_level, sim_rank_id = msrun.sim(args, env, np)
+    if sim_level is not None or env.get("MS_SIMULATION_LEVEL", "").strip():
+        scheduler, scheduler_why = False, "MindSpore's DryRun (--sim_level) runs no scheduler"
+    sim_world = None
+    if sim_rank_id is not None:   # msrun: one process, simulating that rank of the job
+        np, sim_world = 1, np
+    msrun.node_rank_note(args, hosts)
     return LaunchConfig(
+        bind_numa=msrun.bind_numa(args.bind_numa),
+        sim_level=sim_level,
+        sim_rank_id=sim_rank_id,
+        sim_world=sim_world,
+        rank_table_file=msrun.rank_table(args.rank_table_file),
         script=script,
         module=module,
         stdin=_stdin(args.stdin),

@@ -127,6 +127,23 @@ OPTIONS = (
        metavar="SPEC"),
     _o(("--visible-devices",), "visible_devices", "comma list mapping local rank -> DEVICE_ID",
        "rank", shown="the local rank", metavar="LIST"),
+    _o(("--bind_numa", "--bind-numa"), "bind_numa",
+       "True, msrun's JSON dict of NUMA nodes per device, or a JSON file of one: binds each "
+       "worker's CPUs and memory (numactl where there, else sched_setaffinity + set_mempolicy)",
+       "rank", shown="no binding", metavar="SPEC"),
+    _o(("--sim_level", "--sim-level"), "sim_level",
+       "MindSpore DryRun (MS_SIMULATION_LEVEL 0-3): compile without a cluster, no scheduler",
+       "rank", shown="off", metavar="N"),
+    _o(("--sim_rank_id", "--sim-rank-id"), "sim_rank_id",
+       "with --sim_level: run one process only, simulating this rank (RANK_ID) of -np",
+       "rank", shown="every rank", metavar="RANK"),
+    _o(("--rank_table_file", "--rank-table-file"), "rank_table_file",
+       "Ascend rank table, checked readable, exported as RANK_TABLE_FILE to every process",
+       "rank", shown="none", metavar="FILE"),
+    _o(("--node_rank", "--node-rank"), "node_rank",
+       "msrun's index of this node: accepted; under one mpirun each host's index is the MPI "
+       "launcher's (a different value is said once on stderr)", "rank", shown="the MPI "
+       "launcher's", metavar="N"),
     _o(("--scheduler",), "scheduler",
        "start MindSpore's scheduler on rank 0 (default: only when SCRIPT imports mindspore)",
        "rank", kind="switch"),

@@ -44,9 +44,11 @@ DEFAULT_TOPO_TIMEOUT = 600
 VISIBLE_DEVICE_VARS = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 
-class FrameworkOpts(namedtuple("FrameworkOpts", "cluster_time_out visible_devices", defaults=(None, None))):
+class FrameworkOpts(namedtuple("FrameworkOpts", "cluster_time_out visible_devices sim_level "
+                               "sim_rank_id sim_world rank_table_file", defaults=(None,) * 6)):
     """cluster_time_out: --cluster-time-out (None = not given); visible_devices: tuple of
-    --visible-devices entries (None = not given)."""
+    --visible-devices entries (None = not given); sim_level, sim_rank_id, sim_world:
+    MindSpore's DryRun (--sim-level ...); rank_table_file: RANK_TABLE_FILE."""
 
     __slots__ = ()
 
@@ -117,6 +119,23 @@ def framework_env(info: RankInfo, sched_addr: str, sched_port: int, opts: Framew
         "LOCAL_RANK": str(info.local_rank),
         "LOCAL_WORLD_SIZE": str(info.local_size),
     }
+    sim = opts.sim_level if opts.sim_level is not None else user_env.get("MS_SIMULATION_LEVEL")
+    if sim is not None and str(sim).strip():
+        # as msrun 2.x in a simulation: MS_SIMULATION_LEVEL, and none of the dynamic
+        # cluster's variables (no scheduler runs: DryRun compiles one rank alone)
+        for name in ("MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_TOPO_TIMEOUT"):
+            ours.pop(name)
+            if name != "MS_TOPO_TIMEOUT":
+                env.pop(name, None)
+        ours["MS_SIMULATION_LEVEL"] = str(sim).strip()
+        if opts.sim_rank_id is not None:
+            ours["RANK_ID"] = str(opts.sim_rank_id)
+            ours.pop("MS_NODE_ID")
+            env.pop("MS_NODE_ID", None)
+        if opts.sim_world is not None:
+            ours["RANK_SIZE"] = ours["MS_WORKER_NUM"] = str(opts.sim_world)
+    if opts.rank_table_file:
+        ours["RANK_TABLE_FILE"] = opts.rank_table_file
     env.update(ours)
     if info.node_index is not None:
         env["GROUP_RANK"] = env["NODE_RANK"] = str(info.node_index)

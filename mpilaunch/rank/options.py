@@ -83,8 +83,9 @@ def _fast(argv: List[str]):
 
 class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr master_port "
                          "no_scheduler cluster_time_out bind visible_devices scheduler_grace "
-                         "exec_ no_python python command module port_check longrun",
-                         defaults=(None,))):
+                         "exec_ no_python python command module port_check longrun "
+                         "numa sim_level sim_rank_id sim_world rank_table_file",
+                         defaults=(None,) * 6)):
     """The adapter's validated options (a namedtuple: docs/ARCHITECTURE.md, start-up).
 
     tail: parsed ``--tail-worker-log`` (None = every rank, else a frozenset of ranks);
@@ -92,7 +93,9 @@ class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr ma
     (None, ``affinity.AUTO`` or ``{key: [cpu, ...]}``); visible_devices: tuple or None;
     scheduler_grace: float; command: [SCRIPT, ARGS...] (``module``: SCRIPT is a module name);
     port_check: rank 0 checks --master-port (``--exec`` without a port the user gave: no);
-    longrun: the flags each attempt writes (:class:`mpilaunch.rank.longrun.LongRun`) or None."""
+    longrun: the flags each attempt writes (:class:`mpilaunch.rank.longrun.LongRun`) or None;
+    numa: ``--bind-numa`` as given (checked; rank/numabind.py reads it again in the child);
+    sim_level, sim_rank_id, sim_world: int or None; rank_table_file: str or None."""
 
     __slots__ = ()
 
@@ -122,7 +125,14 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
     tail = contract.parse_tail_spec(ns.tail_worker_log, "--tail-worker-log")
     logs.check_log_name(ns.worker_log_name)
     bind = affinity.parse_bind_core(ns.bind_core, cpu_count)
+    if ns.bind_numa is not None:
+        affinity.parse_bind_numa(ns.bind_numa)
+    sim = [None if getattr(ns, d) is None else contract.whole(getattr(ns, d), f, lo)
+           for d, f, lo in (("sim_level", "--sim-level", 0), ("sim_rank_id", "--sim-rank-id", 0),
+                            ("sim_world", "--sim-world", 1))]
     return Options(
+        numa=ns.bind_numa, sim_level=sim[0], sim_rank_id=sim[1], sim_world=sim[2],
+        rank_table_file=ns.rank_table_file,
         log_dir=ns.log_dir, worker_log_name=ns.worker_log_name, tail=tail,
         master_addr=ns.master_addr.strip() if ns.master_addr else None,
         master_port=master_port, no_scheduler=ns.no_scheduler,

@@ -20,6 +20,8 @@ Decisions made here (and only here):
   hosts and the user did not set it: gloo picks its interface by resolving this host's name
   and falls back to loopback when the name does not resolve, and then no rank reaches another;
 * ``--bind-core`` CPUs (:func:`mpilaunch.rank.affinity.plan_cpus`);
+* ``--bind-numa``: the child's argv goes behind rank/numabind.py (:func:`numa_argv`), which
+  binds CPUs and memory in the child itself, then execs it;
 * ``--exec``: Python scripts with our own interpreter run under ``python -m mpi4py``.
 """
 from __future__ import annotations
@@ -63,7 +65,24 @@ def without_mpi_identity(env: Mapping[str, str]) -> dict:
 
 
 def framework_opts(opts) -> FrameworkOpts:
-    return FrameworkOpts(opts.cluster_time_out, opts.visible_devices)
+    return FrameworkOpts(opts.cluster_time_out, opts.visible_devices, opts.sim_level,
+                         opts.sim_rank_id, opts.sim_world, opts.rank_table_file)
+
+
+def numa_argv(opts, argv: List[str], role: str, info, device: str, keep_cpus: bool) -> List[str]:
+    """``argv`` behind rank/numabind.py when ``--bind-numa`` binds ``role`` (the scheduler
+    only by its own key, as in msrun), else ``argv``."""
+    if opts.numa is None:
+        return argv
+    spec = affinity.parse_bind_numa(opts.numa)
+    if spec is None or (role == "scheduler" and (spec == affinity.AUTO or "scheduler" not in spec)):
+        return argv
+    import sys
+
+    from mpilaunch.rank import numabind
+
+    return numabind.prefix(sys.executable, opts.numa, role, info.local_rank, info.local_size,
+                           device, keep_cpus) + list(argv)
 
 
 def check(opts, info, user_env: Mapping[str, str]) -> None:
@@ -108,14 +127,16 @@ def children(opts, info, sched_addr: str, sched_port: int, user_env: Mapping[str
             opts.bind, cpus, numa_nodes, info.local_rank, info.local_size,
             info.node_index == 0 and not opts.no_scheduler, worker_env["DEVICE_ID"])
     specs = []
+    device = worker_env["DEVICE_ID"]
     if info.rank == 0 and not opts.no_scheduler:
         specs.append(ChildSpec(
-            role="scheduler", argv=argv,
+            role="scheduler", argv=numa_argv(opts, argv, "scheduler", info, device, bool(sched_cpus)),
             env=without_mpi_identity(
                 framework_env(info, sched_addr, sched_port, fw, user_env, role="scheduler")),
             log_path=os.path.join(opts.log_dir, logs.SCHEDULER_LOG_NAME), cpus=sched_cpus))
     specs.append(ChildSpec(
-        role="worker", argv=argv, env=worker_env, log_path=worker_log,
+        role="worker", argv=numa_argv(opts, argv, "worker", info, device, bool(worker_cpus)),
+        env=worker_env, log_path=worker_log,
         tail_prefix=(f"[rank{info.rank}] ".encode() if logs.is_tailed(opts.tail, info.rank)
                      else None),
         cpus=worker_cpus, inherit_stdin=True))
@@ -156,4 +177,5 @@ def exec_plan(opts, info, sched_addr: str, user_env: Mapping[str, str], argv: Li
         # calls MPI_Abort, instead of waiting in MPI_Finalize for ranks that will never come
         # (62 s measured).
         argv = [argv[0], "-m", "mpi4py"] + argv[1:]
+    argv = numa_argv(opts, argv, "worker", info, env["DEVICE_ID"], bool(bound))
     return ExecPlan(argv, env, bound or None)

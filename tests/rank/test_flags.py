@@ -27,7 +27,8 @@ def full_config(no_python=False):
         tail_worker_log="0,3", master_addr="10.0.0.1", master_port=29500, cluster_time_out=77,
         bind_core="True", visible_devices="1,3", scheduler=False, port_check=False,
         no_python=no_python, module="pkg.mod", script=None, script_args=("--lr", "0.1"),
-        rank_extra=tuple(rankcmd.attempt_flags(*ATTEMPT)))
+        bind_numa='{"device0":[0]}', sim_level=1, sim_rank_id=3, sim_world=8,
+        rank_table_file="/rt.json", rank_extra=tuple(rankcmd.attempt_flags(*ATTEMPT)))
 
 
 # what the adapter must read from full_config(no_python) (vars of the parsed namespace)
@@ -39,7 +40,8 @@ def expected(no_python):
         "no_scheduler": True, "no_port_check": True, "no_python": no_python,
         "python": None if no_python else PY, "restart_count": "2", "max_restarts": "3",
         "term_grace": "2.5", "stall_timeout": "60", "expect_ranks": SPEC, "module": True,
-        "scheduler_grace": "300", "command": []}
+        "scheduler_grace": "300", "bind_numa": '{"device0":[0]}', "sim_level": "1",
+        "sim_rank_id": "3", "sim_world": "8", "rank_table_file": "/rt.json", "command": []}
 
 
 def adapter_argv(cfg):
@@ -62,6 +64,8 @@ def test_every_written_flag_round_trips(no_python):
     assert (opts.exec_, opts.module, opts.port_check, opts.no_scheduler) == (True, True, False, True)
     assert opts.longrun == LongRun(2, 3, 2.5, 60.0, SPEC)
     assert opts.command == ["pkg.mod", "--lr", "0.1"]
+    assert (opts.numa, opts.sim_level, opts.sim_rank_id, opts.sim_world, opts.rank_table_file) == (
+        '{"device0":[0]}', 1, 3, 8, "/rt.json")
 
 
 def unwritten(table):
