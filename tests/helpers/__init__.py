@@ -11,6 +11,8 @@
     frameworks.py        MindSpore / PyTorch availability and the example training scripts
     multinode.py         what the multi-host launch tests share: DUMP, BROADCAST, SECRETS
     restart.py           the restartable PyTorch training script (TRAIN)
+    scale.py             the scale scenarios (failing worker, lost host, SIGTERM, restart) the
+                         scale tests and bench/bench_scale.py share
     fixtures_hosts.py    the namespace test host fixtures (registered by conftest.py)
     hosts/               the namespace test hosts themselves (scripts/testhosts.py runs its CLI)
     slurm/               a real Slurm for the tests, its fixtures and what the Slurm tests share

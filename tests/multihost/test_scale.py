@@ -1,0 +1,163 @@
+"""Launches and faults at scale on the wide namespace set (``scalehosts``: 16 hosts in CI,
+``MPILAUNCH_SCALE_HOSTS`` for more), one rank per host, Open MPI 5, what a user checks: the exit
+status, how long the end took, the host named in the summary, nothing left on any host.
+
+The launcher runs inside host 1 (worker-0, as ModelArts runs it) or in the root namespace,
+outside the hostfile (as mpi-operator's launcher pod). The scenarios themselves live in
+tests/helpers/scale.py (bench/bench_scale.py times the same ones at 32 and 64 hosts)."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from helpers import REPO
+from helpers import scale
+from helpers.launch import clean_env
+from helpers.mpis import OMPI5_MPIRUN as OMPI5
+
+pytestmark = pytest.mark.multinode
+
+
+def _accepted(host):
+    with open(host.sshd_log, errors="replace") as fh:
+        return sum(1 for line in fh if "Accepted " in line)
+
+
+def test_the_scale_set_is_wide_and_its_hosts_are_idle(scalehosts):
+    th = scalehosts
+    n = len(th.hosts)
+    assert n == scale_n(th) and n >= 16
+    assert th.subnet.endswith(".0/24") and not th.subnet.startswith("10.231.0.")
+    assert len({h.addr for h in th.hosts}) == n
+    assert all(h.addr.startswith(th.subnet.rsplit(".", 1)[0] + ".") for h in th.hosts)
+    assert th.ssh(n - 1, ["hostname"]).stdout.strip() == th.hosts[-1].hostname
+    assert th.leftovers() == {}
+
+
+def scale_n(th):
+    from helpers.fixtures_hosts import scale_hosts_wanted
+
+    return scale_hosts_wanted()
+
+
+@pytest.mark.parametrize("outside", [False, True], ids=["worker-0", "outside"])
+def test_a_launch_needs_no_preflight_login_nor_mpi_agreement(scalehosts, tmp_path, outside):
+    th = scalehosts
+    n = len(th.hosts)
+    remote = th.hosts[1:] if not outside else th.hosts
+    before = [_accepted(h) for h in remote]
+    cmd = scale.argv(th, OMPI5, n, str(tmp_path), "ok", "--env-prefixes", "MPILAUNCH_DEBUG")
+    proc = scale.start(th, cmd, outside, env=clean_env(MPILAUNCH_DEBUG_AGREE="1"))
+    out, err = scale.finish(th, proc)
+    assert proc.returncode == 0, err
+    assert len(re.findall(r"agreement: used_mpi=False", err)) == n, err
+    assert "used_mpi=True" not in err
+    assert "setpgid" not in err and "preflight" not in err
+    logs = [f for f in os.listdir(tmp_path / "logs") if f.startswith("worker_")]
+    assert sorted(logs) == sorted(f"worker_{r}.log" for r in range(n))
+    # mpirun's own ssh was the only login each remote host saw
+    assert [_accepted(h) - b for h, b in zip(remote, before)] == [1] * len(remote)
+    assert scale.left_on_hosts(th) == {}
+
+
+@pytest.mark.parametrize("outside", [False, True], ids=["worker-0", "outside"])
+def test_a_failing_worker_ends_the_job_fast_and_the_summary_counts(scalehosts, tmp_path, outside):
+    th = scalehosts
+    n = len(th.hosts)
+    r = scale.failing_worker(th, OMPI5, n, str(tmp_path), outside)
+    assert r["rc"] == 3, r["stderr"]
+    assert r["seconds"] is not None and r["seconds"] <= 1.5, r
+    lines = r["stderr"][r["stderr"].index("mpilaunch: job failed"):].splitlines()
+    assert lines[1] == f"  root cause: rank {n - 1} (worker) on host {th.hosts[-1].hostname}: exit code 3"
+    assert f"  {n - 1} workers on {n - 1} hosts stopped by the teardown" in lines
+    ranks_file = str(tmp_path / "logs" / "ranks.txt")
+    assert f"  every rank: {ranks_file}" in lines
+    assert len(open(ranks_file).read().splitlines()) == n
+    assert not any(line.startswith("  other ranks") for line in lines) and len(lines) < 12
+    assert r["left"] == {}
+
+
+def test_a_crashed_host_ends_the_job_naming_it(scalehosts_healthy, tmp_path):
+    th = scalehosts_healthy
+    r = scale.lost_host(th, OMPI5, len(th.hosts), str(tmp_path), "crash")
+    assert r["rc"] == 255, r["stderr"]
+    _names_the_victim(r)
+    assert r["seconds"] is not None and r["seconds"] < 30, r
+    assert r["left"] == {}
+
+
+def test_a_host_whose_link_goes_down_ends_the_job_naming_it(scalehosts_healthy, tmp_path):
+    th = scalehosts_healthy
+    r = scale.lost_host(th, OMPI5, len(th.hosts), str(tmp_path), "link")
+    assert r["rc"] == 255, r["stderr"]
+    _names_the_victim(r)
+    assert r["seconds"] is not None and r["seconds"] < 60, r
+    assert r["left"] == {}
+
+
+def _names_the_victim(r):
+    """Open MPI 5 names a lost host by its hostfile address or by the name its daemon reported
+    (the host's own name), whichever of its messages came first."""
+    root = [ln for ln in r["stderr"].splitlines() if ln.startswith("  root cause: host ")]
+    assert root and re.match(rf"  root cause: host ({re.escape(r['victim'].addr)}|"
+                             rf"{re.escape(r['victim'].hostname)}) lost", root[0]), r["stderr"]
+
+
+def test_sigterm_ends_everything_on_every_host_within_2s(scalehosts, tmp_path):
+    th = scalehosts
+    r = scale.sigterm(th, OMPI5, len(th.hosts), str(tmp_path))
+    assert r["rc"] == 143, r["stderr"]
+    assert r["seconds"] is not None and r["seconds"] <= 2.0, r
+    assert r["all_gone_s"] is not None and r["all_gone_s"] <= 2.0, r
+    assert "root cause: stopped by SIGTERM" in r["stderr"]
+    assert r["left"] == {}
+
+
+def test_max_restarts_1_after_a_worker_failure_completes(scalehosts, tmp_path):
+    th = scalehosts
+    r = scale.restart(th, OMPI5, len(th.hosts), str(tmp_path))
+    assert r["rc"] == 0, r["stderr"]
+    assert "mpilaunch: 2 attempt(s), restart budget 1; exit status 0" in r["stderr"]
+    assert r["left"] == {}
+
+
+def test_a_host_whose_sshd_is_down_at_start_is_named_with_the_fix(scalehosts_healthy, tmp_path):
+    th = scalehosts_healthy
+    n = len(th.hosts)
+    victim = th.hosts[n // 2]
+    th.kill_sshd(victim)
+    proc = scale.start(th, scale.argv(th, OMPI5, n, str(tmp_path), "ok"))
+    out, err = scale.finish(th, proc, timeout=60)
+    assert proc.returncode == 255, err
+    summary = err[err.index("mpilaunch: job failed"):]
+    assert f"  root cause: mpirun could not start on 1 host(s): {victim.addr}\n" in summary
+    assert f"    {victim.addr}: ssh port {th.port} closed — is sshd running there?" in summary
+    assert scale.left_on_hosts(th) == {}
+
+
+def test_the_startup_line_is_drawn_on_a_terminal_only(scalehosts, tmp_path):
+    th = scalehosts
+    n = len(th.hosts)
+    master, slave = os.openpty()
+    cmd = scale.argv(th, OMPI5, n, str(tmp_path), "sleep", sleep=1.0)
+    h = th.hosts[0]
+    proc = subprocess.Popen(["nsenter", "-t", str(h.sshd_pid), "-u", "--", "ip", "netns", "exec",
+                             h.netns] + cmd, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:      # EIO: the last writer is gone
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait(timeout=60) == 0
+    os.close(master)
+    text = seen.decode("utf-8", "replace")
+    # the launch took more than 2 s here: the line was drawn, then erased
+    assert re.search(rf"\rmpilaunch: starting: \d+/{n} ranks up, \d+/{n} hosts", text), text
+    assert text.endswith("\r\x1b[K") or "\r\x1b[K" in text
