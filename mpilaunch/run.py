@@ -76,6 +76,7 @@ def main(argv: Sequence[str]) -> int:
     env = dict(os.environ)
     cfg = config.build(args, env)
     rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
+    deep_gate = config.preflight_level(args, env) == "deep" and not args.no_preflight
     long_run = restart.settings(args, cfg)   # restarts, grace, watchdog, span
     backend = backends.select(cfg, env)
     long_run = restart.check(long_run, backend)
@@ -95,6 +96,11 @@ def main(argv: Sequence[str]) -> int:
     # Inside a Slurm job, mpirun starts its daemons through Slurm (srun), not ssh: no ssh check.
     run_dir = launcher.make_run_dir()
     try:
+        if deep_gate:   # --preflight deep: check --deep first (mpilaunch/check/deep.py)
+            from mpilaunch.check import deep
+
+            if deep.gate_fails(cfg, env):
+                raise _NotStarted()
         if (not args.no_preflight and not allocation.from_slurm(cfg.hosts_from)
                 and not net.all_here(cfg.hosts)):
             cfg = _ssh_checks(cfg, backend, run_dir)

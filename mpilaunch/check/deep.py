@@ -349,3 +349,28 @@ def check_deep(p: Params, settings, log_dir: str, timeout: float, parallel: int)
     results = run_checks(DeepCheckParams(**fields, deep=ask), timeout, parallel=parallel)
     report = run_deep(p, results, dp, token, timeout, parallel)
     return [r for r in results if r.check != "agent"] + report.results, report
+
+
+def gate_fails(cfg, env) -> bool:
+    """``mpilaunch --preflight deep``: the launch's hosts through ``check --deep`` with its
+    defaults first; each failure and the verdict on stderr, and True (nothing starts) when a
+    check failed or a host is an outlier."""
+    import sys
+    from types import SimpleNamespace
+
+    from mpilaunch import config, mpi
+    from mpilaunch.check.results import DEFAULT_PARALLEL, DEFAULT_TIMEOUT, LEVEL_FULL, failed
+    from mpilaunch.check.results import params_from_config
+
+    p = params_from_config(cfg, level=LEVEL_FULL, mpi_info=mpi.detect(cfg.mpirun, env),
+                           check_script=True)
+    results, report = check_deep(p, config.deep_settings(SimpleNamespace(), env), cfg.log_dir,
+                                 DEFAULT_TIMEOUT, DEFAULT_PARALLEL)
+    bad = failed(results)
+    for r in bad:
+        print(f"mpilaunch: preflight: {r.line()}", file=sys.stderr)
+    if bad:
+        print(f"mpilaunch: preflight: {report.verdict}", file=sys.stderr)
+        print("mpilaunch: not started (details: mpilaunch check --deep --table ...)",
+              file=sys.stderr)
+    return bool(bad)

@@ -343,3 +343,12 @@ def test_the_report_adds_the_deep_columns_and_puts_the_verdict_last_but_one():
                                 "100G", "-", "2GB/s", "0.03ms"]
     assert lines[5:] == ["deep: a note", rep.verdict,
                          "mpilaunch check: FAILED — 1 of 3 host(s) failed (compute 1); 0 warning(s); 2.5s"]
+
+
+def test_preflight_takes_ssh_or_deep_only(tmp_path):
+    p = subprocess.run(mpilaunch_argv("--preflight", "deeper", "-np", "1", "--no-python", "true"),
+                       env=clean_env(TMPDIR=str(tmp_path)), capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    assert (p.returncode, p.stdout, p.stderr) == (
+        2, "", "mpilaunch: error: --preflight='deeper': give ssh or deep\n")
+    assert os.listdir(tmp_path) == []

@@ -8,6 +8,7 @@ $MPILAUNCH_BENCH_OUT/mpilaunch-deep-bench.txt: the numbers the README quotes."""
 import os
 import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -143,3 +144,30 @@ def test_bench_three_runs_each(big_set):
     with open(out, "a") as f:
         for what, ts in times.items():
             f.write(f"{n} hosts, {what}: 3/3 as expected, " + ", ".join(f"{t:.1f}s" for t in ts) + "\n")
+
+
+def test_preflight_deep_gates_a_launch(testhosts, tmp_path):
+    """`mpilaunch --preflight deep` from host 1: over healthy hosts the job runs; with host 2's
+    link throttled nothing starts, exit 1, the outlier named on stderr."""
+    from helpers import EXAMPLES, REPO
+
+    th = testhosts
+    hf = th.hostfile(slots_per_host=1)
+
+    def launch(logs):
+        return th.run_in(0, [sys.executable, "-m", "mpilaunch", "--preflight", "deep", "--hostfile", hf,
+                             "--ssh-args", f"-F {th.ssh_config}", "--no-scheduler", "--log_dir",
+                             str(logs), os.path.join(EXAMPLES, "hello.py")],
+                         timeout=180, env=clean_env(), cwd=REPO)
+
+    p = launch(tmp_path / "ok")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("hello rank=") == 3
+    with link_throttled(th, 1) as h:
+        p = launch(tmp_path / "slow")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"mpilaunch: preflight: {h.addr}: [{h.hostname}] network" in p.stderr
+    assert p.stderr.rstrip().endswith("mpilaunch: not started (details: mpilaunch check --deep --table ...)")
+    assert "hello rank=" not in p.stdout
+    started = os.listdir(tmp_path / "slow") if (tmp_path / "slow").exists() else []
+    assert [n for n in started if n.startswith("worker_")] == []
