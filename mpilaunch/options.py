@@ -99,7 +99,8 @@ OPTIONS = (
        kind="switch"),
     _o(("--preflight",), "preflight",
        "what to check before a multi-host launch: ssh (resolve, port, login) or deep (all of "
-       "`mpilaunch check --deep` with its defaults: the launch starts only without an outlier)", "mpirun",
+       "`mpilaunch check --deep` with its defaults, also with --no-preflight: the launch starts "
+       "only without an outlier)", "mpirun",
        default="ssh", metavar="ssh|deep", commands=(RUN, JOB)),
     _o(("-v", "--verbose"), "verbose", "print the mpirun command before running it", "mpirun",
        kind="switch"),

@@ -76,7 +76,9 @@ def main(argv: Sequence[str]) -> int:
     env = dict(os.environ)
     cfg = config.build(args, env)
     rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
-    deep_gate = config.preflight_level(args, env) == "deep" and not args.no_preflight
+    # --preflight deep is asked for by name: --no-preflight (which `mpilaunch job` adds once
+    # it saw every host) skips the ssh preflight only
+    deep_gate = config.preflight_level(args, env) == "deep"
     long_run = restart.settings(args, cfg)   # restarts, grace, watchdog, span
     backend = backends.select(cfg, env)
     long_run = restart.check(long_run, backend)
