@@ -73,7 +73,10 @@ class Agent:
             raise AgentError(f"its agent's connection broke: {exc}") from None
         if not line:
             raise AgentError("its agent ended")
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise AgentError(f"its agent said something else: {line[:100]!r}") from None
 
     def ask(self, cmd: dict, timeout: float) -> dict:
         try:
@@ -119,6 +122,9 @@ def _measure_host(a: Agent, w: Windows, dp: DeepParams, slack: float, disk: bool
                       "window": ROUNDS * w.disk}, ROUNDS * w.disk * 20 + slack)
     else:
         disk = None
+    for what, ans in (("compute", comp), ("memory", mem)):
+        if ans.get("error"):
+            raise AgentError(f"its {what} probe failed: {ans['error']}")
     return outliers.Host(a.name, a.addr, own_name(a), a.slots, comp.get("rates"), comp.get("kind"),
                          mem.get("rate"), disk, a.hello.get("devices"), cpus(a))
 

@@ -46,8 +46,29 @@ def fails(p):
     return [ln for ln in p.stdout.splitlines() if ln.startswith("FAIL ")]
 
 
+def agents_left():
+    """Processes still running the probe's code with a deep check's token: its agents (they
+    end with the check)."""
+    import psutil
+
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmd = proc.info["cmdline"] or ()
+            if any("@@mpilaunch-probe" in a for a in cmd) and any('"token"' in a for a in cmd):
+                left.append(proc.pid)
+        except psutil.Error:
+            pass
+    return left
+
+
 def check_healthy(th, n_hosts=None):
     p, took = deep(th, n_hosts)
+    for _ in range(20):          # the agents exit when the checker's connection closes
+        if not agents_left():
+            break
+        time.sleep(0.1)
+    assert agents_left() == []
     assert p.returncode == 0, p.stdout + p.stderr
     assert verdict(p).startswith("mpilaunch check --deep: no outlier beyond 2.5x the median"), p.stdout
     table = rows(p)
