@@ -192,3 +192,30 @@ def test_preflight_deep_gates_a_launch(testhosts, tmp_path):
     assert "hello rank=" not in p.stdout
     started = os.listdir(tmp_path / "slow") if (tmp_path / "slow").exists() else []
     assert [n for n in started if n.startswith("worker_")] == []
+
+
+def test_a_host_that_fails_a_usual_check_is_left_out_and_its_agent_ends(testhosts):
+    """Host 1's scheduler port is taken: its check fails, the other two are measured, and
+    the agent its probe started is told to go."""
+    th = testhosts
+    h1 = th.hosts[0]
+    holder = subprocess.Popen(
+        ["ip", "netns", "exec", h1.netns, sys.executable, "-c",
+         "import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 38193)); s.listen(); "
+         "print('up', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "up"
+        p, _ = deep(th, None, "--master_port", "38193")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert [ln.split(":")[0] for ln in fails(p)] == [f"FAIL {h1.addr}"]
+    assert verdict(p).startswith("mpilaunch check --deep: no outlier beyond 2.5x the median "
+                                 "(2 host(s), 2 link(s);"), p.stdout
+    assert rows(p)[h1.addr]["COMPUTE"] == "-"
+    for _ in range(20):
+        if not agents_left():
+            break
+        time.sleep(0.1)
+    assert agents_left() == []
