@@ -46,8 +46,9 @@ def _grow_pipe(fd: int, size: int) -> None:
 
 
 def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
-          partial_delay: float = 0.1, pipe_size: int = PIPE_SIZE) -> None:
-    """Copy ``read_fd`` to ``log_fd`` verbatim and to ``out_fd`` with ``prefix`` on each line.
+          partial_delay: float = 0.1, pipe_size: int = PIPE_SIZE, on_first=None) -> None:
+    """Copy ``read_fd`` to ``log_fd`` verbatim and to ``out_fd`` with ``prefix`` on each line;
+    ``on_first()`` once the first chunk is in the log (the event record's first output).
 
     Per chunk (up to 1 MiB): one ``write`` to the log, one ``bytes.replace`` and one
     ``writev`` to the console; only complete lines go to the console, so lines from
@@ -74,6 +75,9 @@ def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
             if not chunk:
                 break
             _write_all(log_fd, chunk)
+            if on_first is not None:
+                on_first()
+                on_first = None
             if not console:
                 continue
             cut = chunk.rfind(b"\n")

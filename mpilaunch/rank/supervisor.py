@@ -148,16 +148,19 @@ class Supervisor:
                     os.close(read_fd)
         # lifecycle lines for the launcher's event record (rank/status.py: life)
         status.life(self.rank, self.host, spec.role, "started", pid=child.proc.pid)
-        if spec.role == "worker":
-            firstout.watch(spec.log_path, lambda: child.status is not None,
-                           lambda: status.life(self.rank, self.host, "worker", "output"))
+        first = None if spec.role != "worker" else (
+            lambda: status.life(self.rank, self.host, "worker", "output"))
+        watch = (firstout.watch(spec.log_path, first)   # not tailed: only its log sees it
+                 if first is not None and read_fd is None else None)
         if read_fd is not None:
             child.relay = threading.Thread(
                 target=relay, args=(read_fd, log_fd, spec.tail_prefix, self.stdout_fd, 0.1,
-                                   self.pipe_size),
+                                   self.pipe_size, first),
                 name=f"relay-{spec.role}", daemon=True)
             child.relay.start()
         rc = child.proc.wait()
+        if watch is not None:
+            watch.stop()
         child.status = exit_status(rc)
         child.signal = -rc if rc < 0 else None
         self.events.put(("exit", spec.role))

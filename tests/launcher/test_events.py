@@ -137,11 +137,11 @@ if sys.argv[2] == "fail":
 '''
 
 
-def _job(tmp_path, mode, np=3):
+def _job(tmp_path, mode, np=3, extra=()):
     script = tmp_path / "w.py"
     script.write_text(WORKER)
     logs = tmp_path / "logs"
-    p = run(["-np", str(np), "--log_dir", str(logs), "--master_port", "0", str(script),
+    p = run(["-np", str(np), "--log_dir", str(logs), "--master_port", "0", *extra, str(script),
              str(tmp_path), mode], env=clean_env(MY_API_KEY="hidden-key-value-77"), cwd=str(tmp_path))
     return p, str(logs)
 
@@ -175,10 +175,16 @@ def test_a_failing_job_is_recorded_step_by_step(tmp_path):
     assert "hidden-key-value-77" not in text and "****" in text
 
 
-def test_a_successful_job_records_every_exit_0_and_no_teardown(tmp_path):
-    p, logs = _job(tmp_path, "ok", np=2)
+@pytest.mark.parametrize("tail", ["-1", "none"])
+def test_a_successful_job_records_every_exit_0_and_no_teardown(tmp_path, tail):
+    # tailed: the relay sees the first output; not tailed: the adapter watches the log
+    p, logs = _job(tmp_path, "ok", np=2, extra=("--tail_worker_log", tail))
     assert p.returncode == 0, p.stderr
     recs = _records(logs)
+    firsts = {r["rank"]: r for r in recs if r["kind"] == "first_output"}
+    starts = {r["rank"]: r for r in recs if r["kind"] == "process_start"}
+    assert sorted(firsts) == [0, 1]
+    assert all(starts[r]["seq"] < firsts[r]["seq"] for r in (0, 1))
     exits = [r for r in recs if r["kind"] == "process_exit"]
     assert sorted((r["rank"], r["status"], r["cause"]) for r in exits) == [(0, 0, "ok"), (1, 0, "ok")]
     assert "teardown_start" not in [r["kind"] for r in recs]
