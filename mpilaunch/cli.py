@@ -17,6 +17,9 @@ SUBCOMMANDS = ("run", "check", "job", "report")
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from mpilaunch import events
+
+    events.api_channel(os.environ.pop("MPILAUNCH_API_FD", None))   # api.py's pipe: not for the ranks
     command = "run"
     if argv and argv[0] in SUBCOMMANDS:
         command, argv = argv[0], argv[1:]
@@ -33,7 +36,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from mpilaunch.run import main as run_main
         return run_main(argv)
     except UsageError as exc:
-        print(f"mpilaunch: error: {exc}", file=sys.stderr)
+        if not events.tell_api("error", str(exc)):   # the API raises it instead
+            print(f"mpilaunch: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

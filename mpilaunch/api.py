@@ -1,0 +1,172 @@
+"""The Python API: ``mpilaunch.launch(script_or_module, args=[...], **options)``.
+
+The options are the command line's, by name (``np=4``, ``log_dir="logs"``,
+``max_restarts=2``, ``exec=True``: each flag's dest or any of its spellings with dashes as
+underscores), taken from the option table, so the API and the CLI cannot drift apart. The
+launch is the CLI's own: ``python -m mpilaunch`` in a child process (its signal handling,
+teardown and summary stay exactly the command's; a notebook's own signals are left alone),
+with one pipe between the two: the child says ``ready`` once every value is checked, or the
+one-line usage error, which :func:`start` raises as :class:`mpilaunch.UsageError` before
+anything is started. The result is read from the job's event record (docs/EVENTS.md).
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import signal
+import subprocess
+import sys
+from collections import namedtuple
+
+from mpilaunch.errors import UsageError
+
+API_FD = "MPILAUNCH_API_FD"   # the child's end of the pipe (events.py writes it)
+
+RootCause = namedtuple("RootCause", "rank host role code signal log message text")
+RootCause.__doc__ = "The process that failed first: where, how, its log; text as the summary says it."
+RankRecord = namedtuple("RankRecord", "rank host role pid status signal cause by log started exited")
+RankRecord.__doc__ = ("One rank process (a worker, or rank 0's scheduler) of the last attempt: "
+                      "pid, exit status and who stopped it (by: itself, teardown); started and "
+                      "exited on the launcher's clock.")
+
+
+class Result(namedtuple("Result", "status root_cause ranks attempts events_path log_dir summary")):
+    """A finished launch: ``status`` (the CLI's exit status), ``root_cause`` (RootCause or
+    None), ``ranks`` (RankRecord list), ``attempts``, ``events_path``, ``log_dir``,
+    ``summary`` (the failure summary's text, or None)."""
+
+    __slots__ = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+
+def _names():
+    from mpilaunch import options
+
+    out = {}
+    for o in options.OPTIONS:
+        if options.RUN not in o.commands or o.kind in ("hidden", "version"):
+            continue
+        for name in {o.dest} | {f.lstrip("-").replace("-", "_") for f in o.flags}:
+            out[name] = o
+    return out
+
+
+def argv_for(script_or_module: str, args=(), **opts) -> list:
+    """The ``mpilaunch`` command line of a launch (UsageError: one line naming the option)."""
+    names = _names()
+    module = opts.pop("module", opts.pop("m", False))
+    if module not in (True, False):
+        raise UsageError(f"module={module!r}: give True (script_or_module is a module, "
+                         "python -m) or False")
+    argv = []
+    for name, value in opts.items():
+        o = names.get(name)
+        if o is None:
+            near = difflib.get_close_matches(name, list(names), 1)
+            raise UsageError(f"{name}: no such option" + (f"; did you mean {near[0]}?" if near
+                             else "; launch() takes the command line's options by name"))
+        if o.dest == "dry_run":
+            raise UsageError(f"{name}: launch() starts the job; for the argv run "
+                             "mpilaunch --dry-run")
+        if value is None or value is False and o.kind == "switch":
+            continue
+        if o.kind == "switch":
+            if value is not True:
+                raise UsageError(f"{name}={value!r}: a switch; give True or False")
+            argv.append(o.name)
+        elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            argv.append(f"{o.name}={value}")
+        else:
+            raise UsageError(f"{name}={value!r}: give a string or a number, as on the command line")
+    if not isinstance(script_or_module, str) or not script_or_module:
+        raise UsageError(f"script_or_module={script_or_module!r}: give a script path or, with "
+                         "module=True, a module name")
+    if isinstance(args, str):
+        raise UsageError(f"args={args!r}: give a list of arguments, not one string")
+    args = [str(a) for a in args]
+    return argv + (["-m", script_or_module] if module else [script_or_module]) + args
+
+
+class Launch:
+    """A running launch: :meth:`wait` for its :class:`Result`, :meth:`stop` to end it as a
+    SIGTERM to the command does (every rank torn down; status 143)."""
+
+    def __init__(self, proc: subprocess.Popen, events_path: "str | None", log_dir: str):
+        self.proc, self.pid = proc, proc.pid
+        self.events_path, self.log_dir = events_path, log_dir
+
+    def poll(self) -> "int | None":
+        return self.proc.poll()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout: "float | None" = None) -> Result:
+        rc = self.proc.wait(timeout)
+        return _result(self.events_path, self.log_dir, 128 - rc if rc < 0 else rc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.stop()
+            self.proc.wait()
+
+
+def _result(path, log_dir, returncode) -> Result:
+    from mpilaunch.report import model
+
+    job = model.load(path) if path and os.path.exists(path) else None
+    att = job.last if job is not None else None
+    if att is None:
+        return Result(returncode, None, [], 0, path, log_dir, None)
+    status = job.status if job.finished and job.status is not None else returncode
+    root = None
+    if att.root:
+        r = att.root
+        root = RootCause(r.get("rank"), r.get("host"), r.get("role"), r.get("code"),
+                         r.get("signal"), r.get("log"), r.get("message"), att.cause)
+    elif status != 0 and att.cause:
+        root = RootCause(None, (att.lost_hosts or [None])[0], None, None, att.stopped_by,
+                         None, None, att.cause)
+    ranks = [RankRecord(row.rank, row.host, row.role, row.pid, row.status, row.signal, row.cause,
+                        row.by, row.log, row.started, row.exit)
+             for row in sorted(att.rows.values(), key=lambda r: (r.rank is None, r.rank, r.role))]
+    return Result(status, root, ranks, len(job.attempts), path, log_dir, att.summary)
+
+
+def start(script_or_module: str, args=(), *, env=None, cwd=None, stdout=None, stderr=None,
+          **options) -> Launch:
+    """Check every option (UsageError, nothing started) and start the launch; a handle.
+    ``env``: the launcher's environment (default: this process's; the ModelArts variables
+    are read from it as the command reads them); ``stdout``/``stderr``: where the launcher's
+    output goes (default: this process's); the job's stdin is /dev/null."""
+    argv = argv_for(script_or_module, args, **options)
+    env = dict(os.environ if env is None else env)
+    rfd, wfd = os.pipe()
+    env[API_FD] = str(wfd)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "mpilaunch", *argv], env=env, cwd=cwd,
+                                stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                pass_fds=(wfd,))
+    finally:
+        os.close(wfd)
+    with os.fdopen(rfd, "rb") as pipe:
+        line = pipe.readline().decode("utf-8", "replace").rstrip("\n")
+    word, _, rest = line.partition(" ")
+    if word == "error":
+        proc.wait()
+        raise UsageError(rest)
+    log_dir = os.path.dirname(rest) if word == "ready" and rest else None
+    return Launch(proc, rest if word == "ready" and rest else None, log_dir)
+
+
+def launch(script_or_module: str, args=(), **options) -> Result:
+    """Run the job to its end (:func:`start`, then :meth:`Launch.wait`)."""
+    with start(script_or_module, args, **options) as job:
+        return job.wait()
