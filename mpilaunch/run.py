@@ -69,6 +69,58 @@ def _ssh_checks(cfg, backend, run_dir):
     return cfg
 
 
+# Open files mpirun holds on this node: one per remote host it starts a daemon on over flat ssh
+# (the daemon's connection back), ~24 of its own, a few per rank it runs here. Measured (Open MPI
+# 5.0.11; 4.1.4 holds 23 + 1 per host alike): 16 hosts needed 37-40, 32 hosts 53-56; below that
+# mpirun fails mid-start ("Too many open files", then "A daemon failed to report back" naming a
+# healthy host). The base leaves room for the local ranks and for Open MPI's own variation.
+FILES_BASE, FILES_PER_HOST, FILES_PER_LOCAL_RANK = 64, 1, 4
+_TRUE = ("1", "true", "yes", "on", "t", "y")
+
+
+def _flat_ssh(cfg) -> bool:
+    """The user's MCA args forbid tree spawn (plm_rsh_no_tree_spawn true: ModelArts' default), so
+    mpirun itself starts the daemon on every host."""
+    import shlex
+
+    tokens = []
+    for s in (cfg.mca_args, cfg.extra_args):
+        try:
+            tokens += shlex.split(str(s.value))
+        except ValueError:
+            pass
+    if cfg.tune_import is not None:
+        tokens += list(cfg.tune_import.mca_tokens)
+    return any(t.endswith("_no_tree_spawn") and i + 1 < len(tokens) and tokens[i + 1].lower() in _TRUE
+               for i, t in enumerate(tokens))
+
+
+def open_file_limit(cfg, n_remote: int, n_local: int = 0) -> None:
+    """Flat ssh to ``n_remote`` hosts (and ``n_local`` ranks here): raise this process's soft
+    open-file limit (mpirun inherits it) to what mpirun needs, or stop with the one line that says
+    which limit to raise. Raised
+    only as far as needed (twice the need, at most the hard limit): a huge soft limit makes every
+    fork that closes its descriptors one by one slow."""
+    import resource
+
+    if n_remote <= 0 or not _flat_ssh(cfg):
+        return
+    need = FILES_BASE + FILES_PER_HOST * n_remote + FILES_PER_LOCAL_RANK * n_local
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        from mpilaunch.errors import UsageError
+
+        raise UsageError(
+            f"ulimit -n {soft} (hard {hard}): too low for flat ssh to {n_remote} hosts (mpirun holds "
+            f"about {need} open files); raise it to {need} (ulimit -n, or nofile in "
+            "/etc/security/limits.conf) or let Open MPI start its daemons as a tree (leave "
+            "plm_rsh_no_tree_spawn out of OPENMPI_MCA_ARGS)")
+    target = 2 * need if hard == resource.RLIM_INFINITY else min(hard, 2 * need)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def main(argv: Sequence[str]) -> int:
     from mpilaunch import allocation, backends, config, launcher, net, options, rankcheck, restart
 
@@ -103,8 +155,10 @@ def main(argv: Sequence[str]) -> int:
 
             if deep.gate_fails(cfg, env):
                 raise _NotStarted()
-        if (not args.no_preflight and not allocation.from_slurm(cfg.hosts_from)
-                and not net.all_here(cfg.hosts)):
+        remote = sum(1 for h in cfg.hosts if not net.is_here(h))
+        if remote and backend.program == "mpirun":
+            open_file_limit(cfg, remote, min(cfg.np, sum(h.slots for h in cfg.hosts if net.is_here(h))))
+        if not args.no_preflight and not allocation.from_slurm(cfg.hosts_from) and remote:
             cfg = _ssh_checks(cfg, backend, run_dir)
         plan = backend.plan(cfg, env, run_dir, os.geteuid())
     except BaseException as exc:

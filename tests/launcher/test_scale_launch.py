@@ -117,3 +117,34 @@ def test_the_ssh_checks_run_only_after_a_failed_daemon_start(monkeypatch, text, 
     calls.clear()
     backend.after(None, Collector(backend), 255)
     assert calls == []
+
+
+def test_flat_ssh_gets_the_open_files_it_needs_or_one_line_saying_so(monkeypatch):
+    import resource
+
+    from mpilaunch.errors import UsageError
+
+    limits = {}
+    monkeypatch.setattr(resource, "getrlimit", lambda what: limits["nofile"])
+    monkeypatch.setattr(resource, "setrlimit", lambda what, value: limits.__setitem__("set", value))
+    _, flat = _cfg("-H", ",".join(f"{a}:1" for a in REMOTE))          # ModelArts' MCA default
+    need = run.FILES_BASE + 1000 + 4 * 2
+    limits["nofile"] = (1024, 1048576)
+    run.open_file_limit(flat, 1000, 2)
+    assert limits.pop("set") == (2 * need, 1048576)                   # raised, but not to the hard limit
+    limits["nofile"] = (1024, 1500)
+    run.open_file_limit(flat, 1000, 2)
+    assert limits.pop("set") == (1500, 1500)
+    limits["nofile"] = (4096, 4096)
+    run.open_file_limit(flat, 1000, 2)                                # enough: untouched
+    assert "set" not in limits
+    limits["nofile"] = (1024, 1024)
+    with pytest.raises(UsageError) as err:
+        run.open_file_limit(flat, 1000, 2)
+    assert str(err.value) == (
+        f"ulimit -n 1024 (hard 1024): too low for flat ssh to 1000 hosts (mpirun holds about {need} "
+        f"open files); raise it to {need} (ulimit -n, or nofile in /etc/security/limits.conf) or let "
+        "Open MPI start its daemons as a tree (leave plm_rsh_no_tree_spawn out of OPENMPI_MCA_ARGS)")
+    _, tree = _cfg("-H", ",".join(f"{a}:1" for a in REMOTE), "--mca-args", "-mca pml ob1")
+    run.open_file_limit(tree, 1000, 2)                                # tree spawn: mpirun's own need is small
+    assert "set" not in limits

@@ -161,3 +161,33 @@ def test_the_startup_line_is_drawn_on_a_terminal_only(scalehosts, tmp_path):
     # the launch took more than 2 s here: the line was drawn, then erased
     assert re.search(rf"\rmpilaunch: starting: \d+/{n} ranks up, \d+/{n} hosts", text), text
     assert text.endswith("\r\x1b[K") or "\r\x1b[K" in text
+
+
+def test_the_open_file_limit_is_raised_for_flat_ssh_or_named(scalehosts, tmp_path):
+    """16 hosts over flat ssh need ~40 open files in mpirun: bare mpirun under a soft limit of
+    30 fails mid-start; mpilaunch raises the soft limit (the hard one allows it) and runs, and
+    with the hard limit at 30 stops before anything starts, naming the limit."""
+    th = scalehosts
+    n = len(th.hosts)
+    cmd = scale.argv(th, OMPI5, n, str(tmp_path), "ok")
+    hostfile = cmd[cmd.index("--hostfile") + 1]
+    bare = ["prlimit", "--nofile=30:4096", "--", OMPI5, "-np", str(n), "--hostfile", hostfile,
+            "--prtemca", "plm_ssh_args", f"-F {th.ssh_config}", "--prtemca", "plm_ssh_no_tree_spawn",
+            "true", "--allow-run-as-root", cmd[0], "-c", "pass"]
+    out, err = scale.finish(th, scale.start(th, bare, outside=True), timeout=60)
+    assert "Too many open files" in out + err
+    assert scale.left_on_hosts(th) == {}
+    proc = scale.start(th, ["prlimit", "--nofile=30:4096", "--"] + cmd, outside=True)
+    out, err = scale.finish(th, proc)
+    assert proc.returncode == 0, err
+    before = [_accepted(h) for h in th.hosts]
+    proc = scale.start(th, ["prlimit", "--nofile=30:30", "--"] + cmd, outside=True)
+    out, err = scale.finish(th, proc)
+    assert proc.returncode == 2, err
+    assert err.strip().splitlines() == [
+        f"mpilaunch: error: ulimit -n 30 (hard 30): too low for flat ssh to {n} hosts (mpirun holds "
+        f"about {64 + n} open files); raise it to {64 + n} (ulimit -n, or nofile in "
+        "/etc/security/limits.conf) or let Open MPI start its daemons as a tree (leave "
+        "plm_rsh_no_tree_spawn out of OPENMPI_MCA_ARGS)"]
+    assert [_accepted(h) for h in th.hosts] == before      # nothing started: not even ssh
+    assert scale.left_on_hosts(th) == {}
