@@ -143,10 +143,11 @@ def _host_block(att, scale, host, rows, t0, fold) -> str:
     starts = [r.started for r in rows if r.started is not None]
     ready = (f"; last worker started at {max(starts) - t0:.3f} s" if starts else "")
     opened = "" if fold and len(rows) > FOLD_HOST_ROWS and not has_root and not lost else " open"
-    agg = "" if opened else _svg(_aggregate(scale, rows, t0), ROW_H, "aggregate")
+    # folded: the host's rows in one bar, inside the summary line that stays visible
+    agg = "" if opened else "<br>" + _svg(_aggregate(scale, rows, t0), ROW_H, "aggregate")
     return (f'<details class="host{" lost" if lost else ""}" data-host="{_e(host)}"{opened}>'
             f'<summary>host <b>{_e(host)}</b>{" (lost)" if lost else ""}: {span}'
-            f'{_e(ready)}{_e(skew)}{" - root cause here" if has_root else ""}</summary>{agg}'
+            f'{_e(ready)}{_e(skew)}{" - root cause here" if has_root else ""}{agg}</summary>'
             f'{_svg(body, len(rows) * ROW_H, "rows")}</details>')
 
 
@@ -159,7 +160,7 @@ def _aggregate(scale, rows, t0) -> str:
             ph = M.Phase(name, min(p.start for p in phs), max(p.end for p in phs))
             out.append(_bar(scale, ph, 3, f"{M.PHASE_NAMES[name]} of {len(rows)} rows: "
                             f"{ph.start - t0:.3f}-{ph.end - t0:.3f} s", cls="ph agg"))
-    return f'<text x="4" y="13">{len(rows)} rows (open)</text>' + "".join(out)
+    return f'<text x="4" y="13">{len(rows)} rows folded</text>' + "".join(out)
 
 
 def _launcher_rows(job, att, scale, t0) -> str:

@@ -48,13 +48,13 @@ def write_job(log_dir, hosts=2, per_host=2, fail=1, attempts=1, slow=None):
         events.emit("starter_start", program="mpirun", pid=100 + k, argv=["mpirun"])
         for r in range(np):
             late = 0.5 if r == slow else 0.0
-            _life(r, host_of(r), "up", 1.0, pid=1000 + r)
-            _life(r, host_of(r), "started", 1.0, pid=2000 + r)
+            _life(r, host_of(r), "up", None, pid=1000 + r)
+            _life(r, host_of(r), "started", None, pid=2000 + r)
             if late:
                 import time
                 time.sleep(late)
         for r in range(np):
-            _life(r, host_of(r), "output", 2.0)
+            _life(r, host_of(r), "output", None)
         if fail is not None or not last:
             _exit(fail if fail is not None else 0, host_of(fail or 0), 3, "self")
             for r in range(np):
@@ -62,7 +62,7 @@ def write_job(log_dir, hosts=2, per_host=2, fail=1, attempts=1, slow=None):
                     _exit(r, host_of(r), 143, "terminated", 15)
         else:
             for r in range(np):
-                _life(r, host_of(r), "exit", 3.0, code=0)
+                _life(r, host_of(r), "exit", None, code=0)
         events.emit("starter_exit", returncode=3 if (fail is not None or not last) else 0)
         events.emit("teardown_end")
         status = 0 if last and fail is None else 3
