@@ -208,3 +208,48 @@ def test_the_lifecycle_line_is_json_whatever_the_host_name():
         obj = json.loads(line[len("@@mpilaunch "):])
         assert (obj["host"], obj["pid"], obj["cause"], obj["t"]) == (host, 9, "life", 1.5)
     assert sys.modules.get("mpilaunch.rank.status") is rank_status
+
+
+def test_the_preflight_is_recorded_per_host(record):
+    from mpilaunch.check.results import CheckResult
+
+    events.preflight_start()
+    results = [CheckResult("", "", "slots", "ok"),
+               CheckResult("a", "10.0.0.1", "resolve", "ok", seconds=0.01),
+               CheckResult("a", "10.0.0.1", "ssh", "ok", seconds=0.2),
+               CheckResult("b", "", "ssh-port", "fail", "port 22 refused; give --ssh-port", 0.5)]
+    assert events.preflight(results) is results
+    recs = _records(record)[2:]
+    assert [r["kind"] for r in recs] == ["preflight_start", "preflight_host", "preflight_host",
+                                         "preflight_end"]
+    a, b = recs[1], recs[2]
+    assert (a["host"], a["verdict"], a["seconds"]) == ("a", "ok", 0.21)
+    assert a["start"] == pytest.approx(recs[0]["t"]) and a["end"] == pytest.approx(recs[0]["t"] + 0.21)
+    assert (b["verdict"], b["checks"][0]["message"]) == ("fail", "port 22 refused; give --ssh-port")
+    assert (recs[3]["verdict"], recs[3]["failed"]) == ("fail", ["b"])
+
+
+RESTART = r'''
+import os, sys
+count = int(os.environ["MPILAUNCH_RESTART_COUNT"])
+sys.exit(4 if count == 0 and os.environ["RANK"] == "0" else 0)
+'''
+
+
+def test_a_restart_is_a_second_attempt_with_its_cause(tmp_path):
+    script = tmp_path / "r.py"
+    script.write_text(RESTART)
+    logs = tmp_path / "logs"
+    p = run(["-np", "2", "--log_dir", str(logs), "--max_restarts", "1", str(script)],
+            cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    recs = _records(str(logs))
+    [restart] = [r for r in recs if r["kind"] == "restart"]
+    assert restart["next_attempt"] == 1 and "rank 0 (worker)" in restart["cause"]
+    starts = [r for r in recs if r["kind"] == "attempt_start"]
+    assert [(r["attempt"], r["log_dir"]) for r in starts] == [
+        (0, str(logs / "attempt0")), (1, str(logs / "attempt1"))]
+    ends = [(r["attempt"], r["status"]) for r in recs if r["kind"] == "attempt_end"]
+    assert ends == [(0, 4), (1, 0)]
+    assert recs[-1]["kind"] == "job_end" and (recs[-1]["status"], recs[-1]["attempts"]) == (0, 2)
+    assert os.listdir(str(logs)).count("events.jsonl") == 1      # one record for the job
