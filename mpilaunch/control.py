@@ -11,11 +11,11 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import time
 from typing import Dict, List, Sequence, Tuple
 
 from mpilaunch.rank.control import ENDPOINT_VAR, MAX_LINE, TOKEN_VAR, mac
 
-HELLO_TIMEOUT = 5.0
 SEND_TIMEOUT = 2.0
 
 
@@ -46,69 +46,130 @@ def _ipv4(text: str) -> bool:
 
 
 class Control:
-    """The listening socket and the adapters connected to it (rank -> connection)."""
+    """The listening socket and the adapters connected to it (rank -> connection). One thread
+    serves them all (accept, each adapter's hello, noticing its end) on one selector, so a
+    launch of many ranks costs one file descriptor per rank and no thread per rank."""
 
-    def __init__(self, hosts: Sequence):
+    names = (ENDPOINT_VAR, TOKEN_VAR)
+
+    def __init__(self, hosts: Sequence, np: int = 0):
         import secrets
+        import selectors
 
         from mpilaunch import net
 
+        _room_for(np)
         self.token = secrets.token_hex(16)
         self.addresses = addresses(hosts)
         bind = net.LOOPBACK if self.addresses == [net.LOOPBACK] else "0.0.0.0"
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind((bind, 0))
-        self.sock.listen(512)
+        self.sock.listen(min(max(np, 128), 4096))
+        self.sock.setblocking(False)
         self.port = self.sock.getsockname()[1]
         self.peers: Dict[int, Tuple[socket.socket, str]] = {}
         self.seq = 0
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         self.closed = False
-        threading.Thread(target=self._accept, name="control-accept", daemon=True).start()
+        self.sel = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.sel.register(self.sock, selectors.EVENT_READ, ("listen",))
+        self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake",))
+        self.thread = threading.Thread(target=self._serve, name="control", daemon=True)
+        self.thread.start()
 
     @property
     def env(self) -> Dict[str, str]:
         """For the starter's environment (the backend exports the names to every rank)."""
         return {ENDPOINT_VAR: f"{','.join(self.addresses)}:{self.port}", TOKEN_VAR: self.token}
 
-    names = (ENDPOINT_VAR, TOKEN_VAR)
+    def _serve(self) -> None:
+        while not self.closed:
+            for key, _ in self.sel.select():
+                kind, conn = key.data[0], key.fileobj
+                if kind == "listen":
+                    self._accept()
+                elif kind == "hello":
+                    self._hello(conn, key.data[1])
+                elif kind == "peer":
+                    self._maybe_gone(conn, key.data[1])
+        for key in list(self.sel.get_map().values()):
+            key.fileobj.close()
+        self.sel.close()
 
     def _accept(self) -> None:
+        import selectors
+
         while True:
             try:
                 conn, _ = self.sock.accept()
-            except OSError:
-                return      # closed
-            threading.Thread(target=self._hello, args=(conn,), daemon=True).start()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:     # out of descriptors: that adapter warns and goes without;
+                time.sleep(0.05)    # the listening socket stays readable, so do not spin
+                return
+            conn.setblocking(False)
+            self.sel.register(conn, selectors.EVENT_READ, ("hello", bytearray()))
 
-    def _hello(self, conn: socket.socket) -> None:
+    def _hello(self, conn: socket.socket, buf: bytearray) -> None:
+        import selectors
+
         try:
-            conn.settimeout(HELLO_TIMEOUT)
-            data = b""
-            while b"\n" not in data and len(data) < MAX_LINE:
-                more = conn.recv(MAX_LINE)
-                if not more:
-                    raise OSError("closed")
-                data += more
-            word, rank, nonce = data.split(b"\n", 1)[0].decode("ascii").split(" ")
+            more = conn.recv(MAX_LINE)
+        except BlockingIOError:
+            return
+        except OSError:
+            more = b""
+        buf += more
+        if more and b"\n" not in buf and len(buf) < MAX_LINE:
+            return
+        try:
+            word, rank, nonce = bytes(buf).split(b"\n", 1)[0].decode("ascii").split(" ")
             if word != "hello" or not rank.isdigit() or not nonce.isalnum():
-                raise ValueError(data)
+                raise ValueError(buf)
+            conn.settimeout(SEND_TIMEOUT)       # sends come from the launcher's main thread
             conn.sendall(f"ok {mac(self.token, nonce, 0, 'ok')}\n".encode())
-            conn.settimeout(SEND_TIMEOUT)
         except (OSError, ValueError, UnicodeDecodeError):
+            self.sel.unregister(conn)
             conn.close()
             return
+        self.sel.modify(conn, selectors.EVENT_READ, ("peer", int(rank)))
         with self.lock:
-            if self.closed:
-                conn.close()
-                return
             old = self.peers.pop(int(rank), None)
             self.peers[int(rank)] = (conn, nonce)
         if old is not None:
-            old[0].close()
+            self._drop(old[0], None)
+
+    def _maybe_gone(self, conn: socket.socket, rank: int) -> None:
+        try:
+            if conn.recv(MAX_LINE, socket.MSG_DONTWAIT):
+                return          # an adapter says nothing after its hello: ignored
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self._drop(conn, rank)
+
+    def _drop(self, conn: socket.socket, rank) -> None:
+        try:
+            self.sel.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
+        with self.lock:
+            if rank is not None and self.peers.get(rank, (None,))[0] is conn:
+                del self.peers[rank]
+            self.lock.notify_all()
 
     def ranks(self) -> List[int]:
         with self.lock:
+            return sorted(self.peers)
+
+    def wait_gone(self, timeout: float) -> List[int]:
+        """Wait up to ``timeout`` s for every connected adapter to end (its end of the
+        connection closes with its process); the ranks still connected then."""
+        with self.lock:
+            self.lock.wait_for(lambda: not self.peers, timeout)
             return sorted(self.peers)
 
     def send(self, command: str) -> List[int]:
@@ -122,8 +183,7 @@ class Control:
                     conn.sendall(line.encode())
                     reached.append(rank)
                 except OSError:
-                    conn.close()
-                    del self.peers[rank]
+                    pass        # ending: the serve thread notices
         return sorted(reached)
 
     def signal(self, signum: int) -> List[int]:
@@ -133,16 +193,32 @@ class Control:
         return self.send("stop")
 
     def close(self) -> None:
+        """Stop serving; every socket is closed by the serve thread, which ends at once."""
         with self.lock:
+            if self.closed:
+                return
             self.closed = True
-            peers, self.peers = list(self.peers.values()), {}
+            self.peers = {}
         try:
-            self.sock.shutdown(socket.SHUT_RDWR)   # wakes the accept thread
+            self.wake_w.send(b"x")
         except OSError:
             pass
-        self.sock.close()
-        for conn, _ in peers:
-            conn.close()
+        self.thread.join(2)
+        self.wake_w.close()
+
+
+def _room_for(np: int) -> None:
+    """One descriptor per rank: raise the soft limit towards the hard one when ``np`` needs it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = np + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(hard, want)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, new), hard))
+        except (ValueError, OSError):
+            pass
 
 
 def missing(reached: List[int], np: int) -> str:

@@ -14,10 +14,9 @@ and hands it the running :class:`Job` (``Backend.watch``, ``Backend.on_rank_fail
   nothing is started; while Popen runs, it is forwarded as soon as the starter exists.
 * The run dir has an owner file; run dirs of launchers that died by SIGKILL are reclaimed by
   the next launch (``rundir.py``). Open MPI facts relied on: docs/OPENMPI_FACTS.md section 9.
-* SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT are the workers' (docs/ARCHITECTURE.md, "Signals"): each
-  goes once to every rank, through the starter where it forwards that signal to every rank
-  (``Backend.forwards``), else over the control channel (``control.py``), which is also the
-  graceful stop's; the launcher itself neither dies nor stops of them, as mpirun does not.
+* SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT are the workers' (``usersignals.py``): each goes once to
+  every rank, through the starter or over the control channel (``control.py``), which is also
+  the graceful stop's; the launcher itself neither dies nor stops of them, as mpirun does not.
 """
 from __future__ import annotations
 
@@ -29,19 +28,20 @@ import sys
 import threading
 from typing import List, Mapping, Optional
 
-from mpilaunch import allocation, events, relays, rundir
+from mpilaunch import allocation, events, relays, rundir, usersignals
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
 from mpilaunch.summary import Collector, render_summary, root_text, write_ranks_file
 
 ESCALATE_AFTER = 10.0
+LINGER = 3.0    # an adapter's own teardown: 2 s to SIGKILL its workers, then its report
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTSTP, signal.SIGCONT)
 
 
 def _child_setup_for(prctl):
     def setup() -> None:  # runs in the child between fork and exec
         os.setpgid(0, 0)
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        usersignals.unblock_in_child()
     return setup
 
 
@@ -92,6 +92,7 @@ class Attempt:
     watchdog). The defaults are a plain launch. In the order they are called:
 
     wants_control()             -> True when the attempt needs the control channel
+    linger()                    -> s to wait for adapters still running after the starter
     collector(backend)          -> the Collector the starter's output goes into
     started(job)                   the starter runs (:class:`Job`: kill, end, later)
     on_stop(job, signum, act)   -> True when the attempt handles this stop itself
@@ -110,6 +111,9 @@ class Attempt:
 
     def wants_control(self) -> bool:
         return False
+
+    def linger(self) -> float:
+        return LINGER
 
     def collector(self, backend) -> Collector:
         return Collector(backend)
@@ -186,13 +190,22 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
     launch; restart.py's ``LongRunAttempt`` for the graceful stop and the stall watchdog)."""
     from mpilaunch import outcome
 
-    control = _open_control(backend, plan, attempt)
-    if control is not None:     # its two variables reach every rank as the starter exports them
-        plan = backend.with_control(plan, control.names)
-    plan = relays.stdin_target(backend, plan)
-    events.attempt_start(attempt.index, plan)   # the event record (docs/EVENTS.md)
-    cmd: List[str] = list(backend.argv(plan))
-    collector = attempt.collector(backend)
+    forwarder = usersignals.Forwarder(backend)
+    forwarder.install()     # before any thread of this attempt starts (usersignals.py)
+    control = None
+    try:
+        control = forwarder.control = _open_control(backend, plan, attempt)
+        if control is not None:     # its two variables reach every rank as the starter exports them
+            plan = backend.with_control(plan, control.names)
+        plan = relays.stdin_target(backend, plan)
+        events.attempt_start(attempt.index, plan)   # the event record (docs/EVENTS.md)
+        cmd: List[str] = list(backend.argv(plan))
+        collector = attempt.collector(backend)
+    except BaseException:   # nothing started: the launcher's own signal state as it was
+        forwarder.uninstall()
+        if control is not None:
+            control.close()
+        raise
     stop = {"signals": 0, "first": None}
     proc: Optional[subprocess.Popen] = None
     job: Optional[Job] = None
@@ -220,28 +233,6 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
         else:
             print("mpilaunch: already stopping; signal again to force", file=sys.stderr, flush=True)
 
-    delivered: List[int] = []
-
-    def on_user_signal(signum, _frame):
-        name = signal.Signals(signum).name
-        if job is None or proc.poll() is not None:
-            print(f"mpilaunch: {name} received while no rank runs: not forwarded", file=sys.stderr,
-                  flush=True)
-            return
-        delivered.append(signum)
-        if signum in backend.forwards:
-            job.kill(signum)
-            how = f"forwarded to every rank by {backend.program}"
-        elif control is not None:
-            from mpilaunch.control import missing
-
-            how = ("sent to every rank's adapter, for its workers"
-                   + missing(control.signal(signum), job.np))
-        else:
-            how = (f"not delivered: {backend.program} does not forward it, and under --exec "
-                   "no adapter is there to")
-        print(f"mpilaunch: {name} received: {how}", file=sys.stderr, flush=True)
-
     def rank_failed(event):
         if event.cause == "self" and (event.code or event.signal) and not stop.get("rank_failed"):
             stop["rank_failed"] = True
@@ -250,8 +241,6 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
     previous = {}
     for sig in STOP_SIGNALS:
         previous[sig] = signal.signal(sig, on_signal)
-    for sig in USER_SIGNALS:
-        signal.signal(sig, on_user_signal)
     try:
         for path, text in backend.files(plan):
             rundir.write_atomic(path, text)
@@ -259,8 +248,9 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
             os.kill(os.getpid(), int(os.environ["MPILAUNCH_TEST_SIGNAL_BEFORE_START"]))
         if stop["first"] is not None:
             raise _StoppedBeforeStart()
+        starter_env = {**env, **backend.env(plan), **(control.env if control else {})}
         proc = subprocess.Popen(
-            cmd, env={**env, **backend.env(plan), **(control.env if control else {})}, stdin=relays.stdin_for(backend.stdin(plan)),
+            cmd, env=starter_env, stdin=relays.stdin_for(backend.stdin(plan)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             preexec_fn=_child_setup_for(prctl()), close_fds=True,
         )
@@ -268,6 +258,7 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
         events.emit("starter_start", program=backend.program, pid=proc.pid, argv=cmd)
         job = Job(proc, collector, backend.program)
         job.control, job.np = control, getattr(plan, "np", 0)
+        forwarder.started(job, job.np)
         if stop["first"] is not None and not stop.get("forwarded") and not stop.get("graceful"):
             act(stop["first"])   # the stop came while Popen ran (the handler saw no job yet)
         progress = relays.startup_line(plan)   # a terminal only: how far the start-up got
@@ -281,6 +272,8 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
             relay.start()
         rc = proc.wait()
         events.emit("starter_exit", returncode=rc)
+        if control is not None:
+            _linger(control, attempt.linger(), backend.program)
         for relay in streams:
             relay.join(timeout=5)
     except _StoppedBeforeStart:
@@ -293,8 +286,7 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
             proc.wait()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for sig in USER_SIGNALS:    # until the next attempt's ranks run: no one to give it to
-            signal.signal(sig, _no_ranks)
+        forwarder.uninstall()
         if control is not None:
             control.close()
         close_ssh_masters(run_dir)
@@ -313,7 +305,7 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
         summary = render_summary(collector, status, stopped_by=stop["first"],
                                  starter_signal=-rc if rc < 0 and stop["first"] is None else None,
                                  scheduler=getattr(plan, "scheduler", None), program=backend.program,
-                                 delivered=delivered,
+                                 delivered=forwarder.delivered,
                                  ranks_file=write_ranks_file(collector))
         summary = attempt.summary(summary, collector)
         summary += events.summary(summary)   # recorded; its last line: the report command
@@ -326,8 +318,16 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
     return status
 
 
-def _no_ranks(signum, _frame) -> None:
-    """A user signal between two attempts (or after the job): no rank runs to get it."""
+def _linger(control, seconds: float, program: str) -> None:
+    """The starter ended while adapters still run (Open MPI 5's prterun leaves its ranks when
+    Slurm's scancel signals it with them, while they save): wait for them, so the job (and a
+    batch step) ends with them, not before."""
+    left = control.wait_gone(0.2)
+    if left:
+        shown = ", ".join(str(r) for r in left[:8]) + (", ..." if len(left) > 8 else "")
+        print(f"mpilaunch: {program} ended; waiting up to {seconds:g} s for rank {shown} to end",
+              file=sys.stderr, flush=True)
+        control.wait_gone(seconds)
 
 
 def _supervised(plan) -> bool:
@@ -341,12 +341,12 @@ def _open_control(backend, plan, attempt):
     the starter does not forward (docs/ARCHITECTURE.md, "Signals")."""
     if not _supervised(plan):
         return None
-    if not attempt.wants_control() and set(USER_SIGNALS) <= set(backend.forwards):
+    if not attempt.wants_control() and set(usersignals.SIGNALS) <= set(backend.forwards):
         return None
     from mpilaunch import control
 
     try:
-        return control.Control(getattr(plan, "hosts", ()))
+        return control.Control(getattr(plan, "hosts", ()), getattr(plan, "np", 0))
     except OSError as exc:
         control.warn(f"no control channel ({exc}): the graceful stop and the signals "
                      f"{backend.program} does not forward cannot reach the ranks")

@@ -169,6 +169,13 @@ class LongRunAttempt(launcher.Attempt):
     def wants_control(self) -> bool:
         return self.lr.term_grace is not None     # the graceful stop's channel
 
+    def linger(self) -> float:
+        """Adapters saving after the starter ended wait for them up to the grace."""
+        base = launcher.LINGER
+        if self.lr.term_grace is not None and (self.graceful or self.grace_stops or self.foreign):
+            return base + self.lr.term_grace
+        return base
+
     def collector(self, backend) -> Collector:
         self.collected = _Collector(self, backend)
         return self.collected

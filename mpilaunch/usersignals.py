@@ -1,0 +1,118 @@
+"""The workers' signals, launcher side: SIGUSR1, SIGUSR2, SIGTSTP and SIGCONT sent to mpilaunch
+go once to every rank, as a bare launcher's would (docs/ARCHITECTURE.md, "Signals").
+
+* Through the starter where it forwards that signal to every rank (``Backend.forwards``,
+  measured per starter: docs/OPENMPI_FACTS.md section 16), else over the control channel
+  (``control.py``; the adapters signal their descendants). Neither is there under ``--exec``
+  for a signal the starter does not forward: the launcher says so.
+* The launcher itself neither dies nor stops of them: mpirun does not either (a Ctrl-Z stops
+  the ranks, not mpirun), and a stopped launcher could not pass the SIGCONT on.
+* A SIGTSTP from Slurm (``scontrol suspend``) is not passed on: Slurm stops every process of
+  the job itself and continues them on ``scontrol resume``, which it may do before the
+  forwarded copy arrives, leaving the workers stopped (measured under srun). Only the sender
+  tells it apart, so SIGTSTP is taken by a thread with ``sigtimedwait`` (its sender's pid);
+  the main thread and every thread started after it block it (``install`` comes before the
+  attempt's first thread: a thread that does not block it would take it, and its handler
+  would wait for the main thread, behind a later SIGCONT), and the starter is started with
+  it unblocked again (``unblock_in_child``).
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import List, Optional
+
+SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTSTP, signal.SIGCONT)
+
+
+def unblock_in_child() -> None:
+    """In the starter, between fork and exec: the mask is inherited through exec."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTSTP,))
+
+
+def _from_slurm(pid: Optional[int]) -> bool:
+    try:
+        with open(f"/proc/{int(pid)}/comm") as f:
+            name = f.read().strip()
+    except (OSError, TypeError, ValueError):
+        name = "?"
+    return name == "slurmstepd"
+
+
+class Forwarder:
+    """One attempt's: ``install()`` before the starter is started, ``started(job, np)`` once it
+    runs, ``uninstall()`` when it has ended. ``delivered``: the signals given to the workers
+    (the summary says where a signal that killed one came from)."""
+
+    def __init__(self, backend, control=None):
+        self.backend, self.control = backend, control
+        self.job = None
+        self.np = 0
+        self.delivered: List[int] = []
+        self.lock = threading.RLock()    # a handler may run while the main thread holds it
+        self.done = threading.Event()
+        self.thread = None
+
+    def install(self) -> None:
+        for sig in SIGNALS:
+            signal.signal(sig, self._on_signal)     # also SIGTSTP: a thread that does not block it
+        signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTSTP,))
+        self.thread = threading.Thread(target=self._take_tstp, name="sigtstp", daemon=True)
+        self.thread.start()
+
+    def started(self, job, np: int) -> None:
+        with self.lock:
+            self.job, self.np = job, np
+
+    def uninstall(self) -> None:
+        with self.lock:
+            self.job = None
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join(1)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTSTP,))
+        for sig in SIGNALS:     # until the next attempt's ranks run: no one to give it to
+            signal.signal(sig, _no_ranks)
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.deliver(signum, None)
+
+    def _take_tstp(self) -> None:
+        while not self.done.is_set():
+            info = signal.sigtimedwait((signal.SIGTSTP,), 0.25)
+            if info is not None:
+                self.deliver(signal.SIGTSTP, info.si_pid)
+
+    def deliver(self, signum: int, sender: Optional[int]) -> None:
+        name = signal.Signals(signum).name
+        with self.lock:
+            job = self.job
+            if job is None or job.proc.poll() is not None:
+                _say(f"{name} received while no rank runs: not forwarded")
+                return
+            if signum == signal.SIGTSTP and _from_slurm(sender):
+                _say("SIGTSTP from Slurm (scontrol suspend): Slurm stops and resumes every "
+                     "process of the job itself; not forwarded")
+                return
+            self.delivered.append(signum)
+            if signum in self.backend.forwards:
+                job.kill(signum)
+                how = f"forwarded to every rank by {self.backend.program}"
+            elif self.control is not None:
+                from mpilaunch.control import missing
+
+                how = ("sent to every rank's adapter, for its workers"
+                       + missing(self.control.signal(signum), self.np))
+            else:
+                how = (f"not delivered: {self.backend.program} does not forward it, and under "
+                       "--exec no adapter is there to")
+        _say(f"{name} received: {how}")
+
+
+def _say(text: str) -> None:
+    print(f"mpilaunch: {text}", file=sys.stderr, flush=True)
+
+
+def _no_ranks(signum, _frame) -> None:
+    """A workers' signal between two attempts (or after the job): no rank runs to get it."""
