@@ -240,6 +240,12 @@ class SlurmCluster:
                     out.append("== %s\n%s" % (name, "".join(f.readlines()[-n:])))
         return "\n".join(out)
 
+    def daemons(self):
+        """One line per daemon we started: running, or how it ended (for a failure's text)."""
+        return "\n".join("%s pid %d: %s" % (name, p.pid, "running" if p.poll() is None
+                                             else "exited %s" % p.returncode)
+                         for name, p in sorted(self.procs.items()))
+
     def slurmd_pid(self, node):
         """The pid of ``node``'s slurmd (written by its reaper), or None."""
         try:
@@ -316,7 +322,8 @@ class SlurmCluster:
                      timeout=60)
         job = r.stdout.strip().split(";")[0] if r.returncode == 0 else None
         if not job:
-            raise RuntimeError("sbatch failed (%d): %s" % (r.returncode, r.stderr))
+            raise RuntimeError("sbatch failed (%d): %s\n%s\n%s" % (
+                r.returncode, r.stderr, self.daemons(), self.logs()))
         if not wait:
             return job, None, out
         if not self.wait_gone(job, timeout):

@@ -56,6 +56,6 @@ def slurm_nodes(slurm_nodes_holder, testhosts):
         held.pop().stop()
     if not held:
         cluster = SlurmNodes(testhosts, n=2, cpus=2, kill_wait=5)
+        cluster.start(timeout=60)   # a failed start stops itself: never held, the next test retries
         held.append(cluster)
-        cluster.start(timeout=60)
     return held[0]
