@@ -4,6 +4,7 @@ signal and the watchdog wired to the worker. No process is started."""
 import os
 import queue
 import signal
+import subprocess
 import sys
 import threading
 from types import SimpleNamespace
@@ -111,14 +112,24 @@ def test_prepare_stops_a_rank_that_runs_off_plan_before_setting_anything(tmp_pat
 def test_a_stop_signal_gets_the_grace_and_is_remembered():
     from mpilaunch.rank.supervisor import Supervisor
 
-    sup = Supervisor([], 0, "node-a")
-    assert (sup.kill_grace, sup.signal_grace, sup.stop_signal) == (2.0, None, None)
-    assert sup._teardown(signal.SIGHUP) == 129        # no --term-grace: the usual 2 s
-    assert (sup.kill_grace, sup.stop_signal) == (2.0, signal.SIGHUP)
-    sup = Supervisor([], 0, "node-a")
-    sup.signal_grace = 7.5                            # what supervise() sets for --term-grace
-    assert sup._teardown(signal.SIGTERM) == 143
-    assert (sup.kill_grace, sup.stop_signal) == (7.5, signal.SIGTERM)
+    # the teardown signals parent_pid's orphans; here that would be every child of the test
+    # runner (the session's sshds, Slurm daemons): a parent of the supervisor's own, childless
+    lone = subprocess.Popen(["sleep", "60"])
+    try:
+        sup = Supervisor([], 0, "node-a")
+        sup.parent_pid = lone.pid
+        assert (sup.kill_grace, sup.signal_grace, sup.stop_signal) == (2.0, None, None)
+        assert sup._teardown(signal.SIGHUP) == 129        # no --term-grace: the usual 2 s
+        assert (sup.kill_grace, sup.stop_signal) == (2.0, signal.SIGHUP)
+        sup = Supervisor([], 0, "node-a")
+        sup.parent_pid = lone.pid
+        sup.signal_grace = 7.5                            # what supervise() sets for --term-grace
+        assert sup._teardown(signal.SIGTERM) == 143
+        assert (sup.kill_grace, sup.stop_signal) == (7.5, signal.SIGTERM)
+        assert lone.poll() is None
+    finally:
+        lone.kill()
+        lone.wait()
 
 
 def test_the_grace_event_the_launcher_reads():

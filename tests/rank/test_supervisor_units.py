@@ -2,11 +2,18 @@
 (which would make the test runner a subreaper and take its signals; tests/rank/test_supervisor.py
 runs whole adapters): exit statuses, starting one child (refused during teardown, a missing or
 non-executable program, its output to the log or relayed with the rank prefix), waiting for a
-signal behind a child's exit, and the exact status lines of a report."""
+signal behind a child's exit, and the exact status lines of a report.
+
+A teardown here (``_terminate``) signals the orphans of ``parent_pid``, which is the adapter's
+own pid in a real rank: in this process that would be every child of the test runner (the
+session's sshds and Slurm daemons), so such tests give the supervisor a parent of their own
+(``stand_in``)."""
 import os
 import queue
 import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -52,6 +59,47 @@ def _drain(q):
             return out
 
 
+@pytest.fixture
+def stand_in():
+    """A process with one child (``sleep``), to stand in for the adapter in a teardown:
+    -> (its pid, the child's pid)."""
+    p = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                          "c = subprocess.Popen(['sleep', '60']); print(c.pid, flush=True); "
+                          "c.wait(); sys.stdin.read()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = int(p.stdout.readline())
+    yield p.pid, child
+    p.kill()
+    p.wait()
+
+
+def _running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_teardown_ends_the_orphans_of_its_own_process_only(stand_in):
+    """The adapter's orphans (here: the stand-in's child) end; a process that is not below the
+    adapter (this runner's own child) is never signalled."""
+    parent, orphan = stand_in
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        sup = _sup()
+        sup.parent_pid = parent
+        sup._terminate([], cause="terminated")
+        end = time.monotonic() + 5
+        while _running(orphan) and time.monotonic() < end:
+            time.sleep(0.02)
+        assert not _running(orphan)
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
 def test_a_supervisor_keys_its_children_by_role(tmp_path):
     w, s = _spec(tmp_path, ["w"]), _spec(tmp_path, ["s"], role="scheduler")
     sup = _sup(w, s)
@@ -63,11 +111,13 @@ def test_a_supervisor_keys_its_children_by_role(tmp_path):
 
 # --------------------------------------------------------------------------- starting one child
 
-def test_nothing_starts_once_the_rank_is_being_torn_down(tmp_path):
+def test_nothing_starts_once_the_rank_is_being_torn_down(tmp_path, stand_in):
     sup = _sup(_spec(tmp_path, [sys.executable, "-c", "open('STARTED', 'w')"]))
     child = sup.children["worker"]
     fd = _open(child)
+    runner_pid, sup.parent_pid = sup.parent_pid, stand_in[0]    # the teardown's orphans: its
     sup._terminate([child], cause="terminated")      # never started: nothing to signal or report
+    sup.parent_pid = runner_pid                      # a start checks its parent is the adapter
     assert sup.stopping and not child.reported
     sup._start_and_wait(child)
     assert child.proc is None and child.start_error == "not started: the rank is being torn down"
