@@ -25,7 +25,9 @@ def run(backend, lr, cfg, env, plan, run_dir: str) -> int:
         att = (restart.LongRunAttempt(k, lr, plan.np) if restart.long_run_on(lr)
                else launcher.Attempt(k))
         status = launcher.run(backend, plan, env, run_dir, cfg.keep_tune_file, att)
+        attempts += getattr(att, "in_place", [])   # restarted in place, inside this launch
         attempts.append(att)
+        k = att.index
         if (status == 0 or att.stopped_by is not None or att.usage_error
                 or k >= lr.max_restarts):
             break

@@ -165,6 +165,10 @@ OPTIONS = (
     _o(("--max_restarts", "--max-restarts"), "max_restarts",
        "restart the whole job after a failure, up to N times in all (logs: LOG_DIR/attempt<k>/)",
        "long", default="0", metavar="N", commands=(RUN, JOB)),
+    _o(("--restart-mode", "--restart_mode"), "restart_mode",
+       "in-place: a failed worker restarts inside the running job (mpirun and the adapters stay; "
+       "a lost host still relaunches); relaunch: a new mpirun every time", "long",
+       default="relaunch", metavar="in-place|relaunch", commands=(RUN, JOB)),
     _o(("--restart-delay", "--restart_delay"), "restart_delay",
        "seconds between a failed attempt's teardown and the next start", "long", default="0",
        metavar="SECONDS", commands=(RUN, JOB)),

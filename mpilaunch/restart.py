@@ -31,18 +31,20 @@ import threading
 import time
 from collections import namedtuple
 
-from mpilaunch import contract, launcher, net
+from mpilaunch import contract, events, launcher, net
 from mpilaunch.errors import UsageError
-from mpilaunch.rank import longrun
+from mpilaunch.rank import coordinate, longrun
 from mpilaunch.summary import Collector
 
 PORT_WAIT = 60.0
+MODES = ("in-place", "relaunch")
 GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and exit
 
 
 class LongRun(namedtuple("LongRun", "max_restarts restart_delay term_grace stall_timeout "
-                         "span log_dir port_given rank0_here")):
-    """The long-run settings, validated, plus what each attempt needs from the first."""
+                         "span log_dir port_given rank0_here in_place", defaults=(False,))):
+    """The long-run settings, validated, plus what each attempt needs from the first;
+    ``in_place``: ``--restart-mode in-place`` (rank/inplace.py)."""
 
     __slots__ = ()
 
@@ -56,12 +58,19 @@ def settings(args, cfg) -> LongRun:
 
     raw, source = options.setting(args, {}, "max_restarts")
     n = contract.whole(raw, source, 0, 1000)
+    mode, source = options.setting(args, {}, "restart_mode")
+    mode = str(mode or "relaunch").strip().replace("_", "-")
+    if mode not in MODES:
+        raise UsageError(f"{source}={mode}: give in-place or relaunch")
     lr = LongRun(n, value("restart_delay") or 0.0, value("term_grace"), value("stall_timeout"),
                  not getattr(args, "no_span_check", False), cfg.log_dir,
                  str(getattr(args, "master_port", None) or "0").strip() != "0",  # 0: pick
-                 net.rank0_is_here(cfg.hosts))
+                 net.rank0_is_here(cfg.hosts), mode == "in-place" and n > 0)
     if lr.stall_timeout == 0:
         raise UsageError(f"{options.BY_DEST['stall_timeout'].name}=0: give a number of seconds > 0")
+    if cfg.exec_mode and lr.in_place:
+        raise UsageError("--restart-mode in-place needs the supervised mode: the adapters "
+                         "restart the workers (not --exec)")
     if cfg.exec_mode and (lr.term_grace is not None or lr.stall_timeout):
         raise UsageError("--term-grace and --stall-timeout need the supervised mode: the adapter "
                          "signals and watches the worker (not --exec)")
@@ -89,7 +98,7 @@ def check(lr: LongRun, backend) -> LongRun:
 
 def long_run_on(lr: LongRun) -> bool:
     """The launcher has a part in the graceful stop or the stall watchdog."""
-    return lr.term_grace is not None or bool(lr.stall_timeout)
+    return lr.term_grace is not None or bool(lr.stall_timeout) or lr.in_place
 
 
 def attempt_cfg(cfg, lr: LongRun, k: int):
@@ -104,8 +113,11 @@ def attempt_cfg(cfg, lr: LongRun, k: int):
         from mpilaunch import span
 
         spec = span.expect_spec(cfg)
+    # in place: rank 0's adapter coordinates on a port picked here (rank 0 elsewhere: a guess
+    # that is free here; taken there, the job goes without in-place restarts: inplace.py)
+    coord = net.free_port() if lr.in_place and k < lr.max_restarts else None
     extra = rankcmd.attempt_flags(k if lr.max_restarts else None, lr.max_restarts,
-                                  lr.term_grace, lr.stall_timeout, spec)
+                                  lr.term_grace, lr.stall_timeout, spec, coord)
     # Rank 0 elsewhere (a launcher outside the hostfile) is on the first host only where the
     # plan fills the slots in order; a placement of the user's own leaves it to the agreement.
     placed = lr.rank0_here or (spec or "").split(";")[1:2] == ["exact"]
@@ -141,7 +153,9 @@ class _Collector(Collector):
         self.attempt = attempt
 
     def feed_status(self, event) -> None:
-        if event.cause == "stall":
+        if event.event == coordinate.RESTART_EVENT:    # an attempt restarted in place
+            self.attempt.in_place_event(event)
+        elif event.cause == "stall":
             self.attempt.stall_event(event)
         elif event.event == longrun.GRACE_EVENT:    # an adapter's graceful stop
             self.attempt.grace_event(event)
@@ -165,6 +179,7 @@ class LongRunAttempt(launcher.Attempt):
         self.grace_stops = []   # adapters that made one (asked or not: see finish)
         self.foreign = None     # the stop signal an adapter got when mpilaunch had not asked
         self.lock = threading.Lock()
+        self.in_place = []      # the attempts before this one that were restarted in place
 
     def wants_control(self) -> bool:
         return self.lr.term_grace is not None     # the graceful stop's channel
@@ -219,6 +234,28 @@ class LongRunAttempt(launcher.Attempt):
               "send: the same graceful stop for every rank", file=sys.stderr, flush=True)
         if job.control is not None:
             job.control.stop()
+
+    # -- in-place restarts
+    def in_place_event(self, event) -> None:
+        """Rank 0's adapter restarted attempt ``index`` in place (rank/inplace.py): it is
+        recorded like a relaunched attempt (its status and root cause), and this one becomes
+        the next."""
+        from mpilaunch.outcome import event_status
+        from mpilaunch.summary import describe_status
+
+        with self.lock:
+            done = InPlaceAttempt(self.index, event_status(event), _who(event)
+                                  + describe_status(event.code, event.signal))
+            self.in_place.append(done)
+            self.index += 1
+            self.silent, self.done = {}, set()
+        events.emit("restart", next_attempt=self.index, cause=done.cause, delay=0.0,
+                    mode="in-place")
+        if events._rec is not None:     # what follows in the record is the new attempt's
+            events._rec.attempt = self.index
+        print(f"mpilaunch: attempt {done.index} failed ({done.cause}); restarted in place: "
+              f"attempt {self.index} of at most {self.lr.max_restarts + 1}", file=sys.stderr,
+              flush=True)
 
     # -- stall watchdog
     def stall_event(self, event) -> None:
@@ -275,6 +312,20 @@ class LongRunAttempt(launcher.Attempt):
         if self.graceful or foreign:
             text += _grace_lines(collector, self.lr.term_grace)
         return text
+
+
+class InPlaceAttempt:
+    """An attempt that ended in an in-place restart: what the attempts' summary lists."""
+
+    def __init__(self, index: int, status: int, cause: str):
+        self.index, self.status, self.cause = index, status, cause
+        self.stopped_by, self.usage_error = None, False
+
+
+def _who(event) -> str:
+    who = f"rank {event.rank}" if event.rank is not None else "a rank"
+    where = f" on host {event.host}" if event.host not in ("", "?") else ""
+    return f"{who} ({event.role}){where}: "
 
 
 def _grace_lines(collector: Collector, grace: float) -> str:

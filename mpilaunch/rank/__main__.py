@@ -100,6 +100,14 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
         if os.path.dirname(spec.log_path):
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
 
+    if opts.longrun is not None and opts.longrun.in_place:   # restarts in place
+        from mpilaunch.rank import inplace
+
+        def specs_for(k, port):
+            return _attempt_specs(opts, info, ag, user_env, argv, hostname, ip, ifname, cpus,
+                                  numa, k, port)
+        return inplace.supervise(specs_for, specs, opts, info.rank, hostname, ag.sched_addr,
+                                 info.size, argv, local_size=info.local_size, channel=channel)
     if opts.longrun is not None:   # graceful stop, stall watchdog (rank/longrun.py)
         return longrun.supervise(specs, opts, info.rank, hostname, local_size=info.local_size,
                                  channel=channel)
@@ -108,6 +116,28 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
     return supervise(specs, info.rank, hostname, scheduler_grace=opts.scheduler_grace,
                      local_size=info.local_size, tell_rank0=not opts.no_scheduler,
                      channel=channel)
+
+
+def _attempt_specs(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifname, cpus, numa,
+                   k: int, port: int):
+    """The children of attempt ``k`` restarted in place (rank/inplace.py): its log dir
+    (LOG_DIR/attempt<k>, beside this attempt's), restart count and rendezvous port."""
+    from mpilaunch.rank import longrun
+
+    opts = opts._replace(log_dir=os.path.join(os.path.dirname(os.path.normpath(opts.log_dir)),
+                                              f"attempt{k}"),
+                         master_port=port, longrun=opts.longrun._replace(restart_count=k))
+    env = dict(user_env)
+    longrun.prepare(opts, info, env, span_check=False)
+    _make_log_dir(opts.log_dir)
+    specs = plan.children(opts, info, ag.sched_addr, port, env, argv, hostname, ip=ip,
+                          gloo_ifname=ifname, cpus=cpus, numa_nodes=numa)
+    if not ag.used_mpi:
+        from mpilaunch.rank.identity import launcher_fds
+
+        fds = launcher_fds(user_env)
+        specs = [s._replace(pass_fds=fds) if s.role == "worker" else s for s in specs]
+    return specs
 
 
 def exec_script(opts, info, user_env: dict, argv) -> int:

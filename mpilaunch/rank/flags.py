@@ -102,7 +102,8 @@ FLAGS = (
          "restarts the job may have: MPILAUNCH_MAX_RESTARTS, TORCHELASTIC_MAX_RESTARTS",
          ATTEMPT, "max_restarts", GIVEN + " restart_count"),
     Flag("--term-grace", "term_grace", SECONDS, "SECONDS", None,
-         "on SIGUSR1 (forwarded by mpirun): SIGTERM the workers, wait this long, exit 0",
+         "on the launcher's stop (its control channel) or a stop signal: SIGTERM the workers, "
+         "wait this long, exit 0",
          ATTEMPT, "term_grace", GIVEN),
     Flag("--stall-timeout", "stall_timeout", SECONDS, "SECONDS", None,
          "watchdog: a status line 'stall' when the worker's log and its heartbeat file "
@@ -111,6 +112,10 @@ FLAGS = (
     Flag("--expect-ranks", "expect_ranks", TEXT, "SPEC", None,
          "where the launcher planned the ranks, N;MODE;host:count,... (mpilaunch/span.py): "
          "each rank checks it and takes its node index from it", ATTEMPT, "expect_ranks", SET),
+    Flag("--in-place", "in_place", WHOLE, "PORT", None,
+         "restart a failed worker (rank 0: and scheduler) in place, up to --max-restarts, "
+         "coordinated by rank 0's adapter listening on PORT (mpilaunch/rank/inplace.py)",
+         ATTEMPT, "in_place", SET),
     Flag("--module", "module", SWITCH, None, False,
          "SCRIPT is a module name: run python -m SCRIPT [ARGS...]", CONFIG, "module", SET),
     Flag("--scheduler-grace", "scheduler_grace", SECONDS, "SECONDS", "300",

@@ -28,9 +28,11 @@ RESTART_VARS = ("MPILAUNCH_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")
 MAX_VARS = ("MPILAUNCH_MAX_RESTARTS", "TORCHELASTIC_MAX_RESTARTS")
 
 
-class LongRun(namedtuple("LongRun", "restart_count max_restarts term_grace stall_timeout expect")):
+class LongRun(namedtuple("LongRun", "restart_count max_restarts term_grace stall_timeout expect "
+                         "in_place", defaults=(None,))):
     """restart_count, max_restarts: int or None; term_grace, stall_timeout: float or None;
-    expect: the ``--expect-ranks`` spec (str) or None."""
+    expect: the ``--expect-ranks`` spec (str) or None; in_place: the coordinator's port of
+    in-place restarts (rank/inplace.py) or None."""
 
     __slots__ = ()
 
@@ -46,10 +48,12 @@ def parse(ns) -> LongRun:
         from mpilaunch.rank import span
 
         span.parse(ns.expect_ranks)
+    in_place = getattr(ns, "in_place", None)
     return LongRun(whole(ns.restart_count, "--restart-count"),
                    whole(ns.max_restarts, "--max-restarts"),
                    secs(ns.term_grace, "--term-grace"), secs(ns.stall_timeout, "--stall-timeout"),
-                   ns.expect_ranks)
+                   ns.expect_ranks,
+                   None if in_place is None else contract.whole(in_place, "--in-place", 1, 65535))
 
 
 def early(opts) -> None:
@@ -61,12 +65,12 @@ def early(opts) -> None:
         raise UsageError("--term-grace needs the supervised mode (not --exec)")
 
 
-def prepare(opts, info, user_env: dict) -> None:
+def prepare(opts, info, user_env: dict, span_check: bool = True) -> None:
     """Before the agreement: the span check, then the variables every worker sees."""
     lr = opts.longrun
     if lr is None:
         return
-    if lr.expect is not None:
+    if lr.expect is not None and span_check:
         from mpilaunch.rank import span
 
         span.check(lr.expect, info)

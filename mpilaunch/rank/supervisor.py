@@ -53,6 +53,7 @@ TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 TEARDOWN_SIGNAL_WINDOW = 1.5
 PR_SET_CHILD_SUBREAPER = 36
 DESCENDANT_GRACE = 1.0   # s between SIGTERM and SIGKILL for what a finished job left running
+RESTART = -1             # run()'s value after a ("restart", ...) event: no status of a process
 
 
 def exit_status(returncode: int) -> int:
@@ -89,6 +90,7 @@ class Supervisor:
         self.parent_pid = os.getpid()
         self.signal_grace = None   # the kill grace after a stop signal, if not kill_grace
         self.stop_signal = None    # the signal that tore this rank down, once one did
+        self.keep: set = set()     # descendants that outlive this supervisor (rank/inplace.py)
 
     # ------------------------------------------------------------ child threads
     def _preexec(self, cpus: Optional[List[int]]):
@@ -179,7 +181,7 @@ class Supervisor:
     def _orphans(self) -> List[int]:
         """Processes re-parented to the adapter (not the children a thread waits for)."""
         with self.lock:     # a child being started is in _own_pids before anyone looks
-            own = self._own_pids()
+            own = self._own_pids() | self.keep
             return [p for p in descendants.children(self.parent_pid) if p not in own]
 
     def _reap_orphans(self) -> int:
@@ -195,7 +197,7 @@ class Supervisor:
 
     def _end_descendants(self, grace: float) -> None:
         """SIGTERM to the orphans, SIGKILL to everything left after ``grace``, reap all."""
-        if not descendants.children(self.parent_pid):
+        if not [p for p in descendants.children(self.parent_pid) if p not in self.keep]:
             return
         descendants.send(self._orphans(), signal.SIGTERM)
         end = time.monotonic() + grace
@@ -203,8 +205,9 @@ class Supervisor:
             time.sleep(0.02)
         end = time.monotonic() + 2.0
         while time.monotonic() < end:
-            descendants.send(descendants.subtree(self.parent_pid), signal.SIGKILL)
-            if not self._reap_orphans() and not descendants.subtree(self.parent_pid):
+            rest = [p for p in descendants.subtree(self.parent_pid) if p not in self.keep]
+            descendants.send(rest, signal.SIGKILL)
+            if not self._reap_orphans() and not rest:
                 break
             time.sleep(0.02)
 
@@ -256,6 +259,9 @@ class Supervisor:
                 return 0
             if ev[0] == "signal":
                 return self._teardown(ev[1])
+            if ev[0] == "restart":   # in place (rank/inplace.py): every child stops, the rank stays
+                self._terminate(list(self.children.values()), cause="terminated")
+                return RESTART
             if ev[0] == "sigchld":
                 self._reap_orphans()
             elif ev[0] == "peer-done" and jobdone.stop_scheduler_if_all_done(self):

@@ -1,0 +1,233 @@
+"""In-place restarts: the adapters' coordination without MPI (rank/inplace.py says what for).
+
+Rank 0's adapter is the :class:`Coordinator`; every adapter, rank 0's too, talks to it through
+a :class:`Client`. Lines, one per message:
+
+* adapter -> coordinator: ``fail K JSON`` (its worker or scheduler failed on its own in
+  attempt K; JSON: the status line it would have written), ``done K RANK`` (its worker
+  exited 0);
+* coordinator -> adapters: ``restart K PORT`` (attempt K starts now, rendezvous at PORT,
+  picked and released on rank 0's host), ``finish K`` (every rank's worker exited 0).
+"""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+from mpilaunch.rank import status
+
+RESTART_EVENT = "restart-in-place"   # the coordinator's status line (launcher: restart.py)
+ROOT_WINDOW = 0.2       # s the coordinator gathers failures before it names the attempt's root
+CONNECT_WAIT = 10.0     # s an adapter with a failed worker tries to reach the coordinator
+
+
+def _pick_port() -> int:
+    s = socket.socket()
+    try:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def _lines(sock, handle) -> None:
+    """Read ``sock`` line by line into ``handle(words, rest)`` until it closes."""
+    buf = b""
+    while True:
+        try:
+            data = sock.recv(65536)
+        except OSError:
+            data = b""
+        if not data:
+            return
+        buf += data
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            text = line.decode("utf-8", "replace")
+            head, _, rest = text.partition(" ")
+            handle(head, rest)
+
+
+class Coordinator:
+    """Rank 0's adapter: the attempt every rank is at, the failures and the finished workers."""
+
+    def __init__(self, port: int, attempt: int, last: int, size: int, host: str):
+        self.attempt, self.last, self.size, self.host = attempt, last, size, host
+        self.lock = threading.Lock()
+        self.conns = []
+        self.done = set()
+        self.failures = {}       # attempt -> the failures it reported
+        self.local = None        # rank 0's own Client (its messages)
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("", port))     # OSError: the caller goes without in-place restarts
+        self.sock.listen(256)
+        threading.Thread(target=self._accept, name="inplace-accept", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.conns.append(conn)
+                current = self.attempt
+                port = getattr(self, "port", None)
+            if port is not None:        # a late adapter: where everyone else is
+                self._send([conn], f"restart {current} {port}\n")
+            threading.Thread(target=_lines, args=(conn, self.message), daemon=True).start()
+
+    def _send(self, conns, text: str) -> None:
+        data = text.encode()
+        for c in conns:
+            try:
+                c.sendall(data)
+            except OSError:
+                pass
+
+    def message(self, head: str, rest: str) -> None:
+        k, _, payload = rest.partition(" ")
+        try:
+            k = int(k)
+        except ValueError:
+            return
+        if head == "fail":
+            try:
+                info = json.loads(payload)
+            except ValueError:
+                info = {}
+            self.failed(k, info)
+        elif head == "done":
+            self.finished(k, payload)
+
+    def failed(self, k: int, info: dict) -> None:
+        with self.lock:
+            if k != self.attempt:
+                return                  # a consequence of a failure already acted on
+            got = self.failures.setdefault(k, [])
+            got.append(info)
+            if len(got) > 1 or k >= self.last:
+                return
+            self.attempt, self.port = k + 1, _pick_port()
+            self.done = set()
+            conns, text = list(self.conns), f"restart {k + 1} {self.port}\n"
+        self._send(conns, text)
+        if self.local is not None:
+            self.local.restart(k + 1, self.port)
+        threading.Timer(ROOT_WINDOW, self._name_root, args=(k,)).start()
+
+    def _name_root(self, k: int) -> None:
+        with self.lock:
+            got = self.failures.pop(k, [])
+        root = min(got, key=lambda i: i.get("t", 0.0))
+        status.emit(root.get("rank"), root.get("host", "?"), root.get("role", "worker"),
+                    RESTART_EVENT, root.get("code"), root.get("signal"), "restart",
+                    root.get("log"), root.get("tail") or [],
+                    message=f"attempt {k} failed; attempt {k + 1} started in place",
+                    t=root.get("t"))
+
+    def finished(self, k: int, rank: str) -> None:
+        with self.lock:
+            if k != self.attempt:
+                return
+            self.done.add(rank)
+            if len(self.done) < self.size:
+                return
+            conns = list(self.conns)
+        self._send(conns, f"finish {k}\n")
+        if self.local is not None:
+            self.local.finish(k)
+
+    def close(self) -> None:
+        for s in [self.sock] + self.conns:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+class Client:
+    """An adapter's end. ``deliver(event)`` puts ``("restart", K)`` / ``("finish", K)`` where
+    the adapter waits (its current supervisor's queue, or the queue between attempts)."""
+
+    def __init__(self, rank: int, deliver, coordinator: "Coordinator" = None, addr: str = "",
+                 port: int = 0):
+        self.rank, self.deliver = rank, deliver
+        self.lock = threading.Lock()
+        self.latest = None         # (K, PORT) of the newest restart heard
+        self.finished = -1
+        self.coordinator = coordinator
+        self.sock = None
+        self.connected = threading.Event()
+        self.closed = False
+        if coordinator is not None:
+            coordinator.local = self
+            self.connected.set()
+        else:
+            threading.Thread(target=self._connect, args=(addr, port), name="inplace",
+                             daemon=True).start()
+
+    def _connect(self, addr: str, port: int) -> None:
+        end = time.monotonic() + 600.0     # rank 0's adapter may start later than this one
+        while not self.closed and time.monotonic() < end:
+            try:
+                sock = socket.create_connection((addr, port), timeout=2.0)
+            except OSError:
+                time.sleep(0.05)
+                continue
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock = sock
+            self.connected.set()
+            _lines(sock, self._heard)
+            return
+
+    def _heard(self, head: str, rest: str) -> None:
+        words = rest.split()
+        try:
+            if head == "restart":
+                self.restart(int(words[0]), int(words[1]))
+            elif head == "finish":
+                self.finish(int(words[0]))
+        except (IndexError, ValueError):
+            pass
+
+    def restart(self, k: int, port: int) -> None:
+        with self.lock:
+            if self.latest is not None and self.latest[0] >= k:
+                return
+            self.latest = (k, port)
+        self.deliver(("restart", k))
+
+    def finish(self, k: int) -> None:
+        self.finished = max(self.finished, k)
+        self.deliver(("finish", k))
+
+    def _say(self, text: str, wait: float) -> bool:
+        if not self.connected.wait(wait):
+            return False
+        if self.coordinator is not None:
+            self.coordinator.message(*text.rstrip("\n").split(" ", 1))
+            return True
+        try:
+            self.sock.sendall(text.encode())
+            return True
+        except OSError:
+            return False
+
+    def fail(self, k: int, info: dict) -> bool:
+        return self._say(f"fail {k} {json.dumps(info, separators=(',', ':'))}\n", CONNECT_WAIT)
+
+    def done(self, k: int) -> bool:
+        return self._say(f"done {k} {self.rank}\n", CONNECT_WAIT)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass

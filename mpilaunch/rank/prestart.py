@@ -1,0 +1,116 @@
+"""In-place restarts: the next attempt's worker interpreter, started before it is needed
+(rank/inplace.py says when; rank/spare.py is what it runs)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import threading
+import time
+
+from mpilaunch.rank.supervisor import TEARDOWN_SIGNALS
+
+PRELOAD_VAR = "MPILAUNCH_SPARE_PRELOAD"
+HEAVY = ("torch", "mindspore", "tensorflow", "jax", "numpy")
+
+SPARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spare.py")
+
+
+def preload_for(argv, env) -> str:
+    """The modules a spare imports: ``MPILAUNCH_SPARE_PRELOAD``, else the heavy ones the
+    script's own ``import`` lines name; '' = no spare."""
+    if PRELOAD_VAR in env:
+        return ",".join(m.strip() for m in env[PRELOAD_VAR].split(",") if m.strip())
+    try:
+        with open(argv[1], encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 20)
+    except (OSError, IndexError):
+        return ""
+    found = set(re.findall(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", text, re.M))
+    return ",".join(m for m in HEAVY if m in found)
+
+
+class Spare:
+    """One pre-started interpreter. Its thread waits until the attempt's own worker is started
+    (the worker first: the spare's imports then compete with its start as little as they
+    can), forks the spare and waits for it: PDEATHSIG is the forking thread's
+    (supervisor.py), so the spare dies with the adapter. Its pid is in the supervisors'
+    ``keep`` (the subtree they end on their way out) until a supervisor adopts it."""
+
+    def __init__(self, sup, worker_child, modules: str):
+        self.spec, self.proc = worker_child.spec, None
+        self.exited = threading.Event()
+        self.returncode = None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock = ours
+        self.thread = threading.Thread(target=self._run, args=(sup, worker_child, theirs, modules),
+                                       name="spare", daemon=True)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, TEARDOWN_SIGNALS + (signal.SIGCHLD,))
+        try:
+            self.thread.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def _run(self, sup, worker_child, theirs, modules) -> None:
+        import subprocess
+
+        end = time.monotonic() + 30.0
+        while (worker_child.proc is None and worker_child.status is None
+               and time.monotonic() < end and not self.exited.is_set()):
+            time.sleep(0.01)
+        try:
+            with sup.lock:     # the pid is kept before any look for orphans can see it
+                if self.exited.is_set():
+                    return
+                self.proc = subprocess.Popen(
+                    [self.spec.argv[0], SPARE, modules, str(theirs.fileno())], env=self.spec.env,
+                    stdin=None if self.spec.inherit_stdin else subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    pass_fds=tuple(self.spec.pass_fds or ()) + (theirs.fileno(),),
+                    close_fds=True, preexec_fn=sup._preexec(self.spec.cpus))
+                sup.keep.add(self.proc.pid)
+        except OSError:
+            self.proc = None
+        finally:
+            theirs.close()
+            if self.proc is None:
+                self.exited.set()
+        if self.proc is None:
+            return
+        self.returncode = self.proc.wait()
+        self.exited.set()
+
+    def usable(self) -> bool:
+        return self.proc is not None and not self.exited.is_set()
+
+    def go(self, spec, out_fd: int) -> bool:
+        """Hand attempt's ``spec`` (env, argv, log) to the spare: False if it cannot take it."""
+        msg = json.dumps({"env": spec.env, "argv": spec.argv[1:]}).encode() + b"\n"
+        try:
+            socket.send_fds(self.sock, [msg], [out_fd])
+        except OSError:
+            return False
+        finally:
+            self.sock.close()
+        return True
+
+    def discard(self) -> None:
+        if self.proc is None:
+            self.exited.set()      # not forked yet: it never will be
+        try:
+            self.sock.close()          # the spare reads EOF and leaves
+        except OSError:
+            pass
+        if self.proc is not None and not self.exited.wait(1.0):
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+            self.exited.wait(2.0)
+
+
+def spare_eligible(spec, argv, opts) -> bool:
+    return (spec.role == "worker" and not opts.no_python and not opts.module
+            and list(spec.argv) == list(argv) and len(argv) >= 2)

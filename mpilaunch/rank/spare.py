@@ -1,0 +1,64 @@
+"""The next attempt's worker, started before it is needed (in-place restarts, rank/inplace.py).
+
+Run by the worker's own interpreter as ``PYTHON spare.py MODULES FD``: it imports MODULES (a
+comma list, e.g. ``torch``: the second or so a fresh interpreter spends before the script's
+first line), then blocks on the UNIX socket FD. When the adapter restarts its worker in place
+it sends one JSON message, ``{"env": {...}, "argv": [SCRIPT, ARGS...]}``, with the worker's
+stdout/stderr as an SCM_RIGHTS file descriptor; this process then becomes that worker: the
+environment replaced, fd 1 and 2 redirected, ``sys.argv`` and ``sys.path[0]`` as
+``python SCRIPT ARGS...`` has them, and the script run as ``__main__``. The socket closing
+without a message (the adapter is gone, or the spare is not wanted) ends it with status 0.
+
+What differs from a fresh ``python SCRIPT``: MODULES were imported with the environment the
+worker had at the spare's start (every variable but the attempt's port, restart count and log
+paths is the same), so a script that sets, say, ``OMP_NUM_THREADS`` in ``os.environ`` before
+``import torch`` gets torch's import-time reading of the old value. Stdlib only: this runs
+under whatever interpreter the worker uses, where mpilaunch may not be installed.
+"""
+import json
+import os
+import socket
+import sys
+
+
+def _receive(sock):
+    data = b""
+    fds = []
+    while not data.endswith(b"\n"):
+        chunk, got, _flags, _addr = socket.recv_fds(sock, 1 << 20, 4)
+        fds += got
+        if not chunk:
+            return None, fds
+        data += chunk
+    return json.loads(data), fds
+
+
+def main():
+    modules, fd = sys.argv[1], int(sys.argv[2])
+    del sys.path[0]    # this file's directory: its modules are not the script's
+    sock = socket.socket(fileno=fd)
+    for name in filter(None, modules.split(",")):
+        try:
+            __import__(name)
+        except Exception:   # the script will meet the same error, in its own log
+            pass
+    msg, fds = _receive(sock)
+    sock.close()
+    if msg is None:
+        os._exit(0)
+    out = fds[0]
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    os.environ.clear()
+    os.environ.update(msg["env"])
+    argv = msg["argv"]
+    sys.argv = list(argv)
+    sys.path.insert(0, os.path.dirname(os.path.realpath(argv[0])))
+    import runpy
+
+    runpy.run_path(argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
