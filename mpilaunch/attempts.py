@@ -17,10 +17,11 @@ from mpilaunch import events
 def run(backend, lr, cfg, env, plan, run_dir: str) -> int:
     """Attempt 0 (``plan``/``run_dir`` made by run.main from ``restart.attempt_cfg(cfg, lr,
     0)``), then as many restarts as the budget allows (``lr``: restart.LongRun)."""
-    from mpilaunch import launcher, restart
+    from mpilaunch import launcher, restart, shrink
 
     attempts = []
     k = 0
+    base = cfg
     while True:
         att = (restart.LongRunAttempt(k, lr, plan.np) if restart.long_run_on(lr)
                else launcher.Attempt(k))
@@ -37,6 +38,15 @@ def run(backend, lr, cfg, env, plan, run_dir: str) -> int:
               f"{k} of at most {lr.max_restarts + 1}"
               + (f" in {lr.restart_delay:g} s" if lr.restart_delay else ""),
               file=sys.stderr, flush=True)
+        smaller = shrink.shrink(cfg, base, lr, att)
+        if smaller is not None:    # --min-hosts: the hosts left run the next attempt
+            cfg, lr, dropped = smaller
+            att.note = (f"; dropped host {', '.join(dropped)}: attempt {k} on "
+                        f"{len(cfg.hosts)} host(s), world size {cfg.np}")
+            events.emit("shrink", dropped=dropped, hosts=len(cfg.hosts), np=cfg.np)
+            print(f"mpilaunch: host {', '.join(dropped)} dropped (--min-hosts {lr.min_hosts}): "
+                  f"attempt {k} runs on {len(cfg.hosts)} host(s), world size {cfg.np}",
+                  file=sys.stderr, flush=True)
         stop = _Between()
         try:
             stop.sleep(lr.restart_delay)
@@ -68,7 +78,8 @@ def summary(attempts, lr, status: int) -> str:
     lines = [f"mpilaunch: {len(attempts)} attempt(s), restart budget {lr.max_restarts}; "
              f"exit status {status} (the last attempt's)"]
     for att in attempts:
-        what = "succeeded" if att.status == 0 else f"exit status {att.status}: {att.cause}"
+        what = ("succeeded" if att.status == 0 else f"exit status {att.status}: {att.cause}"
+                + getattr(att, "note", ""))
         lines.append(f"  attempt {att.index}: {what}; logs: "
                      f"{os.path.join(lr.log_dir, f'attempt{att.index}')}")
     return "\n".join(lines) + "\n"

@@ -169,6 +169,10 @@ OPTIONS = (
        "in-place: a failed worker restarts inside the running job (mpirun and the adapters stay; "
        "a lost host still relaunches); relaunch: a new mpirun every time", "long",
        default="relaunch", metavar="in-place|relaunch", commands=(RUN, JOB)),
+    _o(("--min-hosts", "--min_hosts"), "min_hosts",
+       "with --max_restarts: after a host is lost, the next attempt runs on the hosts left "
+       "(world size recomputed) while at least M are left", "long", shown="off (every attempt "
+       "on every host)", metavar="M", commands=(RUN, JOB)),
     _o(("--restart-delay", "--restart_delay"), "restart_delay",
        "seconds between a failed attempt's teardown and the next start", "long", default="0",
        metavar="SECONDS", commands=(RUN, JOB)),

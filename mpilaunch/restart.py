@@ -32,6 +32,7 @@ import time
 from collections import namedtuple
 
 from mpilaunch import contract, events, launcher, net
+from mpilaunch.contract import LIFE_CAUSE
 from mpilaunch.errors import UsageError
 from mpilaunch.rank import coordinate, longrun
 from mpilaunch.summary import Collector
@@ -42,15 +43,17 @@ GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and ex
 
 
 class LongRun(namedtuple("LongRun", "max_restarts restart_delay term_grace stall_timeout "
-                         "span log_dir port_given rank0_here in_place", defaults=(False,))):
+                         "span log_dir port_given rank0_here in_place min_hosts",
+                         defaults=(False, None))):
     """The long-run settings, validated, plus what each attempt needs from the first;
-    ``in_place``: ``--restart-mode in-place`` (rank/inplace.py)."""
+    ``in_place``: ``--restart-mode in-place`` (rank/inplace.py); ``min_hosts``: ``--min-hosts``
+    (None: off; see :func:`shrink`)."""
 
     __slots__ = ()
 
 
 def settings(args, cfg) -> LongRun:
-    from mpilaunch import options
+    from mpilaunch import options, shrink
 
     def value(dest, **kw):
         raw, source = options.setting(args, {}, dest)
@@ -65,7 +68,8 @@ def settings(args, cfg) -> LongRun:
     lr = LongRun(n, value("restart_delay") or 0.0, value("term_grace"), value("stall_timeout"),
                  not getattr(args, "no_span_check", False), cfg.log_dir,
                  str(getattr(args, "master_port", None) or "0").strip() != "0",  # 0: pick
-                 net.rank0_is_here(cfg.hosts), mode == "in-place" and n > 0)
+                 net.rank0_is_here(cfg.hosts), mode == "in-place" and n > 0,
+                 shrink.min_hosts(options, args, n, cfg))
     if lr.stall_timeout == 0:
         raise UsageError(f"{options.BY_DEST['stall_timeout'].name}=0: give a number of seconds > 0")
     if cfg.exec_mode and lr.in_place:
@@ -98,7 +102,8 @@ def check(lr: LongRun, backend) -> LongRun:
 
 def long_run_on(lr: LongRun) -> bool:
     """The launcher has a part in the graceful stop or the stall watchdog."""
-    return lr.term_grace is not None or bool(lr.stall_timeout) or lr.in_place
+    return (lr.term_grace is not None or bool(lr.stall_timeout) or lr.in_place
+            or lr.min_hosts is not None)
 
 
 def attempt_cfg(cfg, lr: LongRun, k: int):
@@ -153,6 +158,8 @@ class _Collector(Collector):
         self.attempt = attempt
 
     def feed_status(self, event) -> None:
+        if event.cause == LIFE_CAUSE and event.event == "up" and event.rank is not None:
+            self.attempt.rank_hosts[event.rank] = event.host   # where each rank runs
         if event.event == coordinate.RESTART_EVENT:    # an attempt restarted in place
             self.attempt.in_place_event(event)
         elif event.cause == "stall":
@@ -180,6 +187,9 @@ class LongRunAttempt(launcher.Attempt):
         self.foreign = None     # the stop signal an adapter got when mpilaunch had not asked
         self.lock = threading.Lock()
         self.in_place = []      # the attempts before this one that were restarted in place
+        self.rank_hosts = {}    # rank -> the host name its adapter reported
+        self.lost = []          # the hosts the starter reported lost
+        self.note = ""          # what the attempts' summary adds (a shrink)
 
     def wants_control(self) -> bool:
         return self.lr.term_grace is not None     # the graceful stop's channel
@@ -280,8 +290,19 @@ class LongRunAttempt(launcher.Attempt):
         return dict(stalled=self.stalled is not None,
                     foreign_grace=None if self.graceful else self.foreign)
 
+    def host_of_rank(self, rank: int, cfg):
+        """The index in ``cfg.hosts`` of the host the plan put ``rank`` on (slots in order),
+        or None."""
+        first = 0
+        for i, h in enumerate(cfg.hosts):
+            if first <= rank < first + h.slots:
+                return i
+            first += h.slots
+        return None
+
     def finish(self, status: int, collector: Collector, stopped_by) -> None:
         super().finish(status, collector, stopped_by)
+        self.lost = collector.lost_hosts()
         if stopped_by is not None:
             return
         if self.stalled is not None:

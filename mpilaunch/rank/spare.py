@@ -33,6 +33,21 @@ def _receive(sock):
     return json.loads(data), fds
 
 
+def _normal_priority():
+    """Leave SCHED_IDLE (the adapter started this process there while it waited, where it may
+    leave it: rank/prestart.py), every thread of it."""
+    try:
+        if os.sched_getscheduler(0) != os.SCHED_IDLE:
+            return
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
+            except OSError:
+                pass
+    except (OSError, AttributeError):
+        pass
+
+
 def main():
     modules, fd = sys.argv[1], int(sys.argv[2])
     del sys.path[0]    # this file's directory: its modules are not the script's
@@ -46,6 +61,7 @@ def main():
     sock.close()
     if msg is None:
         os._exit(0)
+    _normal_priority()
     out = fds[0]
     os.dup2(out, 1)
     os.dup2(out, 2)

@@ -1,0 +1,57 @@
+"""Elastic shrink, ``--min-hosts M``: after an attempt that lost hosts, the next one (a
+relaunch: the starter is gone with the host) runs on the hosts left, while at least M are.
+
+The hosts are the config's (hostfile, ``-H``, allocation), in order; a lost host is the name
+the starter gave (Open MPI names it by its hostfile address, or by the name its daemon
+reported: then the ranks' own reports of their host, and the plan's slots in order, say which
+entry it was). The world size becomes the slots left (or stays the user's ``-np`` when the
+hosts left hold it); ranks, ``LOCAL_*``, ``GROUP_RANK`` and MindSpore's worker count follow
+from the new plan, as at any start. Rank 0's address is decided again (the user's
+``--master_addr`` is kept). Fewer than M left, or a name that matches nothing: the next attempt
+uses every host, as without the option.
+"""
+from __future__ import annotations
+
+from mpilaunch import contract, net
+from mpilaunch.errors import UsageError
+
+
+def min_hosts(options, args, n: int, cfg):
+    """``--min-hosts``, checked against the budget and the hosts: M, or None (off)."""
+    raw, source = options.setting(args, {}, "min_hosts")
+    if raw is None:
+        return None
+    m = contract.whole(raw, source, 1)
+    if not n:
+        raise UsageError(f"{source} needs --max_restarts N: the hosts left run the next attempt")
+    if m > len(cfg.hosts):
+        raise UsageError(f"{source}={m} is more than the {len(cfg.hosts)} host(s) of "
+                         f"{cfg.hosts_source}")
+    return m
+
+
+def shrink(cfg, base, lr, att):
+    """After an attempt that lost hosts (``att.lost``: the starter's names for them), with
+    ``--min-hosts M``: -> (cfg, lr, dropped names) for the next attempt on the hosts left, or
+    None (off, no host lost, a name not matched, or fewer than M left: the next attempt uses
+    every host, as without the option). ``base``: the user's config (its ``master_addr``).
+    The world size becomes the slots left (or stays the user's ``-np`` when they hold it)."""
+    if lr.min_hosts is None or not getattr(att, "lost", None):
+        return None
+    gone = set()
+    for name in att.lost:
+        idx = [i for i, h in enumerate(cfg.hosts) if h.name == name]
+        if not idx:    # Open MPI may name a host by the name its daemon reported: the ranks'
+            idx = sorted({att.host_of_rank(r, cfg) for r, host in att.rank_hosts.items()
+                          if host == name} - {None})
+        if not idx:
+            return None
+        gone.update(idx)
+    left = tuple(h for i, h in enumerate(cfg.hosts) if i not in gone)
+    if len(left) < lr.min_hosts or not left:
+        return None
+    slots = sum(h.slots for h in left)
+    np = slots if cfg.np >= sum(h.slots for h in cfg.hosts) else min(cfg.np, slots)
+    dropped = [cfg.hosts[i].name for i in sorted(gone)]
+    new = cfg._replace(hosts=left, np=np, master_addr=base.master_addr)
+    return new, lr._replace(rank0_here=net.rank0_is_here(left)), dropped

@@ -1,0 +1,76 @@
+"""--min-hosts (mpilaunch/shrink.py): which hosts the next attempt gets after a host
+was lost, and its world size; the option's refusals."""
+import collections
+
+import pytest
+
+from mpilaunch import restart, shrink
+from mpilaunch.errors import UsageError
+from mpilaunch.hostfile import Host
+
+C = collections.namedtuple("C", "hosts np master_addr hosts_source")
+HOSTS = (Host("10.0.0.1", 2), Host("10.0.0.2", 2), Host("10.0.0.3", 2))
+
+
+class Att:
+    def __init__(self, lost, rank_hosts=None):
+        self.lost, self.rank_hosts = lost, rank_hosts or {}
+
+    host_of_rank = restart.LongRunAttempt.host_of_rank
+
+
+def lr(m):
+    return restart.LongRun(2, 0.0, None, None, True, "/logs", False, False, False, m)
+
+
+def test_the_lost_host_is_dropped_and_the_world_is_the_slots_left():
+    cfg = C(HOSTS, 6, "10.0.0.1", "hostfile")
+    new, new_lr, dropped = shrink.shrink(cfg, cfg._replace(master_addr=None), lr(2),
+                                          Att(["10.0.0.3"]))
+    assert dropped == ["10.0.0.3"]
+    assert new.hosts == HOSTS[:2] and new.np == 4
+    assert new.master_addr is None          # the user's (none): decided again for the hosts left
+    assert new_lr.min_hosts == 2
+
+
+def test_a_host_named_by_its_daemon_is_found_through_its_ranks():
+    cfg = C(HOSTS, 6, None, "hostfile")
+    att = Att(["node1"], {0: "node0", 1: "node0", 2: "node1", 3: "node1", 4: "node2"})
+    new, _, dropped = shrink.shrink(cfg, cfg, lr(2), att)
+    assert dropped == ["10.0.0.2"] and new.hosts == (HOSTS[0], HOSTS[2]) and new.np == 4
+
+
+def test_a_smaller_np_of_the_users_is_kept_when_the_hosts_left_hold_it():
+    cfg = C(HOSTS, 3, None, "hostfile")
+    new, _, _ = shrink.shrink(cfg, cfg, lr(1), Att(["10.0.0.1"]))
+    assert new.hosts == HOSTS[1:] and new.np == 3
+
+
+@pytest.mark.parametrize("m, lost", [
+    (3, ["10.0.0.3"]),          # fewer than M left: every host again, as without the option
+    (None, ["10.0.0.3"]),       # off
+    (2, []),                    # no host lost
+    (2, ["elsewhere"]),         # a name that matches no host and no rank
+])
+def test_no_shrink(m, lost):
+    cfg = C(HOSTS, 6, None, "hostfile")
+    assert shrink.shrink(cfg, cfg, lr(m), Att(lost)) is None
+
+
+def test_refusals():
+    class Opts:
+        pass
+    cfg = C(HOSTS, 6, None, "hostfile")
+
+    def check(min_hosts, n):
+        args = Opts()
+        args.min_hosts = min_hosts
+        from mpilaunch import options
+        return shrink.min_hosts(options, args, n, cfg)
+    assert check(None, 0) is None and check("2", 1) == 2
+    with pytest.raises(UsageError, match="needs --max_restarts"):
+        check("2", 0)
+    with pytest.raises(UsageError, match="more than the 3 host"):
+        check("4", 1)
+    with pytest.raises(UsageError, match="--min-hosts"):
+        check("0", 1)
