@@ -21,6 +21,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from typing import List, Optional
 
 SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTSTP, signal.SIGCONT)
@@ -31,13 +32,19 @@ def unblock_in_child() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTSTP,))
 
 
-def _from_slurm(pid: Optional[int]) -> bool:
+SLURM_WINDOW = 5.0      # s after Slurm's SIGTSTP or the SIGCONT of its resume (see deliver)
+
+
+def _name_of(pid: Optional[int]) -> str:
     try:
         with open(f"/proc/{int(pid)}/comm") as f:
-            name = f.read().strip()
+            return f.read().strip()
     except (OSError, TypeError, ValueError):
-        name = "?"
-    return name == "slurmstepd"
+        return "?"
+
+
+def _from_slurm(pid: Optional[int]) -> bool:
+    return _name_of(pid) == "slurmstepd"
 
 
 class Forwarder:
@@ -53,6 +60,7 @@ class Forwarder:
         self.lock = threading.RLock()    # a handler may run while the main thread holds it
         self.done = threading.Event()
         self.thread = None
+        self.slurm_mark = None  # monotonic time of Slurm's last SIGTSTP, or of a SIGCONT after it
 
     def install(self) -> None:
         for sig in SIGNALS:
@@ -91,10 +99,22 @@ class Forwarder:
             if job is None or job.proc.poll() is not None:
                 _say(f"{name} received while no rank runs: not forwarded")
                 return
+            now = time.monotonic()
             if signum == signal.SIGTSTP and _from_slurm(sender):
+                self.slurm_mark = now
                 _say("SIGTSTP from Slurm (scontrol suspend): Slurm stops and resumes every "
                      "process of the job itself; not forwarded")
                 return
+            if signum == signal.SIGTSTP and self.slurm_mark is not None \
+                    and now - self.slurm_mark < SLURM_WINDOW:
+                # a second copy of the suspend's SIGTSTP, taken where the sender is not seen
+                # (or relayed by a process of the job): passed on, it would stop the workers
+                # again after Slurm's resume
+                _say(f"SIGTSTP {now - self.slurm_mark:.1f} s after Slurm's suspend or resume: "
+                     f"taken as Slurm's; not forwarded{_sent_by(sender)}")
+                return
+            if signum == signal.SIGCONT and self.slurm_mark is not None:
+                self.slurm_mark = now
             self.delivered.append(signum)
             if signum in self.backend.forwards:
                 job.kill(signum)
@@ -107,7 +127,11 @@ class Forwarder:
             else:
                 how = (f"not delivered: {self.backend.program} does not forward it, and under "
                        "--exec no adapter is there to")
-        _say(f"{name} received: {how}")
+        _say(f"{name} received: {how}" + (_sent_by(sender) if signum == signal.SIGTSTP else ""))
+
+
+def _sent_by(sender: Optional[int]) -> str:
+    return f" (sent by pid {sender}, {_name_of(sender)})" if sender else ""
 
 
 def _say(text: str) -> None:

@@ -1,6 +1,6 @@
 """mpilaunch/usersignals.py without a launch: which way each workers' signal goes (the starter
 when it forwards it, else the control channel, else a line saying it is not delivered), a
-SIGTSTP from slurmstepd not passed on, nothing passed on while no rank runs, and the SIGTSTP
+SIGTSTP from slurmstepd (and another one within 5 s of it or of the resume) not passed on, nothing passed on while no rank runs, and the SIGTSTP
 thread really taking a SIGTSTP sent to this process (with its sender) while installed."""
 import os
 import shutil
@@ -83,8 +83,15 @@ def test_slurms_sigtstp_is_not_passed_on(tmp_path, capsys):
         fw.deliver(signal.SIGTSTP, proc.pid)
         assert job.kills == [] and fw.delivered == []
         assert "SIGTSTP from Slurm (scontrol suspend)" in capsys.readouterr().err
-        fw.deliver(signal.SIGTSTP, os.getpid())      # anyone else's: passed on
-        assert job.kills == [signal.SIGTSTP]
+        fw.deliver(signal.SIGCONT, None)            # the resume: passed on, the window renewed
+        fw.deliver(signal.SIGTSTP, os.getpid())     # in the window: a copy of Slurm's
+        assert job.kills == [signal.SIGCONT] and fw.delivered == [signal.SIGCONT]
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            "mpilaunch: SIGTSTP 0.0 s after Slurm's suspend or resume: taken as Slurm's; not "
+            f"forwarded (sent by pid {os.getpid()}, {open('/proc/self/comm').read().strip()})")
+        fw.slurm_mark -= usersignals.SLURM_WINDOW
+        fw.deliver(signal.SIGTSTP, os.getpid())     # anyone else's, later: passed on
+        assert job.kills == [signal.SIGCONT, signal.SIGTSTP]
     finally:
         proc.kill()
         proc.wait()
