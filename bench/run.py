@@ -3,7 +3,7 @@
 
     python3 bench/run.py [--smoke] [--runs N] [--only NAME,...] [--out bench/report]
 
-Sections (NAME for --only): launch, msstart, teardown, plan, relay, cpu, hydra, multihost. Writes
+Sections (NAME for --only): launch, msstart, teardown, plan, relay, cpu, hydra, multihost, scale. Writes
 ``<out>/REPORT.md``, ``<out>/chart.png`` (if matplotlib is importable) and
 ``<out>/results.json``. ``--smoke``: tiny sizes, 1 run, MindSpore baselines skipped (the
 CI test, tests/e2e/test_bench_smoke.py). See bench/README.md.
@@ -31,10 +31,10 @@ import report as R  # noqa: E402
 
 SMOKE_BUDGET_S = 85      # tests/e2e/test_bench_smoke.py requires the smoke run to end within 90 s
 SMOKE_MS_COST_S = 30     # what one MindSpore smoke section costs on a loaded 2-core machine
-SECTIONS = ["launch", "msstart", "teardown", "plan", "relay", "cpu", "hydra", "multihost"]
+SECTIONS = ["launch", "msstart", "teardown", "plan", "relay", "cpu", "hydra", "multihost", "scale"]
 MODULES = {"launch": "bench_launch", "msstart": "bench_msstart", "teardown": "bench_teardown",
            "plan": "bench_plan", "relay": "bench_relay", "cpu": "bench_cpu", "hydra": "bench_hydra",
-           "multihost": "bench_multihost"}
+           "multihost": "bench_multihost", "scale": "bench_scale"}
 TITLES = {"launch": "1. Launch overhead (exit_at_once.py, N ranks)",
           "msstart": "2. MindSpore cluster start (2 workers, init() only)",
           "teardown": "3. Failure teardown (SIGKILL of one of 2 MindSpore workers)",
@@ -42,7 +42,8 @@ TITLES = {"launch": "1. Launch overhead (exit_at_once.py, N ranks)",
           "relay": "5. Log relay (200 MB of lines through the supervisor)",
           "cpu": "6. Per-rank CPU cost (user + sys)",
           "hydra": "7. Launch overhead on Open MPI, MPICH and Intel MPI (N=4)",
-          "multihost": "8. Multi-host launch (namespace hosts, ssh)"}
+          "multihost": "8. Multi-host launch (namespace hosts, ssh)",
+          "scale": "9. Scale: launch time against hosts (namespace hosts, ssh)"}
 
 
 def parse_args(argv=None):

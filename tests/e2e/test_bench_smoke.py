@@ -39,6 +39,9 @@ def test_bench_smoke_writes_full_report(tmp_path):
     assert "**Command**: `python3 bench/run.py --smoke" in report
     assert "**Machine**:" in report and "cores" in report
     assert "section failed" not in report, report
+    # the scale section is registered: in a smoke run it only says why it measured nothing
+    assert "## 9. Scale: launch time against hosts" in report
+    assert "Skipped: smoke run" in report.split("## 9. Scale", 1)[1]
 
     results = json.loads((out / "results.json").read_text())
     keys = [s["key"] for s in results["sections"]]
