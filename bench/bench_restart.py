@@ -1,4 +1,4 @@
-"""Issue 11 benchmarks: restart latency and graceful-stop latency.
+"""Restart latency and graceful-stop latency.
 
 1. **Restart**: 2 ranks train (torch, gloo, a checkpoint every step); rank 1 SIGKILLs itself
    at step 3 of attempt 0 and writes the time just before. Measured: that time -> the
@@ -19,7 +19,14 @@
 2. **Stop**: SIGTERM to mpilaunch -> launcher and every descendant gone, workers that exit
    at once on SIGTERM (a 0 s save): ``--term-grace 5`` vs no grace (Open MPI's own teardown).
 
-    python3 bench/bench_restart.py [--trials 5] [--mpirun PATH] [--stock]
+    python3 bench/bench_restart.py [--trials 5] [--mpirun PATH] [--stock] [--no-stop]
+                                   [--kinds in-place,mpilaunch,torchrun] [--settle S]
+
+   ``in-place`` is ``mpilaunch --max_restarts 1 --restart-mode in-place``: mpirun and the
+   adapters stay, the next attempt's worker interpreter was started (torch imported) while
+   attempt 0 ran (mpilaunch/rank/inplace.py). Each trial also times the *floor*: a fresh
+   interpreter importing torch and torch.distributed, what a restart costs at least without
+   such a spare.
 
 Prints one line per trial and the medians; nothing is asserted (tests/ test behaviour).
 Only the processes a trial started (the launcher's descendants, seen while it ran) are
@@ -63,6 +70,8 @@ if os.path.exists(ckpt):
     start = st["step"]
 dist.barrier()      # every rank has read the checkpoint before rank 0 writes the next one
 for step in range(start + 1, 7):
+    if attempt == 0 and step == 3:      # --settle: attempt 0 runs that much longer first
+        time.sleep(float(os.environ.get("BENCH_SETTLE", "0")))
     if attempt == 0 and rank == 1 and step == 3:
         open(os.path.join(out, "killed"), "w").write(repr(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
@@ -106,10 +115,12 @@ def _env():
 def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
     out = tempfile.mkdtemp(dir=work)
     script = os.path.join(work, "train.py")
-    if kind == "mpilaunch":
+    if kind in ("mpilaunch", "in-place"):
         argv = [sys.executable, "-m", "mpilaunch", "--mpirun", mpirun, "-np", "2",
                 "--no-scheduler", "--master_port", "0", "--max_restarts", "1",
                 "--log_dir", os.path.join(out, "logs"), script, out]
+        if kind == "in-place":
+            argv[-2:-2] = ["--restart-mode", "in-place"]
     else:
         torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
         argv = [torchrun, "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
@@ -169,6 +180,15 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
     return first1 - killed, first0 - t0
 
 
+def floor_trial() -> float:
+    """A fresh interpreter importing what the script imports before its first line of work:
+    what a restart costs at least without an interpreter started beforehand."""
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import torch, torch.distributed"], check=True,
+                   env=_env(), stdin=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
 def stop_trial(grace, mpirun: str, work: str):
     out = tempfile.mkdtemp(dir=work)
     script = os.path.join(work, "stopper.py")
@@ -199,35 +219,68 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--mpirun", default=os.path.join(os.path.dirname(sys.executable), "mpirun"))
+    p.add_argument("--kinds", default="in-place,mpilaunch,torchrun",
+                   help="restart trials: in-place (--restart-mode in-place), mpilaunch "
+                   "(relaunch), torchrun; comma list, interleaved")
+    p.add_argument("--no-stop", action="store_true", help="skip the stop-latency trials")
+    p.add_argument("--settle", type=float, default=0.0,
+                   help="seconds attempt 0 runs before the kill at step 3 (default 0: ~0.6 s "
+                   "after its first step); the in-place spare may be still importing then")
     p.add_argument("--stock", action="store_true",
                    help="also run torchrun once on the script without the per-attempt store keys")
     a = p.parse_args()
+    os.environ["BENCH_SETTLE"] = str(a.settle)     # the script reads it (every launcher)
     work = tempfile.mkdtemp(prefix="bench-restart-")
     with open(os.path.join(work, "train.py"), "w") as f:
         f.write(TRAIN)
     with open(os.path.join(work, "stopper.py"), "w") as f:
         f.write(STOPPER)
-    print(f"# mpirun {a.mpirun}; load {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
+    print(f"# mpirun {a.mpirun}; load {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores; "
+          f"settle {a.settle:g} s")
     if a.stock:
         got = restart_trial("torchrun", a.mpirun, work, stock=True)
         print("torchrun --standalone --max-restarts 1, stock init_process_group: "
               + (f"restarted, first step {got[0]:.3f} s after the kill" if got else
                  "no restarted step (see the line above)"), flush=True)
-    res = {"mpilaunch": [], "torchrun": []}
-    fresh = {"mpilaunch": [], "torchrun": []}
+    kinds = a.kinds.split(",")
+    res = {k: [] for k in kinds}
+    fresh = {k: [] for k in kinds}
+    floor = []
+    pairs = []
     for i in range(a.trials):
-        for kind in (("mpilaunch", "torchrun") if i % 2 == 0 else ("torchrun", "mpilaunch")):
+        order = kinds[i % len(kinds):] + kinds[:i % len(kinds)]    # rotated every trial
+        row = {}
+        for kind in order:
             got = restart_trial(kind, a.mpirun, work)
             if got:
                 res[kind].append(got[0])
                 fresh[kind].append(got[1])
+                row[kind] = got[0]
                 print(f"trial {i} {kind:9s} SIGKILL -> first step after restart {got[0]:.3f} s; "
-                      f"fresh launch -> first step {got[1]:.3f} s")
+                      f"fresh launch -> first step {got[1]:.3f} s", flush=True)
+        floor.append(floor_trial())
+        pairs.append(row)
+        print(f"trial {i} floor: a fresh interpreter importing torch, torch.distributed "
+              f"{floor[-1]:.3f} s; load {os.getloadavg()[0]:.2f}", flush=True)
     for kind in res:
         if res[kind]:
             print(f"restart {kind}: median {statistics.median(res[kind]):.3f} s "
                   f"(min {min(res[kind]):.3f}, n={len(res[kind])}); fresh launch median "
                   f"{statistics.median(fresh[kind]):.3f} s")
+    print(f"floor (python -c 'import torch, torch.distributed'): median "
+          f"{statistics.median(floor):.3f} s (min {min(floor):.3f})")
+    if "torchrun" in res and res["torchrun"]:
+        base = statistics.median(res["torchrun"])
+        for kind in res:
+            if kind != "torchrun" and res[kind]:
+                won = sum(1 for r in pairs if kind in r and "torchrun" in r
+                          and r[kind] < r["torchrun"])
+                print(f"{kind} / torchrun: {statistics.median(res[kind]) / base:.2f}x "
+                      f"(faster in {won} of {sum(1 for r in pairs if kind in r and 'torchrun' in r)} pairs)")
+    print(f"# load at the end {os.getloadavg()[0]:.2f}")
+    if a.no_stop:
+        shutil.rmtree(work, ignore_errors=True)
+        return 0
     stops = {"--term-grace 5": [], "no grace": []}
     for i in range(a.trials):
         for name, grace in (("--term-grace 5", 5), ("no grace", None)):

@@ -105,6 +105,9 @@ class Coordinator:
 
     def failed(self, k: int, info: dict) -> None:
         with self.lock:
+            if k in self.failures and k != self.attempt:
+                self.failures[k].append(info)   # within the window: a candidate root cause
+                return
             if k != self.attempt:
                 return                  # a consequence of a failure already acted on
             got = self.failures.setdefault(k, [])

@@ -65,12 +65,12 @@ class InPlaceSupervisor(Supervisor):
             return
         child.reported = True
         self._finish_relay(child)
-        self.held.append((child, cause, event))
+        self.held.append((child, cause, event, time.time()))   # when its failure was seen
 
     def flush(self) -> None:
         """The held reports, as status lines: the attempt was not restarted after all."""
         self.quiet = False
-        for child, cause, event in self.held:
+        for child, cause, event, _t in self.held:
             child.reported = False
             super()._report(child, cause, event)
         self.held = []
@@ -79,14 +79,14 @@ class InPlaceSupervisor(Supervisor):
         """The earliest own failure among the held reports, as the coordinator wants it."""
         from mpilaunch.rank import logs
 
-        for child, cause, _event in self.held:
+        for child, cause, _event, t in self.held:
             if cause == "self" and child.status:
                 spec = child.spec
                 tail = ([] if child.start_error else logs.status_tail(spec.log_path, spec.env))
                 return {"rank": self.rank, "host": self.host, "role": spec.role,
                         "code": child.status,
                         "signal": child.signal, "log": os.path.abspath(spec.log_path),
-                        "tail": tail, "t": round(time.time(), 3)}
+                        "tail": tail, "t": round(t, 3)}
         return None
 
     def _run_child(self, child) -> None:
@@ -213,7 +213,9 @@ def supervise(specs_for, specs, opts, rank: int, hostname: str, coord_addr: str,
             _drain(between, sup.events, after=k)
             if client is not None and k < last and worker is not None:
                 spare = _start_spare(sup, worker, argv, opts)
-            dog = longrun._watchdog(sup, opts, rank, hostname, lr.stall_timeout) \
+            here = opts._replace(log_dir=os.path.join(  # this attempt's heartbeat and stacks
+                os.path.dirname(os.path.normpath(opts.log_dir)), f"attempt{k}"))
+            dog = longrun._watchdog(sup, here, rank, hostname, lr.stall_timeout) \
                 if lr.stall_timeout else None
             try:
                 rc = sup.run()

@@ -15,7 +15,11 @@ import pytest
 
 from helpers import REPO
 from helpers.launch import clean_env, mpilaunch_argv
-from helpers.mpis import MPIRUNS
+from helpers.mpis import IMPI, MPICH, MPIRUNS
+
+# Hydra's mpiexec too, with this interpreter (the one with torch) running launcher and ranks
+STARTERS = MPIRUNS + [pytest.param(m.mpirun, id=m.id, marks=pytest.mark.skipif(
+    not os.access(m.mpirun, os.X_OK), reason=f"{m.id} not installed")) for m in (MPICH, IMPI)]
 from helpers.procs import wait_for
 from helpers.restart import TRAIN
 
@@ -86,7 +90,7 @@ def reference(tmp_path_factory):
     return json.loads((out / "final.json").read_text())
 
 
-@pytest.mark.parametrize("mpirun", MPIRUNS)
+@pytest.mark.parametrize("mpirun", STARTERS)
 def test_killed_worker_restarts_in_place_with_the_uninterrupted_result(mpirun, reference, tmp_path):
     proc, out = _start(mpirun, tmp_path, "job", "--max_restarts", "2", "--restart-mode", "in-place",
                        script_args=("--kill-step", "5"))

@@ -1,0 +1,128 @@
+"""In-place restarts, the adapters' coordination (mpilaunch/rank/coordinate.py), in one
+process over loopback TCP: the first failure of an attempt restarts every rank on a fresh port,
+later ones of the same attempt change nothing, the status line names the earliest failure,
+the budget's last attempt is not restarted, and the finished workers' barrier."""
+import json
+import queue
+import socket
+import time
+
+import pytest
+
+from mpilaunch.contract import STATUS_PREFIX
+from mpilaunch.rank import coordinate
+
+
+def _port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _job(size, attempt=0, last=2):
+    port = _port()
+    coord = coordinate.Coordinator(port, attempt, last, size, "h0")
+    boxes = [queue.SimpleQueue() for _ in range(size)]
+    clients = [coordinate.Client(0, boxes[0].put, coordinator=coord)]
+    clients += [coordinate.Client(r, boxes[r].put, addr="127.0.0.1", port=port)
+                for r in range(1, size)]
+    for c in clients:
+        assert c.connected.wait(5)
+    deadline = time.monotonic() + 5
+    while len(coord.conns) < size - 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return coord, clients, boxes
+
+
+def _status_lines(text):
+    return [json.loads(ln[len(STATUS_PREFIX):]) for ln in text.splitlines()
+            if ln.startswith(STATUS_PREFIX)]
+
+
+def test_a_failure_restarts_every_rank_once_and_names_the_earliest(capfd):
+    coord, clients, boxes = _job(3)
+    try:
+        assert clients[2].fail(0, {"rank": 2, "host": "h2", "role": "worker", "code": 137,
+                                   "signal": 9, "t": 10.0})
+        got = [b.get(timeout=5) for b in boxes]
+        assert got == [("restart", 1)] * 3
+        port = clients[0].latest[1]
+        assert all(c.latest == (1, port) for c in clients) and port > 0
+        # a consequence (rank 1's gloo broke), reported later but stamped earlier: no second
+        # restart, and the status line names the earliest failure the window gathered
+        assert clients[1].fail(0, {"rank": 1, "host": "h1", "role": "worker", "code": 1,
+                                   "signal": None, "t": 9.0})
+        time.sleep(coordinate.ROOT_WINDOW + 0.3)
+        assert all(b.empty() for b in boxes)
+        lines = _status_lines(capfd.readouterr().err)
+        assert len(lines) == 1
+        assert (lines[0]["event"], lines[0]["rank"], lines[0]["code"], lines[0]["cause"]) == (
+            coordinate.RESTART_EVENT, 1, 1, "restart")
+        assert lines[0]["message"] == "attempt 0 failed; attempt 1 started in place"
+        # a stale report of attempt 0 after attempt 1 began changes nothing
+        clients[2].fail(0, {"rank": 2, "t": 11.0})
+        time.sleep(0.2)
+        assert all(b.empty() for b in boxes) and coord.attempt == 1
+    finally:
+        for c in clients:
+            c.close()
+        coord.close()
+
+
+def test_the_last_attempt_of_the_budget_is_not_restarted(capfd):
+    coord, clients, boxes = _job(2, attempt=1, last=1)
+    try:
+        clients[1].fail(1, {"rank": 1, "t": 1.0})
+        time.sleep(coordinate.ROOT_WINDOW + 0.3)
+        assert all(b.empty() for b in boxes) and coord.attempt == 1
+        assert _status_lines(capfd.readouterr().err) == []
+    finally:
+        for c in clients:
+            c.close()
+        coord.close()
+
+
+def test_finish_only_once_every_rank_is_done():
+    coord, clients, boxes = _job(3)
+    try:
+        clients[0].done(0)
+        clients[2].done(0)
+        clients[2].done(0)        # counted once
+        time.sleep(0.2)
+        assert all(b.empty() for b in boxes)
+        clients[1].done(0)
+        assert [b.get(timeout=5) for b in boxes] == [("finish", 0)] * 3
+        assert all(c.finished == 0 for c in clients)
+    finally:
+        for c in clients:
+            c.close()
+        coord.close()
+
+
+def test_a_late_adapter_learns_where_everyone_is():
+    port = _port()
+    coord = coordinate.Coordinator(port, 0, 3, 2, "h0")
+    box0 = queue.SimpleQueue()
+    local = coordinate.Client(0, box0.put, coordinator=coord)
+    try:
+        local.fail(0, {"rank": 0, "t": 1.0})
+        assert box0.get(timeout=5) == ("restart", 1)
+        box1 = queue.SimpleQueue()
+        late = coordinate.Client(1, box1.put, addr="127.0.0.1", port=port)
+        assert box1.get(timeout=5) == ("restart", 1) and late.latest == local.latest
+        late.close()
+    finally:
+        coord.close()
+
+
+def test_a_port_taken_on_rank_0s_host_is_an_oserror():
+    s = socket.socket()
+    s.bind(("", 0))
+    s.listen(1)
+    try:
+        with pytest.raises(OSError):
+            coordinate.Coordinator(s.getsockname()[1], 0, 1, 2, "h0")
+    finally:
+        s.close()
