@@ -59,6 +59,12 @@ def take(env: dict):
     """Remove the channel's variables from ``env`` (the workers must not inherit the key):
     (endpoint, token), or None when the launch has no channel."""
     endpoint, token = env.pop(ENDPOINT_VAR, None), env.pop(TOKEN_VAR, None)
+    if endpoint and not token:      # seen on MPICH's remote hosts: said, not silently ignored
+        import sys
+
+        sys.stderr.write(f"mpilaunch.rank: {ENDPOINT_VAR} came without {TOKEN_VAR}: the starter "
+                         "did not pass the key to this rank; the launcher's graceful stop and "
+                         "the signals it delivers itself will not reach it\n")
     if not endpoint or not token:
         return None
     return endpoint, token

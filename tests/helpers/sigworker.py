@@ -93,5 +93,22 @@ def steps(out, rank):
         return 0
 
 
+def channel_peers(pid):
+    """Process ``pid``'s established TCP connections (the launcher's: the adapters connected to
+    its control channel), read from its own network namespace's table (/proc/PID/net/tcp;
+    psutil reads the caller's)."""
+    socks = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            socks.add(link[len("socket:["):-1])
+    with open("/proc/%d/net/tcp" % pid) as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    return sum(1 for r in rows if r[3] == "01" and r[9] in socks)     # 01: ESTABLISHED
+
+
 if __name__ == "__main__":
     main()

@@ -71,6 +71,14 @@ def test_the_key_is_a_secret_taken_out_of_the_workers_environment():
     env = {control.ENDPOINT_VAR: "127.0.0.1:9", control.TOKEN_VAR: "k", "KEEP": "1"}
     assert control.take(env) == ("127.0.0.1:9", "k") and env == {"KEEP": "1"}
     assert control.take({"KEEP": "1"}) is None
+
+
+def test_an_endpoint_without_its_key_is_said(capsys):
+    assert control.take({control.ENDPOINT_VAR: "127.0.0.1:9"}) is None
+    assert capsys.readouterr().err == (
+        "mpilaunch.rank: MPILAUNCH_CONTROL came without MPILAUNCH_CONTROL_TOKEN: the starter "
+        "did not pass the key to this rank; the launcher's graceful stop and the signals it "
+        "delivers itself will not reach it\n")
     ctl = Control([])     # every rank here: loopback only
     try:
         assert ctl.env[control.ENDPOINT_VAR] == f"127.0.0.1:{ctl.port}"
