@@ -1,14 +1,19 @@
 """Long jobs, launcher side: job-wide restarts, the graceful stop, the stall
 watchdog's verdict, and the per-attempt adapter flags (span check, restart count).
 
-**Where the restart happens: the front-end relaunches mpirun.** A failure of any worker, the
-scheduler or a host tears the whole job down as before (Open MPI + adapters, ~0.5-2 s), then
-the launcher starts a new mpirun, up to ``--max_restarts`` times for the whole job. Chosen
-over restarting workers inside live adapters because it is the only way that also survives a
-lost host or a killed adapter/daemon (the MPI job is gone then), needs no channel between
-adapters, gives every attempt fresh rendezvous state (a new MindSpore scheduler, a new
-TCPStore) and costs one mpirun start (~0.3 s locally, bench/bench_restart.py), small next to
-the framework's own start (torch import, rendezvous, reading the checkpoint).
+**Where the restart happens.** By default (``--restart-mode relaunch``) the front-end
+relaunches mpirun: a failure of any worker, the scheduler or a host tears the whole job down
+(Open MPI + adapters, ~0.5-2 s), then the launcher starts a new mpirun, up to
+``--max_restarts`` times for the whole job. That is the only way that also survives a lost host
+or a killed adapter/daemon (the MPI job is gone then), and every attempt gets fresh processes
+all the way down. With ``--restart-mode in-place`` a worker's or scheduler's failure is
+restarted by the adapters inside the running job (rank/inplace.py: rank 0's adapter
+coordinates, every rank's children restart on a fresh port, the next worker pre-started);
+what ends the starter still comes back here and is relaunched (and shrunk: shrink.py). Every
+rank's worker and rank 0's scheduler restart, never one worker alone: MindSpore refuses a node
+id registering again with a live scheduler. Not the default: a relaunch also resets whatever a
+failed worker left behind in its adapter's host, and it is the path with the longer record
+(Hydra, srun, MindSpore).
 
 * Every attempt's logs go to ``LOG_DIR/attempt<k>/`` (when ``--max_restarts`` > 0), so
   nothing is overwritten; the summary lists each attempt's root cause; the exit status is the
