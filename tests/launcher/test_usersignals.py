@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -112,7 +113,9 @@ def test_install_takes_sigtstp_with_its_sender_and_uninstall_leaves_it_unblocked
     finally:
         fw.uninstall()
     assert signal.SIGTSTP not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    assert not fw.thread.is_alive()
+    os.kill(os.getpid(), signal.SIGTSTP)        # between attempts: the ended job gets nothing
+    time.sleep(0.2)
+    assert job.kills == [signal.SIGTSTP, signal.SIGUSR2]
     for sig in usersignals.SIGNALS:         # between attempts: kept from killing the launcher
         assert signal.getsignal(sig) is usersignals._no_ranks
         signal.signal(sig, signal.SIG_DFL)
