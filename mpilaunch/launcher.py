@@ -248,7 +248,7 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
             os.kill(os.getpid(), int(os.environ["MPILAUNCH_TEST_SIGNAL_BEFORE_START"]))
         if stop["first"] is not None:
             raise _StoppedBeforeStart()
-        starter_env = {**env, **backend.env(plan), **(control.env if control else {})}
+        starter_env = starter_environment(env, control.env if control else {}, backend.env(plan))
         proc = subprocess.Popen(
             cmd, env=starter_env, stdin=relays.stdin_for(backend.stdin(plan)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -316,6 +316,19 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
                 relays.Sink(2).write(f"  scheduler: {cause}\n".encode("utf-8", "replace"))
                 events.emit("scheduler_stop", cause=cause)
     return status
+
+
+def starter_environment(base: Mapping[str, str], control: Mapping[str, str],
+                        additions: Mapping[str, str]) -> dict:
+    """The starter's environment: ``base``, the control channel's variables, then the
+    backend's additions, last and in the backend's order (a backend may need to say what ends
+    the environment: hydra.py)."""
+    out = {k: v for k, v in base.items() if k not in additions}
+    out.update(control)
+    for k, v in additions.items():
+        out.pop(k, None)
+        out[k] = v
+    return out
 
 
 def _linger(control, seconds: float, program: str) -> None:

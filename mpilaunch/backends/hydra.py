@@ -60,6 +60,7 @@ USE = ("give Hydra's own option in --extra-args/OPENMPI_EXTRA_ARGS (e.g. -genv N
        "-iface IF, -ppn N)")
 
 
+ENV_END = "MPILAUNCH_HYDRA_ENV_END"   # the last entry of mpiexec's environment (Hydra.env)
 HOST_LOST_ESCALATE = 3.0   # a host lost: mpiexec's own teardown waits on the dead proxy
 
 
@@ -89,6 +90,17 @@ class Hydra(Backend):
     def argv(self, plan) -> List[str]:
         return argv(plan.mpi.path, plan.np, plan.hostfile_path, plan.ssh, plan.args,
                     plan.broadcast.routed, plan.rank_command, plan.mpi.dialect, plan.stdin)
+
+    def env(self, plan) -> Mapping[str, str]:
+        """``extra_env``, then ``ENV_END`` last: MPICH 5.0.2's mpiexec does not pass the last
+        entry of its environment to remote hosts' ranks even when -genvlist names it (measured
+        on two test hosts with ``AA=1 BB=2 CC=3`` appended in that order: the remote rank got
+        AA and BB, whatever their order in the list; with ``CC`` first in the environment it
+        lost BB; with any unlisted variable after them it got all three). The launcher puts
+        the backend's additions last (``launcher.starter_environment``), so a variable of
+        ours no rank needs takes that place instead of the control channel's key or a user's
+        variable."""
+        return {**plan.extra_env, ENV_END: "1"}
 
     def files(self, plan):
         return [(plan.hostfile_path, render_hostfile(plan.hosts))]   # no tune file: -genvlist

@@ -196,3 +196,20 @@ def test_lost_host_found_by_the_launcher_is_the_summarys_root_cause(tmp_path):
     assert "root cause: host node-c lost: its ssh port no longer answers" in text, text
     p = make(["-H", "node-a:1,node-b:1", "--ssh-port", "2222", "--ssh-args", "-F /cfg"], {}, MC, tmp_path)
     assert hydra_report._ssh_args(p) == ["-p", "2222", "-F", "/cfg", *keepalive_options()]
+
+
+def test_mpiexecs_environment_ends_with_a_variable_no_rank_needs(tmp_path):
+    """MPICH's mpiexec drops the last entry of its environment for remote ranks (hydra.Hydra.env):
+    the launcher puts the backend's additions last, in their order, so ENV_END takes that place
+    and the control channel's key (or a user's listed variable) never does."""
+    from mpilaunch.launcher import starter_environment
+
+    p = make(["--ssh-port", "2222"], {}, MC, tmp_path)
+    additions = hydra.Hydra(MC).env(p)
+    assert list(additions) == ["HYDRA_LAUNCHER_EXTRA_ARGS", hydra.ENV_END]
+    base = {"PATH": "/bin", hydra.ENV_END: "1", "CRED_TOKEN": "s"}   # inherited: a nested launch
+    env = starter_environment(base, {"MPILAUNCH_CONTROL": "a:1", "MPILAUNCH_CONTROL_TOKEN": "k"},
+                              additions)
+    assert list(env) == ["PATH", "CRED_TOKEN", "MPILAUNCH_CONTROL", "MPILAUNCH_CONTROL_TOKEN",
+                         "HYDRA_LAUNCHER_EXTRA_ARGS", hydra.ENV_END]
+    assert env["HYDRA_LAUNCHER_EXTRA_ARGS"] == "-p 2222"

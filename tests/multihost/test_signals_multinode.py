@@ -2,8 +2,8 @@
 test host 1, one rank of tests/helpers/sigworker.py there and one on host 2, through Open MPI 5
 (every signal forwarded by mpirun and its remote daemon; the graceful stop over the launcher's
 control channel: the remote adapter connects back to host 1's address, as Open MPI's daemon
-does) and MPICH (also SIGUSR2, SIGTSTP and SIGCONT over the channel: an expected failure, the
-remote adapter does not get the channel's key). In one job: SIGUSR1, SIGUSR2 reach both workers once; SIGTSTP stops both,
+does) and MPICH (also SIGUSR2, SIGTSTP and SIGCONT over the channel, whose key reaches the remote
+adapter only because mpiexec's environment ends with a variable no rank needs: backends/hydra.py). In one job: SIGUSR1, SIGUSR2 reach both workers once; SIGTSTP stops both,
 SIGCONT resumes both; then, under --term-grace, SIGTERM gives both their 2 s save."""
 import os
 import signal
@@ -16,7 +16,7 @@ import pytest
 from helpers import REPO
 from helpers import sigworker
 from helpers.launch import clean_env
-from helpers.mpis import MPICH, OMPI5, params
+from helpers.mpis import IMPI, MPICH, OMPI5, params
 from helpers.procs import wait_for
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
@@ -33,15 +33,7 @@ def _processes(marker):
     return out
 
 
-# MPICH: the remote host's rank gets the channel's address but not its key through mpiexec's
-# -genvlist (its adapter's environment, measured), so it is not on the channel: SIGUSR2,
-# SIGTSTP, SIGCONT and the graceful stop reach only the launching host's rank. Open.
-_MPICH_REMOTE = pytest.mark.xfail(strict=True, reason="MPICH: the remote rank does not get "
-                                  "MPILAUNCH_CONTROL_TOKEN through -genvlist")
-
-
-@pytest.mark.parametrize("mpi", params([OMPI5]) + [
-    pytest.param(p.values[0], id="mpich", marks=[*p.marks, _MPICH_REMOTE]) for p in params([MPICH])])
+@pytest.mark.parametrize("mpi", params([OMPI5, MPICH, IMPI]))
 def test_signals_reach_the_worker_on_every_host(testhosts, mpi, tmp_path):
     th = testhosts
     out = tmp_path / "out"
