@@ -14,17 +14,18 @@ import time
 from mpilaunch import events
 
 
-def run(backend, lr, cfg, env, plan, run_dir: str) -> int:
+def run(backend, lr, cfg, env, plan, run_dir: str, disc=None) -> int:
     """Attempt 0 (``plan``/``run_dir`` made by run.main from ``restart.attempt_cfg(cfg, lr,
-    0)``), then as many restarts as the budget allows (``lr``: restart.LongRun)."""
-    from mpilaunch import launcher, restart, shrink
+    0)``), then as many restarts as the budget allows (``lr``: restart.LongRun). ``disc``:
+    ``--host-discovery-script`` (discovery.Discovery), which gives each later attempt its hosts."""
+    from mpilaunch import discovery, launcher, restart, shrink
 
     attempts = []
     k = 0
     base = cfg
     while True:
-        att = (restart.LongRunAttempt(k, lr, plan.np) if restart.long_run_on(lr)
-               else launcher.Attempt(k))
+        att = (restart.LongRunAttempt(k, lr, plan.np)   # discovery: it learns the lost hosts
+               if restart.long_run_on(lr) or disc is not None else launcher.Attempt(k))
         status = launcher.run(backend, plan, env, run_dir, cfg.keep_tune_file, att)
         attempts += getattr(att, "in_place", [])   # restarted in place, inside this launch
         attempts.append(att)
@@ -33,12 +34,17 @@ def run(backend, lr, cfg, env, plan, run_dir: str) -> int:
                 or k >= lr.max_restarts):
             break
         k += 1
+        if disc is not None:   # the script's hosts, less those cooling down or failing checks
+            found = discovery.between(disc, cfg, base, lr, att, k)
+            if found is None:    # no host left: the job ends with this attempt's status
+                break
+            cfg, lr = found
         events.emit("restart", next_attempt=k, cause=att.cause, delay=lr.restart_delay)
         print(f"mpilaunch: attempt {k - 1} failed ({att.cause}); restarting the job: attempt "
               f"{k} of at most {lr.max_restarts + 1}"
               + (f" in {lr.restart_delay:g} s" if lr.restart_delay else ""),
               file=sys.stderr, flush=True)
-        smaller = shrink.shrink(cfg, base, lr, att)
+        smaller = None if disc is not None else shrink.shrink(cfg, base, lr, att)
         if smaller is not None:    # --min-hosts: the hosts left run the next attempt
             cfg, lr, dropped = smaller
             att.note = (f"; dropped host {', '.join(dropped)}: attempt {k} on "

@@ -173,6 +173,11 @@ OPTIONS = (
        "with --max_restarts: after a host is lost, the next attempt runs on the hosts left "
        "(world size recomputed) while at least M are left", "long", shown="off (every attempt "
        "on every host)", metavar="M", commands=(RUN, JOB)),
+    _o(("--host-discovery-script", "--host_discovery_script"), "host_discovery_script",
+       "before every attempt, run this executable for the live hosts, one host:slots (or host) "
+       "line each (Horovod's contract, mpi-operator's discover_hosts.sh); they replace the "
+       "hostfile's; a host that failed twice sits out 300 s, new hosts are preflighted", "long",
+       shown="off (the hostfile's hosts)", metavar="PATH", commands=(RUN, JOB)),
     _o(("--restart-delay", "--restart_delay"), "restart_delay",
        "seconds between a failed attempt's teardown and the next start", "long", default="0",
        metavar="SECONDS", commands=(RUN, JOB)),

@@ -127,6 +127,9 @@ def main(argv: Sequence[str]) -> int:
     args = options.parser(options.RUN).parse_args(list(argv))
     env = dict(os.environ)
     cfg = config.build(args, env)
+    from mpilaunch import discovery   # --host-discovery-script: its hosts replace the hostfile's
+
+    disc, cfg = discovery.setup(args, cfg, env)
     rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
     # --preflight deep is asked for by name: --no-preflight (which `mpilaunch job` adds once
     # it saw every host) skips the ssh preflight only
@@ -175,4 +178,4 @@ def main(argv: Sequence[str]) -> int:
         print(f"mpilaunch: {render.show(backend.argv(plan))}", file=sys.stderr)
     from mpilaunch import attempts
 
-    return attempts.run(backend, long_run, cfg, env, plan, run_dir)
+    return attempts.run(backend, long_run, cfg, env, plan, run_dir, disc)

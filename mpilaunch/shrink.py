@@ -38,15 +38,9 @@ def shrink(cfg, base, lr, att):
     The world size becomes the slots left (or stays the user's ``-np`` when they hold it)."""
     if lr.min_hosts is None or not getattr(att, "lost", None):
         return None
-    gone = set()
-    for name in att.lost:
-        idx = [i for i, h in enumerate(cfg.hosts) if h.name == name]
-        if not idx:    # Open MPI may name a host by the name its daemon reported: the ranks'
-            idx = sorted({att.host_of_rank(r, cfg) for r, host in att.rank_hosts.items()
-                          if host == name} - {None})
-        if not idx:
-            return None
-        gone.update(idx)
+    gone = lost_indices(cfg, att)
+    if gone is None:
+        return None
     left = tuple(h for i, h in enumerate(cfg.hosts) if i not in gone)
     if len(left) < lr.min_hosts or not left:
         return None
@@ -55,3 +49,18 @@ def shrink(cfg, base, lr, att):
     dropped = [cfg.hosts[i].name for i in sorted(gone)]
     new = cfg._replace(hosts=left, np=np, master_addr=base.master_addr)
     return new, lr._replace(rank0_here=net.rank0_is_here(left)), dropped
+
+
+def lost_indices(cfg, att):
+    """The indices in ``cfg.hosts`` of the hosts ``att`` lost (set), or None when a lost name
+    matches no host (nor the host of any rank)."""
+    gone = set()
+    for name in getattr(att, "lost", None) or ():
+        idx = [i for i, h in enumerate(cfg.hosts) if h.name == name]
+        if not idx:    # Open MPI may name a host by the name its daemon reported: the ranks'
+            idx = sorted({att.host_of_rank(r, cfg) for r, host in att.rank_hosts.items()
+                          if host == name} - {None})
+        if not idx:
+            return None
+        gone.update(idx)
+    return gone

@@ -1,0 +1,270 @@
+"""Host discovery, ``--host-discovery-script PATH``: before every attempt (the first too) an
+executable of the user's prints the live hosts, one ``host:slots`` line each (``host`` alone:
+1 slot). That is Horovod's ``--host-discovery-script`` contract and what the Kubeflow
+mpi-operator writes to ``/etc/mpi/discover_hosts.sh``. Its hosts and slots replace the
+hostfile's for that attempt; the world size is their slots (or the user's ``-np`` when they
+hold it), ranks, ``LOCAL_*`` and rank 0's address follow from the new plan, as with
+``--min-hosts``.
+
+Rules between attempts (:class:`Discovery`):
+
+- A host that failed :data:`FAILS_TO_COOL` times (lost by the starter, or failed its preflight)
+  is left out for :data:`COOL_DOWN` seconds even while the script lists it. Two, not one: the
+  script is the orchestrator's view of what is alive, and a single loss is often a flap (a
+  link or ssh connection cut once); a host the script still lists after one loss is
+  preflighted again before it is used, so a host still down is left out of that attempt
+  anyway. A second failure means the host passes the checks and still kills attempts: then
+  it costs every further attempt, and it sits out the cool-down.
+- A host not used by an earlier attempt, or lost in the last one, is preflighted (the ssh
+  checks of mpilaunch/check/) before it is used; one that fails is left out of that attempt
+  and named on stderr. The first attempt's hosts get the launch's own start checks, as hosts
+  of a hostfile do.
+- A script that fails, times out or prints a line that is not ``host[:slots]``: before the
+  first attempt a one-line usage error (exit 2); before a later one the previous attempt's
+  hosts are kept, with a warning that says why.
+- No host left, or fewer than ``--min-hosts``: no further attempt; the job ends with the
+  last attempt's status.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from mpilaunch import hostfile as hf
+from mpilaunch.errors import UsageError
+
+FLAG = "--host-discovery-script"
+TIMEOUT = 30.0          # seconds the script may take (a kubectl or API call, not a scan)
+FAILS_TO_COOL = 2       # failures of a host before it sits out (see the module's text)
+COOL_DOWN = 300.0       # seconds a host that failed FAILS_TO_COOL times is left out
+STDERR_KEPT = 200       # characters of the script's last stderr line kept for the message
+
+
+class DiscoveryError(Exception):
+    """The script failed, timed out or printed a malformed line; str(): what, one line."""
+
+
+def script_path(raw: str, source: str = FLAG) -> str:
+    """The option's value -> an absolute path of an executable file, or one usage line."""
+    path = os.path.abspath(os.path.expanduser(str(raw).strip()))
+    if not str(raw).strip() or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise UsageError(f"{source}={raw}: not an executable file")
+    return path
+
+
+def parse(text: str, script: str) -> Tuple[hf.Host, ...]:
+    """The script's output -> its hosts, in order. Blank lines are skipped; any other line
+    that is not ``host`` or ``host:slots`` (slots a whole number from 1), or a host listed
+    twice, raises DiscoveryError naming the line."""
+    hosts: List[hf.Host] = []
+    seen = set()
+    for n, line in enumerate(text.splitlines(), 1):
+        item = line.strip()
+        if not item:
+            continue
+        name, sep, count = item.partition(":")
+        slots = 1
+        if sep:
+            slots = int(count) if count.isdigit() and count.isascii() else 0
+        if (not hf._HOST_RE.match(name) or name.startswith("-") or name.startswith("[")
+                or slots < 1 or slots > hf.MAX_SLOTS):
+            raise DiscoveryError(f"{script} printed line {n} {item!r}: give host or host:slots "
+                                 f"(slots a whole number from 1 to {hf.MAX_SLOTS})")
+        if name in seen:
+            raise DiscoveryError(f"{script} printed line {n} {item!r}: host {name} listed twice")
+        seen.add(name)
+        hosts.append(hf.Host(name, slots))
+    return tuple(hosts)
+
+
+def run_script(script: str, timeout: float = TIMEOUT) -> str:
+    """Run the script (argv ``[script]``, no shell, stdin closed, in its own process group so
+    that a timeout ends what it started too) -> its stdout, or DiscoveryError."""
+    try:
+        proc = subprocess.Popen([script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+    except OSError as exc:
+        raise DiscoveryError(f"{script} could not be run: {exc.strerror or exc}") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise DiscoveryError(f"{script} timed out after {timeout:g} s") from None
+    except BaseException:
+        _kill_group(proc)
+        raise
+    _kill_group(proc)    # anything it left running in the background
+    if proc.returncode != 0:
+        why = (f"ended by signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
+               else f"exited with status {proc.returncode}")
+        last = _last_line(err)
+        raise DiscoveryError(f"{script} {why}" + (f": {last}" if last else ""))
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DiscoveryError(f"{script} printed bytes that are not UTF-8") from None
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.communicate(timeout=5)
+    except (subprocess.TimeoutExpired, ValueError):
+        pass
+
+
+def _last_line(data: bytes) -> str:
+    lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return lines[-1][:STDERR_KEPT] if lines else ""
+
+
+def discover(script: str, timeout: float = TIMEOUT) -> Tuple[hf.Host, ...]:
+    return parse(run_script(script, timeout), script)
+
+
+def world_size(hosts: Sequence[hf.Host], user_np: Optional[int]) -> int:
+    """The slots of ``hosts``, or the user's ``-np`` when they hold it."""
+    slots = sum(h.slots for h in hosts)
+    return user_np if user_np is not None and user_np <= slots else slots
+
+
+def names(hosts: Sequence[hf.Host]) -> str:
+    return ", ".join(h.name for h in hosts)
+
+
+class Discovery:
+    """The script and what the launcher learnt about hosts across the attempts of one job.
+    ``user_np``: the user's ``-np`` (None: the slots). ``clock``/``runner``/``preflight``:
+    what time it is, how the script is run, and which hosts fail the preflight (stand-ins in
+    the unit tests; the real ones below)."""
+
+    def __init__(self, script: str, user_np: Optional[int], timeout: float = TIMEOUT,
+                 clock=time.monotonic, runner=None, preflight=None):
+        self.script, self.user_np, self.timeout = script, user_np, timeout
+        self.clock = clock
+        self.runner = runner or (lambda: discover(self.script, self.timeout))
+        self.preflight = preflight or _preflight
+        self.fails: Dict[str, int] = {}
+        self.cooled: Dict[str, float] = {}     # host -> when it may be used again
+        self.seen = set()                      # hosts an attempt ran on
+
+    # ---------------------------------------------------------------- the first attempt
+    def first(self, cfg):
+        """Before attempt 0: the script's hosts replace the config's, or one usage line."""
+        try:
+            hosts = self.runner()
+        except DiscoveryError as exc:
+            raise UsageError(f"{FLAG}: {exc}") from None
+        if not hosts:
+            raise UsageError(f"{FLAG}: {self.script} listed no host")
+        self.seen.update(h.name for h in hosts)
+        return cfg._replace(hosts=hosts, np=world_size(hosts, self.user_np),
+                            hosts_source=f"{FLAG} {self.script}")
+
+    # ---------------------------------------------------------------- later attempts
+    def charge(self, failed: Sequence[str], warn) -> None:
+        """Count a failure against each host; the FAILS_TO_COOL-th sends it to cool down."""
+        for name in failed:
+            self.fails[name] = self.fails.get(name, 0) + 1
+            if self.fails[name] >= FAILS_TO_COOL:
+                self.fails[name] = 0
+                self.cooled[name] = self.clock() + COOL_DOWN
+                warn(f"host {name} failed {FAILS_TO_COOL} times: left out for {COOL_DOWN:g} s")
+
+    def next_hosts(self, k: int, previous: Tuple[hf.Host, ...], lost: Sequence[str],
+                   cfg, warn) -> Tuple[Tuple[hf.Host, ...], Dict[str, str]]:
+        """The hosts of attempt ``k`` (``previous``: attempt k-1's, ``lost``: the names of
+        those it lost) -> (hosts, left out: name -> why)."""
+        self.charge(lost, warn)
+        try:
+            listed = self.runner()
+        except DiscoveryError as exc:
+            warn(f"{exc}; attempt {k} keeps the hosts of attempt {k - 1}")
+            listed = previous
+        now = self.clock()
+        for name, until in list(self.cooled.items()):
+            if until <= now:
+                del self.cooled[name]
+        out: Dict[str, str] = {}
+        hosts = []
+        for h in listed:
+            if h.name in self.cooled:
+                out[h.name] = f"cooling down ({self.cooled[h.name] - now:.0f} s left)"
+            else:
+                hosts.append(h)
+        fresh = [h for h in hosts if h.name not in self.seen or h.name in lost]
+        if fresh:
+            bad = self.preflight(cfg, fresh)
+            for name, why in bad.items():
+                out[name] = f"preflight: {why}"
+                warn(f"host {name} left out of attempt {k}: preflight: {why}")
+            self.charge(list(bad), warn)
+            hosts = [h for h in hosts if h.name not in bad]
+        self.seen.update(h.name for h in hosts)
+        return tuple(hosts), out
+
+
+def _preflight(cfg, hosts: Sequence[hf.Host]) -> Dict[str, str]:
+    """The launch's ssh checks (resolve, ssh port, login) on ``hosts`` -> failing host -> why."""
+    from mpilaunch import check, net
+
+    remote = [h for h in hosts if not net.is_here(h)]
+    if not remote:
+        return {}
+    probe = cfg._replace(hosts=tuple(remote), np=sum(h.slots for h in remote))
+    bad: Dict[str, str] = {}
+    for r in check.failed(check.run_checks(probe, timeout=check.DEFAULT_TIMEOUT)):
+        if r.host:
+            bad.setdefault(r.host, f"{r.check}: {r.message}")
+    return bad
+
+
+def setup(args, cfg, env):
+    """``--host-discovery-script``: -> (Discovery, the config of attempt 0), or (None, cfg)."""
+    from mpilaunch import options
+
+    raw, source = options.setting(args, env, "host_discovery_script")
+    if raw is None:
+        return None, cfg
+    script = script_path(raw, source)
+    np_raw, _ = options.setting(args, env, "np")
+    disc = Discovery(script, cfg.np if np_raw is not None else None)
+    return disc, disc.first(cfg)
+
+
+def between(disc: Discovery, cfg, base, lr, att, k: int):
+    """Before attempt ``k`` (k > 0): -> (cfg, lr) of that attempt, or None: no host left (or
+    fewer than ``--min-hosts``), the job ends. Says on stderr, in the attempt's summary note
+    and in the event record which hosts the attempt runs on when they changed."""
+    from mpilaunch import events, net, shrink
+
+    def warn(text):
+        print(f"mpilaunch: host discovery: {text}", file=sys.stderr, flush=True)
+
+    previous = tuple(cfg.hosts)
+    lost = [previous[i].name for i in sorted(shrink.lost_indices(cfg, att) or ())]
+    hosts, out = disc.next_hosts(k, previous, lost, cfg, warn)
+    need = lr.min_hosts or 1
+    if len(hosts) < need:
+        why = ("no host left" if not hosts else
+               f"{len(hosts)} host(s) left, fewer than --min-hosts {lr.min_hosts}")
+        warn(f"{why} for attempt {k}: the job ends with attempt {k - 1}'s status")
+        events.emit("discovery", next_attempt=k, hosts=[h.name for h in hosts], left_out=out,
+                    ended=True)
+        return None
+    np = world_size(hosts, disc.user_np)
+    if hosts != previous or np != cfg.np:
+        att.note = (getattr(att, "note", "") + f"; host discovery: attempt {k} on {names(hosts)}"
+                    f" (was {names(previous)}), world size {np}")
+        warn(f"attempt {k} runs on {names(hosts)}, world size {np}")
+    events.emit("discovery", next_attempt=k, hosts=[{"name": h.name, "slots": h.slots}
+                                                    for h in hosts], np=np, left_out=out)
+    new = cfg._replace(hosts=hosts, np=np, master_addr=base.master_addr)
+    return new, lr._replace(rank0_here=net.rank0_is_here(hosts))
