@@ -83,7 +83,9 @@ def parse(text: str, script: str) -> Tuple[hf.Host, ...]:
 
 def run_script(script: str, timeout: float = TIMEOUT) -> str:
     """Run the script (argv ``[script]``, no shell, stdin closed, in its own process group so
-    that a timeout ends what it started too) -> its stdout, or DiscoveryError."""
+    that a timeout ends what it started too, as long as it holds the script's output open)
+    -> its stdout, or DiscoveryError. After a normal end nothing is signalled: the group's id
+    may be reused once its last process is gone."""
     try:
         proc = subprocess.Popen([script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
@@ -97,9 +99,8 @@ def run_script(script: str, timeout: float = TIMEOUT) -> str:
     except BaseException:
         _kill_group(proc)
         raise
-    _kill_group(proc)    # anything it left running in the background
     if proc.returncode != 0:
-        why = (f"ended by signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
+        why = (f"ended by signal {_signame(-proc.returncode)}" if proc.returncode < 0
                else f"exited with status {proc.returncode}")
         last = _last_line(err)
         raise DiscoveryError(f"{script} {why}" + (f": {last}" if last else ""))
@@ -107,6 +108,13 @@ def run_script(script: str, timeout: float = TIMEOUT) -> str:
         return out.decode("utf-8")
     except UnicodeDecodeError:
         raise DiscoveryError(f"{script} printed bytes that are not UTF-8") from None
+
+
+def _signame(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return str(n)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
