@@ -162,6 +162,7 @@ class Discovery:
         self.fails: Dict[str, int] = {}
         self.cooled: Dict[str, float] = {}     # host -> when it may be used again
         self.seen = set()                      # hosts an attempt ran on
+        self.last_checked: List[str] = []      # the hosts the last next_hosts preflighted
 
     # ---------------------------------------------------------------- the first attempt
     def first(self, cfg):
@@ -208,6 +209,7 @@ class Discovery:
             else:
                 hosts.append(h)
         fresh = [h for h in hosts if h.name not in self.seen or h.name in lost]
+        self.last_checked = [h.name for h in fresh]
         if fresh:
             bad = self.preflight(cfg, fresh)
             for name, why in bad.items():
@@ -273,6 +275,7 @@ def between(disc: Discovery, cfg, base, lr, att, k: int):
                     f" (was {names(previous)}), world size {np}")
         warn(f"attempt {k} runs on {names(hosts)}, world size {np}")
     events.emit("discovery", next_attempt=k, hosts=[{"name": h.name, "slots": h.slots}
-                                                    for h in hosts], np=np, left_out=out)
+                                                    for h in hosts], np=np, left_out=out,
+                preflighted=disc.last_checked)
     new = cfg._replace(hosts=hosts, np=np, master_addr=base.master_addr)
     return new, lr._replace(rank0_here=net.rank0_is_here(hosts))

@@ -166,6 +166,7 @@ def test_new_hosts_are_preflighted_and_a_failing_one_left_out():
     said = []
     hosts, out = d.next_hosts(1, (A, B), ["10.0.0.2"], None, said.append)
     assert d.checked == [["10.0.0.3", "node-4"]]           # not 10.0.0.1: it ran attempt 0
+    assert d.last_checked == ["10.0.0.3", "node-4"]
     assert hosts == (A, D) and out == {"node-4": "preflight: ssh: port 22 does not answer"}
     assert said == ["host node-4 left out of attempt 1: preflight: ssh: port 22 does not answer"]
     assert d.fails == {"10.0.0.2": 1, "node-4": 1}
