@@ -2,7 +2,8 @@
 for the first attempt; host 2's link is pulled mid-job and the script then lists hosts 1, 2 and 3
 (a replacement, as an orchestrator's discover_hosts.sh would, slow to drop host 2). The next
 attempt (a relaunch) preflights hosts 2 and 3, leaves host 2 out and runs on hosts 1 and 3:
-each rank of it says which host it ran on and the world it saw, and the job completes. Nothing of it is left on any host."""
+each rank of it says which host it ran on and the world it saw, and the job completes. Nothing
+of it is left on any host."""
 import json
 import os
 import subprocess
