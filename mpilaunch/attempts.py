@@ -14,15 +14,17 @@ import time
 from mpilaunch import events
 
 
-def run(backend, lr, cfg, env, plan, run_dir: str, disc=None) -> int:
+def run(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> int:
     """Attempt 0 (``plan``/``run_dir`` made by run.main from ``restart.attempt_cfg(cfg, lr,
     0)``), then as many restarts as the budget allows (``lr``: restart.LongRun). ``disc``:
-    ``--host-discovery-script`` (discovery.Discovery), which gives each later attempt its hosts."""
+    ``--host-discovery-script`` (discovery.Discovery), which gives each later attempt its hosts.
+    ``base``: the config before ``attempt_cfg``, whose ``master_addr`` is the user's own (attempt
+    0's may have been filled in from its first host, which a later attempt may not have)."""
     from mpilaunch import discovery, launcher, restart, shrink
 
     attempts = []
     k = 0
-    base = cfg
+    base = cfg if base is None else base
     while True:
         att = (restart.LongRunAttempt(k, lr, plan.np)   # discovery: it learns the lost hosts
                if restart.long_run_on(lr) or disc is not None else launcher.Attempt(k))

@@ -142,7 +142,8 @@ def main(argv: Sequence[str]) -> int:
         # agreement (MPI_Init in every adapter, +0.35 s) only to learn it
         cfg = cfg._replace(master_port=net.free_port())
     cfg = backend.configure(cfg, env)
-    cfg = restart.attempt_cfg(cfg, long_run, 0)
+    chosen = cfg    # rank 0's address as the user gave it (or not): a later attempt on other
+    cfg = restart.attempt_cfg(cfg, long_run, 0)     # hosts decides it again from its own
     if cfg.dry_run:
         plan = backend.plan(cfg, env, "<run-dir>", os.geteuid())
         print(f"# {options.version_text()}")
@@ -178,4 +179,4 @@ def main(argv: Sequence[str]) -> int:
         print(f"mpilaunch: {render.show(backend.argv(plan))}", file=sys.stderr)
     from mpilaunch import attempts
 
-    return attempts.run(backend, long_run, cfg, env, plan, run_dir, disc)
+    return attempts.run(backend, long_run, cfg, env, plan, run_dir, disc, base=chosen)
