@@ -5,15 +5,11 @@ attempt (a relaunch) preflights hosts 2 and 3, leaves host 2 out and runs on hos
 each rank of it says which host it ran on and the world it saw, and the job completes. Nothing
 of it is left on any host."""
 import json
-import os
-import subprocess
 import sys
 
-import psutil
 import pytest
 
-from helpers import REPO
-from helpers.launch import clean_env
+from helpers import inhost
 from helpers.mpis import OMPI5_MPIRUN
 from helpers.procs import wait_for
 
@@ -42,21 +38,6 @@ sys.stdout.write(open({hosts!r}).read())
 """
 
 
-def _in_host(th, host):
-    """Every live process inside the host's network namespace but its sshd listener."""
-    ino = os.stat(f"/run/netns/{th.host(host).netns}").st_ino
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline", "status"]):
-        if p.pid == th.host(host).sshd_pid or p.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        try:
-            if os.stat(f"/proc/{p.pid}/ns/net").st_ino == ino:
-                found.append(p)
-        except OSError:
-            pass
-    return found
-
-
 def test_discovery_replaces_a_lost_host(testhosts_healthy, tmp_path):
     th = testhosts_healthy
     out = tmp_path / "job"
@@ -68,16 +49,9 @@ def test_discovery_replaces_a_lost_host(testhosts_healthy, tmp_path):
     script = tmp_path / "discover_hosts.py"
     script.write_text(DISCOVER.format(python=sys.executable, hosts=str(listed)))
     script.chmod(0o755)
-    h1 = th.host(0)
-    hf = th.hostfile(slots_per_host=1, n_hosts=3)   # what the script's hosts replace
-    cmd = ["nsenter", "-t", str(h1.sshd_pid), "-u", "--", "ip", "netns", "exec", h1.netns,
-           sys.executable, "-m", "mpilaunch", "--mpirun", OMPI5_MPIRUN, "--hostfile", hf,
-           "--ssh-args", f"-F {th.ssh_config}", "--no-scheduler", "--master_port", "0",
-           "--log_dir", str(out / "logs"), "--max_restarts", "1",
-           "--host-discovery-script", str(script), str(worker), str(out)]
-    with open(out / "launcher.err", "w") as errf:
-        proc = subprocess.Popen(cmd, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=errf, text=True)
+    proc = inhost.launch(th, OMPI5_MPIRUN, out, 3,      # the script's hosts replace these 3
+                         ["--max_restarts", "1", "--host-discovery-script", str(script)],
+                         [str(worker), str(out)])
     try:
         assert wait_for(lambda: (out / "holding_1").exists() and (out / "holding_0").exists(),
                         120, 0.2), (out / "launcher.err").read_text()
@@ -85,18 +59,7 @@ def test_discovery_replaces_a_lost_host(testhosts_healthy, tmp_path):
         # preflight of the host the last attempt lost keeps it out
         listed.write_text(f"{th.host(0).addr}:1\n{th.host(1).addr}:1\n{th.host(2).addr}:1\n")
         th.link_down(1)
-        try:
-            proc.communicate(timeout=150)
-        finally:
-            if proc.poll() is None:     # stop only what this test started: the launcher's tree
-                family = psutil.Process(proc.pid).children(recursive=True)
-                proc.kill()
-                for p in family:
-                    try:
-                        p.kill()
-                    except psutil.Error:
-                        pass
-                proc.wait()
+        inhost.finish(proc, out, 150)
     finally:
         th.link_up(1)
     err = (out / "launcher.err").read_text()
@@ -124,5 +87,5 @@ def test_discovery_replaces_a_lost_host(testhosts_healthy, tmp_path):
     # failed the preflight: two failures, it sits out the cool-down
     assert f"mpilaunch: host discovery: host {a2} failed 2 times: left out for 300 s" in err, err
     for host in (0, 1, 2):
-        left = wait_for(lambda: not _in_host(th, host), 20) or _in_host(th, host)
+        left = wait_for(lambda: not inhost.in_host(th, host), 20) or inhost.in_host(th, host)
         assert left is True, [(p.pid, p.info["cmdline"]) for p in left]

@@ -3,16 +3,13 @@ inside host 1's namespaces (as worker-0 on a platform), rank 1's worker on host 
 outside at a step of attempt 0. The job completes on attempt 1 from the checkpoint with the
 final parameters of an uninterrupted run, bit for bit, and nothing of it is left on any host."""
 import json
-import os
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 
-from helpers import REPO
-from helpers.launch import clean_env
+from helpers import inhost
 from helpers.mpis import MPIRUNS
 from helpers.procs import wait_for
 from helpers.restart import TRAIN
@@ -23,64 +20,20 @@ pytestmark = [pytest.mark.multinode, pytest.mark.slow, pytest.mark.skipif(
 
 
 def _launcher(th, mpirun, tmp_path, name, *args, script_args=()):
-    """``mpilaunch`` over a 2-host hostfile (1 rank each), started inside host 1."""
+    """``mpilaunch`` running train.py over a 2-host hostfile (1 rank each), inside host 1."""
     out = tmp_path / name
     out.mkdir()
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    h1 = th.host(0)
-    hf = th.hostfile(slots_per_host=1, n_hosts=2)
-    cmd = ["nsenter", "-t", str(h1.sshd_pid), "-u", "--", "ip", "netns", "exec", h1.netns,
-           sys.executable, "-m", "mpilaunch", "--mpirun", mpirun, "--hostfile", hf,
-           "--ssh-args", f"-F {th.ssh_config}", "--no-scheduler", "--master_port", "0",
-           "--log_dir", str(out / "logs"), *args, str(script), "--out", str(out), *script_args]
-    errf = open(out / "launcher.err", "w")
-    proc = subprocess.Popen(cmd, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=errf, text=True)
-    errf.close()
-    return proc, out
-
-
-def _finish(proc, out, timeout):
-    try:
-        stdout, _ = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:     # stop only what this test started: the launcher's tree
-            family = psutil.Process(proc.pid).children(recursive=True)
-            proc.kill()
-            for p in family:
-                try:
-                    p.kill()
-                except psutil.Error:
-                    pass
-            proc.wait()
-    return proc.returncode, stdout, (out / "launcher.err").read_text()
-
-
-def _netns(pid):
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:
-        return None
-
-
-def _in_host(th, host):
-    """Every live process inside the host's network namespace but its sshd listener."""
-    ino = os.stat(f"/run/netns/{th.host(host).netns}").st_ino
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline", "status"]):
-        if p.pid == th.host(host).sshd_pid or p.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        if _netns(p.pid) == ino:
-            found.append(p)
-    return found
+    return inhost.launch(th, mpirun, out, 2, args,
+                         [str(script), "--out", str(out), *script_args]), out
 
 
 def _worker_on(th, host, script, rank, attempt):
     """The worker process (not its adapter) of ``rank`` and ``attempt`` inside ``host``,
     found by its namespace, command line and environment."""
     hits = []
-    for p in _in_host(th, host):
+    for p in inhost.in_host(th, host):
         try:
             cmd = p.cmdline()
             if len(cmd) < 2 or cmd[1] != script:     # the adapter runs rank/_boot.py
@@ -97,7 +50,7 @@ def _worker_on(th, host, script, rank, attempt):
 def test_worker_killed_on_host2_restarts_across_hosts_from_checkpoint(testhosts, mpirun, tmp_path):
     th = testhosts
     proc, ref = _launcher(th, mpirun, tmp_path, "ref")
-    rc, _, err = _finish(proc, ref, 240)
+    rc, _, err = inhost.finish(proc, ref, 240)
     assert rc == 0, err
 
     proc, out = _launcher(th, mpirun, tmp_path, "job", "--max_restarts", "1",
@@ -114,7 +67,7 @@ def test_worker_killed_on_host2_restarts_across_hosts_from_checkpoint(testhosts,
         assert not _worker_on(th, 0, script, rank=1, attempt=0)     # and it is not on host 1
         victim.kill()
     finally:
-        rc, stdout, err = _finish(proc, out, 240)
+        rc, stdout, err = inhost.finish(proc, out, 240)
     assert rc == 0, err
     # bit for bit the parameters of the run that was never interrupted
     assert json.loads((out / "final.json").read_text()) == json.loads((ref / "final.json").read_text())
@@ -129,7 +82,7 @@ def test_worker_killed_on_host2_restarts_across_hosts_from_checkpoint(testhosts,
     assert "2 attempt(s), restart budget 1; exit status 0" in err
     # nothing of the job left on either host (both namespaces; the launcher ran in host 1's)
     for host in (0, 1):
-        left = wait_for(lambda: not _in_host(th, host), 20) or _in_host(th, host)
+        left = wait_for(lambda: not inhost.in_host(th, host), 20) or inhost.in_host(th, host)
         assert left is True, [(p.pid, p.info["cmdline"]) for p in left]
     mine = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert mine == [], [p.info["cmdline"] for p in mine]

@@ -5,16 +5,13 @@ recomputed, resumes from the checkpoint and completes: its final parameters are 
 uninterrupted 2-host run resumed from the same checkpoint, bit for bit. Nothing of it is left
 on any host."""
 import json
-import os
 import shutil
 import subprocess
 import sys
 
-import psutil
 import pytest
 
-from helpers import REPO
-from helpers.launch import clean_env
+from helpers import inhost
 from helpers.mpis import OMPI5_MPIRUN
 from helpers.procs import wait_for
 from helpers.restart import TRAIN
@@ -25,52 +22,13 @@ pytestmark = [pytest.mark.multinode, pytest.mark.slow, pytest.mark.skipif(
 
 
 def _launcher(th, mpirun, tmp_path, name, *args, n_hosts, script_args=(), exist_ok=False):
-    """``mpilaunch`` over an ``n_hosts`` hostfile (1 rank each), started inside host 1."""
+    """``mpilaunch`` running train.py over an ``n_hosts`` hostfile (1 rank each), inside host 1."""
     out = tmp_path / name
     out.mkdir(exist_ok=exist_ok)
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    h1 = th.host(0)
-    hf = th.hostfile(slots_per_host=1, n_hosts=n_hosts)
-    cmd = ["nsenter", "-t", str(h1.sshd_pid), "-u", "--", "ip", "netns", "exec", h1.netns,
-           sys.executable, "-m", "mpilaunch", "--mpirun", mpirun, "--hostfile", hf,
-           "--ssh-args", f"-F {th.ssh_config}", "--no-scheduler", "--master_port", "0",
-           "--log_dir", str(out / "logs"), *args, str(script), "--out", str(out), *script_args]
-    with open(out / "launcher.err", "w") as errf:
-        proc = subprocess.Popen(cmd, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=errf, text=True)
-    return proc, out
-
-
-def _finish(proc, out, timeout):
-    try:
-        stdout, _ = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:     # stop only what this test started: the launcher's tree
-            family = psutil.Process(proc.pid).children(recursive=True)
-            proc.kill()
-            for p in family:
-                try:
-                    p.kill()
-                except psutil.Error:
-                    pass
-            proc.wait()
-    return proc.returncode, stdout, (out / "launcher.err").read_text()
-
-
-def _in_host(th, host):
-    """Every live process inside the host's network namespace but its sshd listener."""
-    ino = os.stat(f"/run/netns/{th.host(host).netns}").st_ino
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline", "status"]):
-        if p.pid == th.host(host).sshd_pid or p.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        try:
-            if os.stat(f"/proc/{p.pid}/ns/net").st_ino == ino:
-                found.append(p)
-        except OSError:
-            pass
-    return found
+    return inhost.launch(th, mpirun, out, n_hosts, args,
+                         [str(script), "--out", str(out), *script_args]), out
 
 
 def test_lost_host_the_job_goes_on_on_the_two_left(testhosts_healthy, tmp_path):
@@ -88,7 +46,7 @@ def test_lost_host_the_job_goes_on_on_the_two_left(testhosts_healthy, tmp_path):
         shutil.copy(out / "ckpt.pt", snapshot / "ckpt.pt")
         th.link_down(2)
     finally:
-        rc, _, err = _finish(proc, out, 240)
+        rc, _, err = inhost.finish(proc, out, 240)
         th.link_up(2)
     assert rc == 0, err
     victim = th.host(2)
@@ -102,10 +60,10 @@ def test_lost_host_the_job_goes_on_on_the_two_left(testhosts_healthy, tmp_path):
     assert not (out / "logs" / "attempt1" / "worker_2.log").exists()
     # the reference: 2 hosts from the same checkpoint, never interrupted
     proc, ref = _launcher(th, OMPI5_MPIRUN, tmp_path, "ref", n_hosts=2, exist_ok=True)
-    rc, _, rerr = _finish(proc, ref, 240)
+    rc, _, rerr = inhost.finish(proc, ref, 240)
     assert rc == 0, rerr
     assert "step 4" in (ref / "logs" / "worker_0.log").read_text()
     assert json.loads((out / "final.json").read_text()) == json.loads((ref / "final.json").read_text())
     for host in (0, 1, 2):
-        left = wait_for(lambda: not _in_host(th, host), 20) or _in_host(th, host)
+        left = wait_for(lambda: not inhost.in_host(th, host), 20) or inhost.in_host(th, host)
         assert left is True, [(p.pid, p.info["cmdline"]) for p in left]
