@@ -398,7 +398,9 @@ def test_two_nodes_batch_signal_and_scancel_with_a_grace(slurm_nodes, tmp_path):
     ends). Nothing is left on either node."""
     jobs = _Jobs(slurm_nodes, tmp_path)
     for name in ("ompi5", "srun"):
-        jobs.submit(name, "handle", 900, tasks=TWO_NODES, opts=("-t", "2", "--signal=B:USR1@110"),
+        # USR1 some 40 s after the start: at 10 s it once reached srun's steps before their
+        # workers had their handlers (a full run, loaded: neither worker counted it)
+        jobs.submit(name, "handle", 900, tasks=TWO_NODES, opts=("-t", "3", "--signal=B:USR1@140"),
                     END_AFTER="SIGUSR1")
     jobs.wait_all(timeout=150)
     for name in ("ompi5", "srun"):
