@@ -1,3 +1,3 @@
-from mpilaunch.cli import main
+from mpilaunch.cli import entry
 
-raise SystemExit(main())
+entry()

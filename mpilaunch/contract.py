@@ -76,6 +76,10 @@ PEER_PREFIX = "@@mpilaunch-peer "       # `mpilaunch job`'s peer relay -> worker
 # The cause of a status line that only tells where a rank is (adapter up, child started, first
 # output, exit 0): the launcher's event record takes it, the failure logic never sees it.
 LIFE_CAUSE = "life"
+# status-line events the launcher tells apart (restart.py): the in-place coordinator's
+# (rank/coordinate.py) and the one after an adapter's graceful stop (rank/longrun.py)
+RESTART_EVENT = "restart-in-place"
+GRACE_EVENT = "grace-stop"
 
 # --------------------------------------------------------------------------- defaults
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 def version_text() -> str:
     """``--version``'s answer (also the first line of ``--dry-run``)."""
     import os
-    import platform
+    import sys
 
     from mpilaunch import __version__
 
-    return (f"mpilaunch {__version__} (Python {platform.python_version()}, "
+    # sys.version's first word is platform.python_version(), without importing platform
+    # (every launch builds this for its parser)
+    return (f"mpilaunch {__version__} (Python {sys.version.split()[0]}, "
             f"{os.path.dirname(os.path.abspath(__file__))})")
 
 

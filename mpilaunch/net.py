@@ -52,6 +52,13 @@ def is_loopback(addr: str) -> bool:
     return addr.startswith("127.") or addr == "::1"
 
 
+def _is_ipv4_text(name: str) -> bool:
+    """``a.b.c.d`` in canonical form (what the resolver would give back unchanged)."""
+    parts = name.split(".")
+    return len(parts) == 4 and all(p.isdigit() and p.isascii() and int(p) < 256
+                                   and (p == "0" or not p.startswith("0")) for p in parts)
+
+
 def ipv4s(name: str) -> List[str]:
     """``name``'s IPv4 addresses in the resolver's order (``/etc/gai.conf`` preference), an
     address given as text being its own; ``[]`` when it does not resolve."""
@@ -68,6 +75,8 @@ def resolve_ipv4(name: str, flag: str = "--master-addr") -> str:
     """The address rank 0's scheduler uses for ``--master-addr NAME``: the resolver's first
     IPv4 answer, the one any other program connecting to NAME tries first. UsageError naming
     ``flag`` when NAME has none."""
+    if _is_ipv4_text(name):   # its own answer: no resolver, no socket module (every rank)
+        return name
     import socket
 
     try:
@@ -115,7 +124,7 @@ def resolve(name: str, timeout: float) -> Tuple[Optional[List[str]], Optional[st
 
 def route_source(dest: str) -> Optional[str]:
     """The local address the kernel would use to reach ``dest`` (UDP connect: sends nothing)."""
-    import socket
+    import _socket as socket   # the socket module's enum set-up is not needed here
 
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
@@ -127,6 +136,39 @@ def route_source(dest: str) -> Optional[str]:
         s.close()
 
 
+def route_interface(dest: str, table: str = "/proc/net/route") -> Optional[str]:
+    """The interface of the main routing table's most specific route to the IPv4 address
+    ``dest`` (lowest metric among equals), read from ``table``; None when ``dest`` is not an
+    address, no route is up for it, or the table cannot be read. Policy rules (``ip rule``)
+    are not seen here. A file read, where asking the kernel needs the socket and ctypes
+    modules (every rank of a multi-host launch asks: docs/ARCHITECTURE.md, start-up)."""
+    if not _is_ipv4_text(dest):
+        return None
+    import sys
+
+    want = int.from_bytes(bytes(int(p) for p in dest.split(".")), sys.byteorder)
+    best = None
+    try:
+        with open(table, encoding="ascii", errors="replace") as fh:
+            next(fh, None)   # the header
+            for line in fh:
+                f = line.split()
+                if len(f) < 8:
+                    continue
+                try:
+                    dst, flags, metric, mask = int(f[1], 16), int(f[3], 16), int(f[6]), int(f[7], 16)
+                except ValueError:
+                    continue
+                if not flags & 1 or want & mask != dst:   # RTF_UP; the route covers dest
+                    continue
+                key = (bin(mask).count("1"), -metric)
+                if best is None or key > best[0]:
+                    best = (key, f[0])
+    except OSError:
+        return None
+    return best[1] if best else None
+
+
 # --------------------------------------------------------------------------- ports
 
 def check_local_addr(addr: str, hostname: str) -> None:
@@ -135,7 +177,7 @@ def check_local_addr(addr: str, hostname: str) -> None:
     if is_loopback(addr):
         return
     import errno
-    import socket
+    import _socket as socket   # the socket module's enum set-up is not needed here
 
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -155,7 +197,7 @@ def check_port(addr: str, port: int, hostname: str, check_addr: bool = True) -> 
     binds, so a port only in ``TIME_WAIT`` from the previous run is not refused. PortError
     :data:`PORT_IN_USE` / :data:`PORT_NOT_ALLOWED` (and :func:`check_local_addr`'s)."""
     import errno
-    import socket
+    import _socket as socket   # the socket module's enum set-up is not needed here
 
     if check_addr:
         check_local_addr(addr, hostname)

@@ -2,7 +2,7 @@
 
 What ``psutil.net_if_addrs()`` gives for IPv4/IPv6, without importing psutil (the launcher's
 "is this host here?", ``net.is_here``, and a multi-host rank's interface look-up would pay for
-that import: docs/ARCHITECTURE.md, start-up); ctypes is loaded anyway (mpilaunch/pdeathsig.py).
+that import: docs/ARCHITECTURE.md, start-up); ctypes is loaded only by what calls this.
 Linux only, as is every other part of mpilaunch that reads the machine.
 """
 from __future__ import annotations

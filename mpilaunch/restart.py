@@ -37,9 +37,8 @@ import time
 from collections import namedtuple
 
 from mpilaunch import contract, events, launcher, net
-from mpilaunch.contract import LIFE_CAUSE
+from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
 from mpilaunch.errors import UsageError
-from mpilaunch.rank import coordinate, longrun
 from mpilaunch.summary import Collector
 
 PORT_WAIT = 60.0
@@ -165,11 +164,11 @@ class _Collector(Collector):
     def feed_status(self, event) -> None:
         if event.cause == LIFE_CAUSE and event.event == "up" and event.rank is not None:
             self.attempt.rank_hosts[event.rank] = event.host   # where each rank runs
-        if event.event == coordinate.RESTART_EVENT:    # an attempt restarted in place
+        if event.event == RESTART_EVENT:    # an attempt restarted in place
             self.attempt.in_place_event(event)
         elif event.cause == "stall":
             self.attempt.stall_event(event)
-        elif event.event == longrun.GRACE_EVENT:    # an adapter's graceful stop
+        elif event.event == GRACE_EVENT:    # an adapter's graceful stop
             self.attempt.grace_event(event)
         else:
             super().feed_status(event)

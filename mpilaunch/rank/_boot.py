@@ -47,6 +47,6 @@ if __name__ == "__main__":
     _root = _venv()[0]
     if _root is not None:   # as site does for a venv: mpi4py finds the venv's libmpi via sys.prefix
         sys.prefix = sys.exec_prefix = _root   # (MPICH / Intel MPI wheels; else: singleton MPI)
-    from mpilaunch.rank.__main__ import main
+    from mpilaunch.rank.__main__ import leave, main
 
-    sys.exit(main())
+    leave(main())

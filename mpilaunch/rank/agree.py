@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 from mpilaunch.errors import UsageError
 # The network look-ups are the launcher's too: one module for both (mpilaunch/net.py).
 from mpilaunch.net import (LOOPBACK, MASTER_ADDR_FIX, check_port, is_loopback, local_ipv4s,
-                           resolve_ipv4, route_source)
+                           resolve_ipv4, route_interface, route_source)
 from mpilaunch.rank.identity import RankInfo
 
 
@@ -69,8 +69,12 @@ def local_ip(sched_addr: str) -> str:
 
 
 def interface_towards(addr: str) -> Optional[str]:
-    """Name of the local interface holding the address the kernel uses to reach ``addr``
-    (None for loopback or when no interface holds it)."""
+    """Name of the local interface towards ``addr``: the main routing table's route to it
+    (net.route_interface), else the interface holding the address the kernel uses to reach
+    it. None for loopback or when no interface holds it."""
+    name = None if is_loopback(addr) else route_interface(addr)
+    if name is not None:
+        return None if name == "lo" else name
     from mpilaunch import netif
 
     src = local_ip(addr)

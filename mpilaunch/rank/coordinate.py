@@ -16,9 +16,9 @@ import socket
 import threading
 import time
 
+from mpilaunch.contract import RESTART_EVENT   # the coordinator's status line (launcher: restart.py)
 from mpilaunch.rank import status
 
-RESTART_EVENT = "restart-in-place"   # the coordinator's status line (launcher: restart.py)
 ROOT_WINDOW = 0.2       # s the coordinator gathers failures before it names the attempt's root
 CONNECT_WAIT = 10.0     # s an adapter with a failed worker tries to reach the coordinator
 

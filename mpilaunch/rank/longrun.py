@@ -17,13 +17,13 @@ Under ``--exec`` there is no adapter to do this: the launcher refuses ``--term-g
 """
 from __future__ import annotations
 
-import signal
+import _signal as signal   # not signal: its enums cost every rank ~2 ms of CPU
 from collections import namedtuple
 
 from mpilaunch import contract
+from mpilaunch.contract import GRACE_EVENT   # the status line after a graceful stop (launcher: restart.py)
 from mpilaunch.errors import UsageError
 
-GRACE_EVENT = "grace-stop"      # the status line after a graceful stop (launcher: restart.py)
 RESTART_VARS = ("MPILAUNCH_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")
 MAX_VARS = ("MPILAUNCH_MAX_RESTARTS", "TORCHELASTIC_MAX_RESTARTS")
 

@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import errno
 import os
-import queue
-import signal
-import subprocess
+import _signal as signal   # not signal: its enums cost every rank ~2 ms of CPU
+import _queue as queue   # SimpleQueue and Empty, without queue.py and heapq
 import threading
 import time
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
     from mpilaunch.rank.plan import ChildSpec   # what to start: rank/plan.py decides it
 
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl as _prctl
-from mpilaunch.rank import descendants, firstout, jobdone, logs, status
+from mpilaunch.rank import descendants, firstout, jobdone, logs, spawn, status
 from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS, _grow_pipe, relay
 
 TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -66,7 +65,7 @@ class _Child:
         self.spec = spec
         self.thread: Optional[threading.Thread] = None
         self.relay: Optional[threading.Thread] = None
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional[spawn.Child] = None
         self.status: Optional[int] = None          # shell-style, once exited
         self.signal: Optional[int] = None
         self.start_error: Optional[str] = None
@@ -130,12 +129,11 @@ class Supervisor:
                     self.events.put(("exit", spec.role))
                     return
                 try:
-                    child.proc = subprocess.Popen(
-                        spec.argv, env=spec.env,
-                        stdin=None if spec.inherit_stdin else subprocess.DEVNULL,
+                    child.proc = spawn.start(
+                        spec.argv, spec.env,
+                        stdin=None if spec.inherit_stdin else spawn.DEVNULL,
                         stdout=write_fd if write_fd is not None else log_fd,
-                        stderr=subprocess.STDOUT, close_fds=True, pass_fds=spec.pass_fds,
-                        preexec_fn=self._preexec(spec.cpus))
+                        pass_fds=spec.pass_fds, preexec=self._preexec(spec.cpus))
                 except OSError as exc:
                     child.start_error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
                     child.status = 126 if exc.errno in (errno.EACCES, errno.ENOEXEC) else 127
@@ -367,7 +365,7 @@ class Supervisor:
                     os.path.abspath(spec.log_path), tail, message=message)
 
 
-def _signal(proc: subprocess.Popen, sig: int) -> None:
+def _signal(proc: spawn.Child, sig: int) -> None:
     try:
         proc.send_signal(sig)
     except OSError:

@@ -149,13 +149,14 @@ def test_check_port_kinds():
 
 
 def test_check_port_refused_by_the_kernel_is_not_allowed(monkeypatch):
-    real = socket.socket.bind
+    import _socket   # what net's port check binds with
 
-    def bind(self, address):   # what a port below 1024 gives a user without the capability
-        if address[1] == 80:
-            raise OSError(errno.EACCES, "Permission denied")
-        return real(self, address)
-    monkeypatch.setattr(socket.socket, "bind", bind)
+    class Refusing(_socket.socket):
+        def bind(self, address):   # what a port below 1024 gives a user without the capability
+            if address[1] == 80:
+                raise OSError(errno.EACCES, "Permission denied")
+            return super().bind(address)
+    monkeypatch.setattr(_socket, "socket", Refusing)
     with pytest.raises(net.PortError) as err:
         net.check_port("127.0.0.1", 80, "h", check_addr=False)
     assert err.value.kind == net.PORT_NOT_ALLOWED
@@ -208,3 +209,53 @@ def test_rank0_address_single_host_needs_nothing():
     from mpilaunch import hostfile as hf
 
     assert net.rank0_address((hf.Host("localhost", 4),)) is None
+
+
+ROUTES = """Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
+eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0
+ib0\t0000E70A\t00000000\t0001\t0\t0\t100\t0000FFFF\t0\t0\t0
+bond0\t0001E70A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
+slow0\t0001E70A\t00000000\t0001\t0\t0\t50\t00FFFFFF\t0\t0\t0
+down0\t0201E70A\t00000000\t0000\t0\t0\t0\tFFFFFFFF\t0\t0\t0
+"""
+
+
+def test_route_interface_is_the_most_specific_up_route_with_the_lowest_metric(tmp_path):
+    """/proc/net/route's words (addresses in host byte order, as on this little-endian
+    machine): the /24 beats the /16 and the default; of two equal /24s the lower metric wins;
+    a route that is not up (flags without RTF_UP) is skipped."""
+    if sys.byteorder != "little":
+        pytest.skip("the table above is written in little-endian order")
+    table = tmp_path / "route"
+    table.write_text(ROUTES)
+    got = {a: net.route_interface(a, str(table)) for a in
+           ("10.231.1.2", "10.231.7.9", "192.0.2.7", "10.231.1.255")}
+    assert got == {"10.231.1.2": "bond0", "10.231.7.9": "ib0", "192.0.2.7": "eth0",
+                   "10.231.1.255": "bond0"}
+    assert net.route_interface("host-name", str(table)) is None
+    assert net.route_interface("10.0.0.1", str(tmp_path / "missing")) is None
+    table.write_text(ROUTES.splitlines()[0] + "\n")
+    assert net.route_interface("10.231.1.2", str(table)) is None   # no route: the slow way
+
+
+def test_route_interface_agrees_with_the_kernel_for_this_machines_routes():
+    """Each destination of this machine's own table: the interface the file gives is the
+    one holding the source address the kernel picks (the slow way, agree.interface_towards'
+    fallback)."""
+    from mpilaunch import netif
+
+    holders = {}
+    for name, family, address in netif.addresses():
+        if family == netif.AF_INET:
+            holders.setdefault(address, name)
+    dests = []
+    with open("/proc/net/route") as fh:
+        for line in list(fh)[1:]:
+            f = line.split()
+            if int(f[3], 16) & 1 and f[1] != "00000000":
+                raw = int(f[1], 16).to_bytes(4, sys.byteorder)
+                dests.append(".".join(str(b) for b in raw[:3]) + ".77")
+    for dest in dests:
+        src = net.route_source(dest)
+        if src in holders:
+            assert net.route_interface(dest) == holders[src], dest

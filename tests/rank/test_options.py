@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from mpilaunch import net
 from mpilaunch.errors import UsageError
 from mpilaunch.rank import options
 
@@ -55,23 +56,36 @@ def test_parse_args_same_options_either_way():
         options.parse_args(["--log-dir", "-x", "--", "x.py"])
 
 
-HEAVY = ("argparse", "psutil", "socket", "json", "shutil", "dataclasses", "typing", "string")
+HEAVY = ("argparse", "psutil", "socket", "json", "shutil", "dataclasses", "typing", "string",
+         "subprocess", "signal", "enum", "ctypes", "re", "queue", "selectors", "locale", "mpi4py")
 
 
-def test_a_plain_rank_runs_without_the_heavy_imports(tmp_path):
-    """Rank 1 of 2, no scheduler, the launcher's argv: the whole adapter run (parse, plan,
-    supervise a worker, reap) loads none of the modules that cost every rank milliseconds."""
+@pytest.mark.parametrize("rank, hosts", [(0, 1), (1, 1), (1, 2)])
+def test_a_plain_rank_runs_without_the_heavy_imports(tmp_path, rank, hosts):
+    """Rank 0 or 1 of 2, no scheduler, the launcher's argv, both ranks on one host or each on
+    its own (then the worker gets GLOO_SOCKET_IFNAME, the interface towards rank 0): the whole
+    adapter run (parse, plan, rank 0's port check, supervise a worker, reap) loads none of the
+    modules that cost every rank milliseconds (docs/ARCHITECTURE.md, start-up)."""
     worker = tmp_path / "w.py"
-    worker.write_text("print('hi')\n")
+    worker.write_text("import os; print('hi', os.environ.get('GLOO_SOCKET_IFNAME'))\n")
+    if hosts == 1:
+        where, plan, iface = [], "2;exact;localhost:2", None
+    else:
+        own = [a for a in net.local_ipv4s() if not net.is_loopback(a)]
+        if not own:
+            pytest.skip("this machine has no non-loopback IPv4 address")
+        where, plan = ["--master-addr", own[0]], f"2;exact;{own[0]}:1,10.231.254.254:1"
+        iface = net.route_interface(own[0])
     argv = ["--log-dir", str(tmp_path / "logs"), "--tail-worker-log", "-1", "--master-port",
-            "8118", "--no-scheduler", "--python", sys.executable, "--expect-ranks",
-            "2;exact;localhost:2", "--", str(worker)]
+            str(net.free_port()), *where, "--no-scheduler", "--python", sys.executable,
+            "--expect-ranks", plan, "--", str(worker)]
     code = ("import sys; from mpilaunch.rank.__main__ import main; rc = main(%r); "
             "print(rc, sorted(m for m in %r if m in sys.modules))" % (argv, HEAVY))
+    local = (str(rank), "2") if hosts == 1 else ("0", "1")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": options.__file__.rsplit("/mpilaunch/", 1)[0],
-           "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
-           "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+           "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "2",
+           "OMPI_COMM_WORLD_LOCAL_RANK": local[0], "OMPI_COMM_WORLD_LOCAL_SIZE": local[1]}
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                          env=env, timeout=60)
     assert out.stdout.splitlines()[-1] == "0 []", out.stdout + out.stderr
-    assert (tmp_path / "logs" / "worker_1.log").read_text() == "hi\n"
+    assert (tmp_path / "logs" / f"worker_{rank}.log").read_text() == f"hi {iface}\n"

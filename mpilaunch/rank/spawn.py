@@ -1,0 +1,146 @@
+"""Start a child process with fork + exec, without the ``subprocess`` module.
+
+Every rank's adapter starts its worker (and rank 0 its scheduler); ``subprocess`` and what it
+imports (``locale``, ``re``, ``selectors``, ``contextlib``, ``signal``'s enums) cost a few ms
+of CPU per rank, paid on every host, and on a machine that starts many ranks at once they add
+up (docs/ARCHITECTURE.md, start-up). What is needed here is small: the child's standard
+streams, a set of file descriptors to keep (everything else closed, as ``close_fds=True``), a
+pre-exec hook (PR_SET_PDEATHSIG, the signal mask, CPU affinity), an exec error reported to the
+parent as ``OSError`` with its errno, SIGPIPE and SIGXFSZ back to their defaults (Popen's
+``restore_signals``), and a ``wait``/``poll``/``send_signal`` with ``subprocess.Popen``'s
+meaning of ``returncode`` (``-N`` for death by signal N).
+
+The child runs only ``os`` calls and the hook between fork and exec, as ``Popen`` with a
+``preexec_fn`` does (no import, no lock another thread could hold).
+"""
+from __future__ import annotations
+
+import _signal
+import os
+import sys
+
+DEVNULL = -3   # stdin: /dev/null
+_RESTORED = tuple(getattr(_signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(_signal, n))
+
+
+class Child:
+    """A started child: ``pid``, ``returncode`` (None while running)."""
+
+    def __init__(self, pid: int, argv):
+        self.pid = pid
+        self.args = argv
+        self.returncode = None
+
+    def _status(self, status: int) -> None:
+        self.returncode = os.waitstatus_to_exitcode(status)
+
+    def wait(self) -> int:
+        """Block until the child exits (call from one thread only: it reaps it)."""
+        while self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:   # reaped by someone else: its status is lost
+                self.returncode = 255
+                break
+            if pid == self.pid:
+                self._status(status)
+        return self.returncode
+
+    def poll(self):
+        """The return code once the child has been reaped by :meth:`wait`, else None. (Never
+        reaps: the waiting thread does, so a pid is not signalled after its reuse.)"""
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(15)
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+
+def _open_fds():
+    try:
+        return [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        return list(range(3, 256))
+
+
+def _fork():
+    if sys.version_info >= (3, 12):   # os.fork warns (DeprecationWarning) when threads run
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return os.fork()
+    return os.fork()
+
+
+def start(argv, env, stdin=None, stdout=None, pass_fds=(), preexec=None) -> Child:
+    """fork + ``execvpe(argv[0], argv, env)`` (``argv[0]`` looked up in ``env``'s PATH).
+    ``stdin``: None (inherit) or :data:`DEVNULL`; ``stdout``: an fd for the child's stdout and
+    stderr, or None (inherit both); ``pass_fds``: fds the child keeps (inheritable); every
+    other fd above 2 is closed. OSError (with the exec's errno) when it could not start."""
+    argv = list(argv)
+    keep = sorted(set(int(fd) for fd in pass_fds))
+    err_r, err_w = os.pipe()   # both O_CLOEXEC: the write end closes at a successful exec
+    try:
+        pid = _fork()
+    except BaseException:
+        os.close(err_r)
+        os.close(err_w)
+        raise
+    if pid == 0:   # the child: os calls only, then exec or _exit
+        code = 0
+        try:
+            os.close(err_r)
+            for sig in _RESTORED:   # as Popen's restore_signals: Python ignores SIGPIPE/SIGXFSZ
+                _signal.signal(sig, _signal.SIG_DFL)   # itself, and exec would keep them ignored
+            if preexec is not None:
+                preexec()
+            if stdin == DEVNULL:
+                fd = os.open(os.devnull, os.O_RDONLY)
+                if fd != 0:
+                    os.dup2(fd, 0)
+                    os.close(fd)
+            if stdout is not None:
+                if stdout != 1:
+                    os.dup2(stdout, 1)
+                os.dup2(1, 2)
+            for fd in keep:
+                os.set_inheritable(fd, True)
+            for fd in _open_fds():
+                if fd > 2 and fd != err_w and fd not in keep:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            os.execvpe(argv[0], argv, env)
+        except OSError as exc:
+            code = exc.errno or 0
+        except BaseException:
+            code = 0
+        try:
+            os.write(err_w, str(code).encode())
+        finally:
+            os._exit(255)
+    os.close(err_w)
+    try:
+        got = b""
+        while True:
+            part = os.read(err_r, 64)
+            if not part:
+                break
+            got += part
+    finally:
+        os.close(err_r)
+    if got:   # the exec did not happen: reap the child, raise its reason
+        os.waitpid(pid, 0)
+        code = int(got or b"0")
+        if code:
+            raise OSError(code, os.strerror(code), argv[0])
+        raise OSError(f"the pre-exec step failed for {argv[0]!r}")
+    return Child(pid, argv)
