@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
-from mpilaunch.rank import affinity, flags, frameworkenv, logs
+from mpilaunch.rank import flags, frameworkenv, logs   # affinity: only with --bind-core/--bind-numa
 
 PROG = "mpilaunch.rank"
 
@@ -124,9 +124,13 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
                         else contract.whole(ns.cluster_time_out, "--cluster-time-out", 1))
     tail = contract.parse_tail_spec(ns.tail_worker_log, "--tail-worker-log")
     logs.check_log_name(ns.worker_log_name)
-    bind = affinity.parse_bind_core(ns.bind_core, cpu_count)
-    if ns.bind_numa is not None:
-        affinity.parse_bind_numa(ns.bind_numa)
+    bind = None
+    if ns.bind_core is not None or ns.bind_numa is not None:
+        from mpilaunch.rank import affinity   # 23 KB of code every other rank need not load
+
+        bind = affinity.parse_bind_core(ns.bind_core, cpu_count)
+        if ns.bind_numa is not None:
+            affinity.parse_bind_numa(ns.bind_numa)
     sim = [None if getattr(ns, d) is None else contract.whole(getattr(ns, d), f, lo)
            for d, f, lo in (("sim_level", "--sim-level", 0), ("sim_rank_id", "--sim-rank-id", 0),
                             ("sim_world", "--sim-world", 1))]

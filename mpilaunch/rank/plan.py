@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from typing import List, Mapping, Optional, Sequence
 
 from mpilaunch.errors import UsageError
-from mpilaunch.rank import affinity, logs
+from mpilaunch.rank import logs   # affinity: imported where --bind-core/--bind-numa is on
 from mpilaunch.rank.frameworkenv import FrameworkOpts, device_id, framework_env
 
 
@@ -74,6 +74,8 @@ def numa_argv(opts, argv: List[str], role: str, info, device: str, keep_cpus: bo
     only by its own key, as in msrun), else ``argv``."""
     if opts.numa is None:
         return argv
+    from mpilaunch.rank import affinity
+
     spec = affinity.parse_bind_numa(opts.numa)
     if spec is None or (role == "scheduler" and (spec == affinity.AUTO or "scheduler" not in spec)):
         return argv
@@ -123,6 +125,8 @@ def children(opts, info, sched_addr: str, sched_port: int, user_env: Mapping[str
         opts.worker_log_name, info.rank, hostname, ip))
     worker_cpus = sched_cpus = None
     if opts.bind is not None:
+        from mpilaunch.rank import affinity
+
         worker_cpus, sched_cpus = affinity.plan_cpus(
             opts.bind, cpus, numa_nodes, info.local_rank, info.local_size,
             info.node_index == 0 and not opts.no_scheduler, worker_env["DEVICE_ID"])
@@ -169,6 +173,8 @@ def exec_plan(opts, info, sched_addr: str, user_env: Mapping[str, str], argv: Li
     env = framework_env(info, sched_addr, opts.master_port, framework_opts(opts), user_env)
     bound = None
     if opts.bind is not None:
+        from mpilaunch.rank import affinity
+
         bound, _ = affinity.plan_cpus(opts.bind, cpus, numa_nodes, info.local_rank,
                                       info.local_size, False, env["DEVICE_ID"])
     argv = list(argv)

@@ -232,6 +232,9 @@ class Supervisor:
                 child.thread.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        import gc
+
+        gc.enable()   # off while the adapter started (rank/_boot.py); a long job needs it
         try:
             return self._loop()
         finally:
