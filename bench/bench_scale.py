@@ -94,10 +94,27 @@ def commands(desc, mpirun, k, placement, work, baseline=None):
     return out
 
 
+SETTLE = 0.4   # s after a launch before the machine's CPU is read: remote sshds and daemons exit
+
+
+def machine_busy() -> float:
+    """CPU seconds this machine has spent so far (every core, every process: /proc/stat)."""
+    with open("/proc/stat") as fh:
+        v = [int(x) for x in fh.readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")   # minus idle and iowait
+
+
 def _run(argv, env, work):
+    """One launch: wall time, and ``machine_cpu``: the CPU every process on this machine spent
+    from its start to ``SETTLE`` s after its end. Every namespace host lives on this machine,
+    so that is the launch's whole cost (ssh, sshd, daemons, ranks, launcher): a steadier
+    measure than the wall time, whose runs spread by seconds under the section's own load."""
     err = os.path.join(work, "stderr.txt")
+    c0 = machine_busy()
     with open(err, "wb") as fh:
         r = C.timed_run(argv, env=env, cwd=C.REPO, stderr=fh, timeout=180)
+    __import__("time").sleep(SETTLE)
+    r.extra["machine_cpu"] = machine_busy() - c0
     with open(err, errors="replace") as fh:
         text = fh.read()
     r.extra["stderr_lines"] = len(text.splitlines())
@@ -168,11 +185,20 @@ def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline
                 row[v + " failed"] = len(rs) - len(ok)
                 row[v + " setpgid"] = max((r.extra.get("setpgid", 0) for r in rs), default=0)
                 row[v + " walls"] = [round(r.wall, 3) if r.ok else None for r in rs]
+                cpu = [r.extra["machine_cpu"] for r in rs if r.ok]
+                row[v + " machine cpu"] = statistics.median(cpu) if cpu else None
+                row[v + " machine cpus"] = [round(r.extra["machine_cpu"], 2) for r in rs]
             pairs = [a.wall / b.wall for a, b in zip(by[V_ML], by[V_FLAT]) if a.ok and b.ok]
             row["ratio"] = statistics.median(pairs) if pairs else None
+            cpus = [a.extra["machine_cpu"] / b.extra["machine_cpu"] for a, b in zip(by[V_ML], by[V_FLAT])
+                    if a.ok and b.ok and b.extra["machine_cpu"] > 0]
+            row["cpu ratio"] = statistics.median(cpus) if cpus else None
             if V_OLD in by:
                 old = [a.wall / b.wall for a, b in zip(by[V_OLD], by[V_FLAT]) if a.ok and b.ok]
                 row["ratio baseline"] = statistics.median(old) if old else None
+                old = [a.extra["machine_cpu"] / b.extra["machine_cpu"] for a, b in zip(by[V_OLD], by[V_FLAT])
+                       if a.ok and b.ok and b.extra["machine_cpu"] > 0]
+                row["cpu ratio baseline"] = statistics.median(old) if old else None
             out["rows"].append(row)
         for p in PLACEMENTS:
             rows = [r for r in out["rows"] if r["placement"] == p]
@@ -361,6 +387,15 @@ def tables(res):
           "columns": ["placement", "hosts", *v, "mpilaunch / bare flat",
                       *(["baseline / bare flat"] if V_OLD in v else []), "failed runs", "setpgid lines (mpilaunch)"],
           "rows": rows},
+         {"title": "the machine's CPU per launch (s, median; every process on this machine, ssh, sshd, "
+                   "daemons, ranks and launcher, to 0.4 s after the end), and mpilaunch's against bare "
+                   "mpirun's (median of the paired ratios)",
+          "columns": ["placement", "hosts", *v, "mpilaunch / bare flat",
+                      *(["baseline / bare flat"] if V_OLD in v else [])],
+          "rows": [[r["placement"], r["hosts"], *[_f(r.get(x + " machine cpu")) for x in v],
+                    _f(r.get("cpu ratio"), 3) + "x",
+                    *([_f(r.get("cpu ratio baseline"), 3) + "x"] if V_OLD in v else [])]
+                   for r in res["rows"]]},
          {"title": "per-host slope (least squares over all sizes, ms per host)",
           "columns": ["placement", *v],
           "rows": [[p, *[_f(s[x] * 1e3 if s.get(x) is not None else None, 1) for x in v if x != V_OLD]]
