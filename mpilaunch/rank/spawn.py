@@ -10,12 +10,16 @@ parent as ``OSError`` with its errno, SIGPIPE and SIGXFSZ back to their defaults
 ``restore_signals``), and a ``wait``/``poll``/``send_signal`` with ``subprocess.Popen``'s
 meaning of ``returncode`` (``-N`` for death by signal N).
 
-The child runs only ``os`` calls and the hook between fork and exec, as ``Popen`` with a
-``preexec_fn`` does (no import, no lock another thread could hold).
+The child runs only C-level ``os`` calls and the hook between fork and exec, as ``Popen`` with
+a ``preexec_fn`` does, and never imports: a module another thread was importing at the fork
+stays locked in the child for ever (``os.execvpe`` imports ``warnings`` to read PATH, and the
+control thread's ``hmac`` imports it too: a worker that never started, once in a full test
+run). So the program is looked up in the parent and the child only tries ``os.execve``.
 """
 from __future__ import annotations
 
 import _signal
+import errno
 import os
 import sys
 
@@ -69,6 +73,15 @@ def _open_fds():
         return list(range(3, 256))
 
 
+def _candidates(file: str, env) -> list:
+    """Where ``execvpe`` would look for ``file``: itself when it has a directory part, else
+    each entry of ``env``'s PATH (``os.defpath`` without one), in order."""
+    if os.path.dirname(file):
+        return [file]
+    path = env.get("PATH") if env is not None else None
+    return [os.path.join(d, file) for d in (os.defpath if path is None else path).split(os.pathsep)]
+
+
 def _fork():
     if sys.version_info >= (3, 12):   # os.fork warns (DeprecationWarning) when threads run
         import warnings
@@ -80,11 +93,13 @@ def _fork():
 
 
 def start(argv, env, stdin=None, stdout=None, pass_fds=(), preexec=None) -> Child:
-    """fork + ``execvpe(argv[0], argv, env)`` (``argv[0]`` looked up in ``env``'s PATH).
+    """fork + exec of ``argv`` with ``env`` (``argv[0]`` looked up in ``env``'s PATH as
+    ``execvpe`` does, but before the fork).
     ``stdin``: None (inherit) or :data:`DEVNULL`; ``stdout``: an fd for the child's stdout and
     stderr, or None (inherit both); ``pass_fds``: fds the child keeps (inheritable); every
     other fd above 2 is closed. OSError (with the exec's errno) when it could not start."""
     argv = list(argv)
+    tries = _candidates(argv[0], env)
     keep = sorted(set(int(fd) for fd in pass_fds))
     err_r, err_w = os.pipe()   # both O_CLOEXEC: the write end closes at a successful exec
     try:
@@ -118,7 +133,16 @@ def start(argv, env, stdin=None, stdout=None, pass_fds=(), preexec=None) -> Chil
                         os.close(fd)
                     except OSError:
                         pass
-            os.execvpe(argv[0], argv, env)
+            first = last = None
+            for path in tries:   # execvpe's rule: the first error other than "not there" wins
+                try:
+                    os.execve(path, argv, env)
+                except OSError as exc:
+                    last = exc
+                    if first is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                        first = exc
+            failed = first or last
+            code = (failed.errno or 0) if failed is not None else errno.ENOENT
         except OSError as exc:
             code = exc.errno or 0
         except BaseException:

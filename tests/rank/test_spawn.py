@@ -126,3 +126,25 @@ def test_the_child_does_not_inherit_pythons_ignored_sigpipe():
     ignored = int(out.split()[1], 16)
     assert rc == 0
     assert not ignored & (1 << (signal.SIGPIPE - 1)) and not ignored & (1 << (signal.SIGXFSZ - 1))
+
+
+def test_the_child_imports_nothing_between_fork_and_exec(monkeypatch, tmp_path):
+    """A module another thread is importing at the fork stays locked in the child for ever: the
+    child must not import (os.execvpe imports warnings). With the import machinery broken in
+    the child, the exec still happens, and a program is still found in the env's PATH."""
+    import builtins
+
+    parent = os.getpid()
+    real = builtins.__import__
+
+    def no_import_in_the_child(*a, **kw):
+        if os.getpid() != parent:
+            os._exit(99)
+        return real(*a, **kw)
+
+    prog = tmp_path / "found-here"
+    prog.write_text("#!/bin/sh\necho ok\n")
+    prog.chmod(0o755)
+    monkeypatch.setattr(builtins, "__import__", no_import_in_the_child)
+    _, rc, out = _run(["found-here"], env={"PATH": f"/nonexistent:{tmp_path}"})
+    assert (rc, out) == (0, "ok\n")
