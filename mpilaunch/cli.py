@@ -16,19 +16,13 @@ SUBCOMMANDS = ("run", "check", "job", "report")
 
 
 def entry() -> None:
-    """The ``mpilaunch`` command (and ``python -m mpilaunch``): :func:`main`, then exit without
-    the interpreter's finalisation, which frees every module and object one by one (measured
-    ~11 ms here, after the job has ended and before the shell gets its status). The launcher's
-    own files are written unbuffered (events.py, rundir.py) and its threads are daemons;
-    Python's buffered stdout/stderr are flushed here."""
+    """The ``mpilaunch`` command (and ``python -m mpilaunch``): :func:`main`, then
+    ``pdeathsig.exit_now`` (no finalisation after the job has ended, before the shell gets
+    its status)."""
+    from mpilaunch.pdeathsig import exit_now
+
     code = main()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:   # None: the fd was closed when Python started
-                stream.flush()
-        except (OSError, ValueError):   # a closed or broken pipe: nothing more can reach it
-            pass
-    os._exit(code if isinstance(code, int) else 1)
+    exit_now(code if isinstance(code, int) else 1)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

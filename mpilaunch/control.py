@@ -30,19 +30,11 @@ def addresses(hosts: Sequence) -> List[str]:
     first = []
     for h in hosts:
         if not net.is_here(h):
-            src = net.route_source(h.name) if _ipv4(h.name) else None   # no DNS look-up
+            src = net.route_source(h.name) if net.is_ipv4(h.name) else None   # no DNS look-up
             first = [src] if src else []
             break
     out = first + [a for a in net.local_ipv4s() if a not in first and not net.is_loopback(a)]
     return out + [net.LOOPBACK]
-
-
-def _ipv4(text: str) -> bool:
-    try:
-        socket.inet_pton(socket.AF_INET, text)
-        return True
-    except OSError:
-        return False
 
 
 class Control:

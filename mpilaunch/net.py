@@ -52,11 +52,15 @@ def is_loopback(addr: str) -> bool:
     return addr.startswith("127.") or addr == "::1"
 
 
-def _is_ipv4_text(name: str) -> bool:
-    """``a.b.c.d`` in canonical form (what the resolver would give back unchanged)."""
-    parts = name.split(".")
-    return len(parts) == 4 and all(p.isdigit() and p.isascii() and int(p) < 256
-                                   and (p == "0" or not p.startswith("0")) for p in parts)
+def is_ipv4(text) -> bool:
+    """``text`` is an IPv4 address in dotted-quad form (inet_pton's rule: no leading zeros, no
+    short forms), what the resolver gives back unchanged. Through ``_socket``: every rank asks."""
+    import _socket
+
+    try:
+        return bool(text) and bool(_socket.inet_pton(_socket.AF_INET, text))
+    except (OSError, TypeError, ValueError):
+        return False
 
 
 def ipv4s(name: str) -> List[str]:
@@ -75,7 +79,7 @@ def resolve_ipv4(name: str, flag: str = "--master-addr") -> str:
     """The address rank 0's scheduler uses for ``--master-addr NAME``: the resolver's first
     IPv4 answer, the one any other program connecting to NAME tries first. UsageError naming
     ``flag`` when NAME has none."""
-    if _is_ipv4_text(name):   # its own answer: no resolver, no socket module (every rank)
+    if is_ipv4(name):   # its own answer: no resolver, no socket module (every rank)
         return name
     import socket
 
@@ -142,7 +146,7 @@ def route_interface(dest: str, table: str = "/proc/net/route") -> Optional[str]:
     address, no route is up for it, or the table cannot be read. Policy rules (``ip rule``)
     are not seen here. A file read, where asking the kernel needs the socket and ctypes
     modules (every rank of a multi-host launch asks: docs/ARCHITECTURE.md, start-up)."""
-    if not _is_ipv4_text(dest):
+    if not is_ipv4(dest):
         return None
     import sys
 
@@ -309,20 +313,12 @@ def rank0_address(hosts: Sequence, node_addr=None) -> Optional[str]:
         return None
     first = hosts[0]
     if not is_here(first):
-        addr = first.name if _is_ipv4(first.name) else node_addr(first.name) if node_addr else None
-        return addr if _is_ipv4(addr) and not is_loopback(addr) else None
+        addr = first.name if is_ipv4(first.name) else node_addr(first.name) if node_addr else None
+        return addr if is_ipv4(addr) and not is_loopback(addr) else None
     for h in hosts[1:]:
         if is_here(h):
             continue
-        addr = h.name if _is_ipv4(h.name) else node_addr(h.name) if node_addr else None
-        return route_source(addr) if _is_ipv4(addr) else None
+        addr = h.name if is_ipv4(h.name) else node_addr(h.name) if node_addr else None
+        return route_source(addr) if is_ipv4(addr) else None
     return None
 
-
-def _is_ipv4(text) -> bool:
-    import socket
-
-    try:
-        return bool(text) and bool(socket.inet_pton(socket.AF_INET, text))
-    except OSError:
-        return False

@@ -60,10 +60,10 @@ class Child:
             os.kill(self.pid, sig)
 
     def terminate(self) -> None:
-        self.send_signal(15)
+        self.send_signal(_signal.SIGTERM)
 
     def kill(self) -> None:
-        self.send_signal(9)
+        self.send_signal(_signal.SIGKILL)
 
 
 def _open_fds():
