@@ -275,8 +275,8 @@ import re as _re
 _REPO = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 RANK_PATH = ["rank/__main__.py", "rank/_boot.py", "rank/supervisor.py", "rank/identity.py", "rank/agree.py",
              "rank/frameworkenv.py", "rank/logs.py", "rank/status.py", "rank/affinity.py"]
-FRONT_PATH = ["__main__.py", "cli.py", "config.py", "hostfile.py", "mpi.py", "plan.py", "render.py", "tune.py",
-              "launcher.py", "summary.py", "errors.py"]
+FRONT_PATH = ["__main__.py", "cli.py", "config/launchconfig.py", "config/hostfile.py", "config/mpi.py",
+              "config/mpiargs.py", "config/broadcast.py", "launch/starter.py", "output/summary.py", "errors.py"]
 
 
 _SNAPSHOT: dict = {}
@@ -366,16 +366,16 @@ def _launch_proposals(imp_ad, imp_fe) -> List[str]:
     dc_fe = _where(FRONT_PATH, r"^(from dataclasses|import dataclasses)|^@dataclass")
     if dc_fe:
         fe_items.append(f"the same `dataclasses` -> namedtuple change in the front-end ({dc_fe}; `LaunchConfig` "
-                        "has ~30 fields, and `mpilaunch.config` is the heaviest own-time import of the front-end)")
+                        "has ~30 fields, and `mpilaunch.config.launchconfig` is the heaviest own-time import of the front-end)")
     lg = _where(["cli.py"], r"^import logging")
     if lg:
         fe_items.append(f"import `logging` only with `-v` ({lg})")
-    lz = _where(["launcher.py"], r"^import (ctypes|tempfile)|^from mpilaunch.summary")
+    lz = _where(["launch/starter.py"], r"^import (ctypes|tempfile)|^from mpilaunch.output.summary")
     if lz:
         fe_items.append(f"import `ctypes`, `tempfile` and `summary` when `run()` needs them ({lz})")
-    if _grep("mpi.py", r"^def detect") and not _grep("mpi.py", r"cache", top_level_only=False):
-        d = _grep("mpi.py", r"^def detect")[0][0]
-        fe_items.append(f"cache the `mpirun --version` probe per (path, size, mtime) (`mpilaunch/mpi.py:{d}` runs "
+    if _grep("config/mpi.py", r"^def detect") and not _grep("config/mpi.py", r"cache", top_level_only=False):
+        d = _grep("config/mpi.py", r"^def detect")[0][0]
+        fe_items.append(f"cache the `mpirun --version` probe per (path, size, mtime) (`mpilaunch/config/mpi.py:{d}` runs "
                         "mpirun on every launch)")
     if fe_items:
         L.append(f"{n}. *Front-end start-up*, paid once per launch: " + "; ".join(fe_items) + ".")

@@ -2,7 +2,7 @@
 scripts/setup_hydra.sh) next to Open MPI 5 (the wheel), in the same run.
 
 Same method as section 1 (bench_launch.py): per MPI, ``bare mpiexec`` = the exact argv mpilaunch
-plans (config.build -> plan.make_plan -> plan.argv) with the rank command replaced by
+plans (launchconfig.build -> plan.make_plan -> plan.argv) with the rank command replaced by
 ``python SCRIPT``, against ``mpilaunch -np N SCRIPT`` (default options, that MPI's own
 interpreter); the variants of ALL MPIs are interleaved round by round, and the overhead is the
 median of the paired differences. Standalone: ``python3 bench/bench_hydra.py [--runs 10]``.
@@ -32,12 +32,13 @@ MPIS = [("Open MPI 5 (wheel)", sys.executable, os.path.join(os.path.dirname(sys.
         ("Intel MPI", "/opt/mpilaunch/impi-venv/bin/python", "/opt/mpilaunch/impi-venv/bin/mpirun")]
 PLAN = """\
 import json, os, sys
-from mpilaunch import backends, config, mpi, options, rundir
+from mpilaunch import backends, rundir
+from mpilaunch.config import launchconfig, mpi, options
 py, mpirun, n, script, run_dir = sys.argv[1:6]
 env = dict(os.environ)
 args = options.parser().parse_args(["--mpirun", mpirun, "-np", n, "--master_port", "48199", "--log_dir",
                                     run_dir, "--python", py, script])
-cfg = config.build(args, env)
+cfg = launchconfig.build(args, env)
 b = backends.for_mpi(mpi.detect(cfg.mpirun, env))
 p = b.plan(cfg, env, run_dir, os.geteuid())
 for path, text in b.files(p):

@@ -3,7 +3,7 @@
 The bare baseline is the exact argv mpilaunch builds (same mpirun, np, normalised hostfile,
 tune file, bind/map/mca/-x args, ``--allow-run-as-root``, same interpreter) with the rank
 command ``python -m mpilaunch.rank ... -- SCRIPT`` replaced by ``python SCRIPT``: it is taken
-from mpilaunch's own planner (``config.build`` -> ``plan.make_plan`` -> ``plan.argv``), so the
+from mpilaunch's own planner (``launchconfig.build`` -> ``plan.make_plan`` -> ``plan.argv``), so the
 flags cannot drift apart. Variants, interleaved in this order every round:
 
 * ``bare mpirun``: the baseline;
@@ -51,13 +51,14 @@ CLEAN_VARIANTS = (V_BARE, V_DEFAULT, V_LEAN)
 
 def _plan(mpirun: str, np: int, log_dir: str, run_dir: str, extra: List[str], env: Dict[str, str],
           py: str = C.PY):
-    from mpilaunch import backends, config, mpi, options, rundir
+    from mpilaunch import backends, rundir
+    from mpilaunch.config import launchconfig, mpi, options
 
     os.makedirs(run_dir, exist_ok=True)
     args = options.parser().parse_args(
         ["--mpirun", mpirun, "-np", str(np), "--master_port", str(C.QUIET_PORT),
          "--log_dir", log_dir, "--python", py, *extra, SCRIPT])
-    cfg = config.build(args, env)
+    cfg = launchconfig.build(args, env)
     info = mpi.detect(cfg.mpirun, env)
     backend = backends.for_mpi(info)
     plan = backend.plan(cfg, env, run_dir, os.geteuid())

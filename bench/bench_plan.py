@@ -4,8 +4,8 @@ handed to ``execve`` against the kernel's limits.
 
 Stages timed separately (``time.perf_counter``), for a fixed ``MpiInfo`` of each dialect
 (no subprocess): ``hostfile.read_hostfile``; ``options.parser().parse_args`` +
-``config.build`` (validation; reads the hostfile again); ``plan.make_plan``; ``plan.argv``;
-``tune.render`` + ``hostfile.render_hostfile``. *total* = config + make_plan + argv + render
+``launchconfig.build`` (validation; reads the hostfile again); ``plan.make_plan``; ``plan.argv``;
+``broadcast.render`` + ``hostfile.render_hostfile``. *total* = config + make_plan + argv + render
 (what one launch does before ``execve``, except writing the two files).
 
 There is no competing planner to race, so the reference measured in the same rounds is
@@ -58,10 +58,10 @@ def exec_size(argv: List[str], env: Dict[str, str]) -> dict:
 
 
 def one_round(path: str, env: Dict[str, str], info, run_dir: str) -> dict:
-    from mpilaunch import config, options
-    from mpilaunch import hostfile as hf
+    from mpilaunch.config import launchconfig, options
+    from mpilaunch.config import hostfile as hf
     from mpilaunch.backends import openmpi as planmod
-    from mpilaunch import tune
+    from mpilaunch.config import broadcast
 
     script = os.path.join(C.EXAMPLES, "exit_at_once.py")
     t = {}
@@ -71,7 +71,7 @@ def one_round(path: str, env: Dict[str, str], info, run_dir: str) -> dict:
 
     t0 = time.perf_counter()
     args = options.parser().parse_args(["--hostfile", path, script])
-    cfg = config.build(args, env)
+    cfg = launchconfig.build(args, env)
     t["config"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -83,7 +83,7 @@ def one_round(path: str, env: Dict[str, str], info, run_dir: str) -> dict:
     t["argv"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    tune_text = tune.render(plan.broadcast)
+    tune_text = broadcast.render(plan.broadcast)
     host_text = hf.render_hostfile(plan.hosts)
     t["render"] = time.perf_counter() - t0
     t["total"] = t["config"] + t["make_plan"] + t["argv"] + t["render"]
@@ -96,7 +96,7 @@ def one_round(path: str, env: Dict[str, str], info, run_dir: str) -> dict:
 
 
 def run(opts, log) -> dict:
-    from mpilaunch.mpi import OMPI4, OMPI5, MpiInfo
+    from mpilaunch.config.mpi import OMPI4, OMPI5, MpiInfo
 
     sizes = [1, 100] if opts.smoke else [1, 100, 1000, 10000]
     rounds = 1 if opts.smoke else max(opts.runs, 7)
@@ -180,8 +180,8 @@ def summarize(times, facts, probe, sizes, infos, opts, rounds) -> dict:
             f"Hostfiles of 1 to 10,000 hosts (`node-a-b-c.cluster.local slots={SLOTS}`), an environment of PATH + "
             f"{N_VARS} broadcast variables (`MA_BENCH_*`: 90% portable values -> tune file, 5% with spaces/quotes and "
             "5% secret-looking names -> routed through mpirun's env as `-x NAME`), a fixed `MpiInfo` per dialect "
-            "(no subprocess). Stages: `hostfile.read_hostfile`; `options.parser().parse_args` + `config.build` "
-            "(validation, reads the hostfile again); `plan.make_plan`; `plan.argv`; `tune.render` + "
+            "(no subprocess). Stages: `hostfile.read_hostfile`; `options.parser().parse_args` + `launchconfig.build` "
+            "(validation, reads the hostfile again); `plan.make_plan`; `plan.argv`; `broadcast.render` + "
             "`hostfile.render_hostfile`. total = config + make_plan + argv + render.",
             f"{'No warm-up' if opts.smoke else '1 warm-up round'}, {rounds} measured round(s); each round runs every "
             "size and dialect, then one `mpirun --version` (the subprocess `mpi.detect` runs on every launch), "

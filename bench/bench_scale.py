@@ -52,7 +52,8 @@ NO_TREE_MCA = "-mca pml ob1 -mca btl ^openib"   # the ModelArts default minus pl
 
 
 def _plan(mpirun, hostfile, k, cfg_path, work, mca=None):
-    from mpilaunch import backends, config, mpi, options, rundir
+    from mpilaunch import backends, rundir
+    from mpilaunch.config import launchconfig, mpi, options
 
     run_dir = tempfile.mkdtemp(prefix="plan-", dir=work)
     argv = ["--mpirun", mpirun, "--hostfile", hostfile, "--ssh-args", f"-F {cfg_path}", "-np", str(k),
@@ -60,7 +61,7 @@ def _plan(mpirun, hostfile, k, cfg_path, work, mca=None):
     if mca is not None:
         argv += ["--mca-args", mca]
     env = C.base_env()
-    cfg = config.build(options.parser().parse_args(argv + [SCRIPT]), env)
+    cfg = launchconfig.build(options.parser().parse_args(argv + [SCRIPT]), env)
     backend = backends.for_mpi(mpi.detect(cfg.mpirun, env))
     plan = backend.plan(cfg, env, run_dir, os.geteuid())
     for path, text in backend.files(plan):
@@ -294,10 +295,11 @@ def adapter_cpu(runs=15):
     import resource
     import subprocess
 
-    from mpilaunch import config, options, rankcmd
+    from mpilaunch.config import launchconfig, options
+    from mpilaunch.backends import rankcmd
 
     logs = tempfile.mkdtemp(prefix="bench-scale-cpu-")
-    cfg = config.build(options.parser().parse_args(
+    cfg = launchconfig.build(options.parser().parse_args(
         ["-np", "1", "--master_port", str(C.QUIET_PORT), "--no-scheduler", "--log_dir", logs, SCRIPT]), C.base_env())
     env = {**C.base_env(), "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1",
            "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "OMPI_COMM_WORLD_NODE_RANK": "0"}

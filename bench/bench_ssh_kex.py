@@ -23,7 +23,8 @@ KEX = " -o KexAlgorithms=curve25519-sha256"
 
 
 def variants(desc, k, work):
-    from mpilaunch import backends, config, mpi, options, rundir
+    from mpilaunch import backends, rundir
+    from mpilaunch.config import launchconfig, mpi, options
     from mpilaunch.backends.openmpi import argv as plan_argv
 
     hostfile = os.path.join(work, "hosts")
@@ -34,7 +35,7 @@ def variants(desc, k, work):
         argv = ["--mpirun", C.OMPI5, "--hostfile", hostfile, "--ssh-args", f"-F {desc['ssh_config']}{extra}",
                 "-np", str(k), "--master_port", str(C.QUIET_PORT), "--log_dir", os.path.join(work, "logs")]
         env = C.base_env()
-        cfg = config.build(options.parser().parse_args(argv + [B.SCRIPT]), env)
+        cfg = launchconfig.build(options.parser().parse_args(argv + [B.SCRIPT]), env)
         backend = backends.for_mpi(mpi.detect(cfg.mpirun, env))
         plan = backend.plan(cfg, env, tempfile.mkdtemp(prefix="plan-", dir=work), os.geteuid())
         for path, text in backend.files(plan):

@@ -103,10 +103,10 @@ def setup_bytecode_cache(root: str) -> dict:
 
 def prewarm(pythons: Sequence[str]) -> None:
     """Fill the bytecode cache for what the measured processes import."""
-    mods = ("mpilaunch.cli, mpilaunch.config, mpilaunch.launcher, mpilaunch.plan, mpilaunch.mpi, "
-            "mpilaunch.render, mpilaunch.tune, mpilaunch.summary, mpilaunch.rank.__main__, "
-            "mpilaunch.run, mpilaunch.options, mpilaunch.contract, mpilaunch.rundir, "
-            "mpilaunch.tuneimport, mpilaunch.rank.options, mpilaunch.rank.plan, "
+    mods = ("mpilaunch.cli, mpilaunch.config.launchconfig, mpilaunch.launch.starter, mpilaunch.plan, mpilaunch.config.mpi, "
+            "mpilaunch.config.mpiargs, mpilaunch.config.broadcast, mpilaunch.output.summary, mpilaunch.rank.__main__, "
+            "mpilaunch.run, mpilaunch.config.options, mpilaunch.contract, mpilaunch.rundir, "
+            "mpilaunch.config.tuneimport, mpilaunch.rank.options, mpilaunch.rank.plan, "
             "mpilaunch.rank.supervisor, mpilaunch.rank.agree, mpilaunch.rank.identity, "
             "mpilaunch.rank.frameworkenv, mpilaunch.rank.logs, mpilaunch.rank.status, "
             "mpilaunch.rank.affinity, psutil, json, argparse, subprocess, threading, queue, socket, "

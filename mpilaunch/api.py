@@ -43,7 +43,7 @@ class Result(namedtuple("Result", "status root_cause ranks attempts events_path 
 
 
 def _names():
-    from mpilaunch import options
+    from mpilaunch.config import options
 
     out = {}
     for o in options.OPTIONS:

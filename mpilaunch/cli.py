@@ -27,7 +27,7 @@ def entry() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from mpilaunch import events
+    from mpilaunch.output import events
 
     events.api_channel(os.environ.pop("MPILAUNCH_API_FD", None))   # api.py's pipe: not for the ranks
     command = "run"

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Sequence
 
-from mpilaunch import events
+from mpilaunch.output import events
 
 
 def preflight_fails(cfg, mux=None) -> bool:
@@ -55,7 +55,8 @@ def _ssh_checks(cfg, backend, run_dir):
     (~0.15 s per host on the 32-host bench, docs/SCALE.md). Otherwise (Hydra, or ssh options the
     user gives in the MCA args, which mpilaunch does not amend) the preflight runs first, each
     login leaving a control master that the starter's ssh reuses."""
-    from mpilaunch import options, ssh
+    from mpilaunch import ssh
+    from mpilaunch.config import options
 
     if getattr(backend, "explains_start", False) and not _ssh_args_in_mca(cfg):
         backend.start_cfg = cfg   # the hosts and ssh options the checks use after a failure
@@ -122,18 +123,21 @@ def open_file_limit(cfg, n_remote: int, n_local: int = 0) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    from mpilaunch import allocation, backends, config, launcher, net, options, rankcheck, restart
+    from mpilaunch import backends, net
+    from mpilaunch.config import allocation, launchconfig, options, rankcheck
+    from mpilaunch.launch import starter
+    from mpilaunch.longrun import restart
 
     args = options.parser(options.RUN).parse_args(list(argv))
     env = dict(os.environ)
-    cfg = config.build(args, env)
-    from mpilaunch import discovery   # --host-discovery-script: its hosts replace the hostfile's
+    cfg = launchconfig.build(args, env)
+    from mpilaunch.longrun import discovery   # --host-discovery-script: its hosts replace the hostfile's
 
     disc, cfg = discovery.setup(args, cfg, env)
     rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
     # --preflight deep is asked for by name: --no-preflight (which `mpilaunch job` adds once
     # it saw every host) skips the ssh preflight only
-    deep_gate = config.preflight_level(args, env) == "deep"
+    deep_gate = launchconfig.preflight_level(args, env) == "deep"
     long_run = restart.settings(args, cfg)   # restarts, grace, watchdog, span
     backend = backends.select(cfg, env)
     long_run = restart.check(long_run, backend)
@@ -152,7 +156,7 @@ def main(argv: Sequence[str]) -> int:
         return 0
     events.start(cfg, long_run, backend, env)   # LOG_DIR/events.jsonl, from here on (docs/EVENTS.md)
     # Inside a Slurm job, mpirun starts its daemons through Slurm (srun), not ssh: no ssh check.
-    run_dir = launcher.make_run_dir()
+    run_dir = starter.make_run_dir()
     try:
         if deep_gate:   # --preflight deep: check --deep first (mpilaunch/check/deep.py)
             from mpilaunch.check import deep
@@ -166,17 +170,17 @@ def main(argv: Sequence[str]) -> int:
             cfg = _ssh_checks(cfg, backend, run_dir)
         plan = backend.plan(cfg, env, run_dir, os.geteuid())
     except BaseException as exc:
-        launcher.remove_run_dir(run_dir)   # its owner file, any ssh masters: all of it
+        starter.remove_run_dir(run_dir)   # its owner file, any ssh masters: all of it
         events.job_end(1 if isinstance(exc, _NotStarted) else None, 0, error=repr(exc))
         if isinstance(exc, _NotStarted):
             return 1
         raise
     if args.verbose:
-        from mpilaunch import render
+        from mpilaunch.config import mpiargs
 
         for name in backend.dropped(plan):
             print(f"mpilaunch: -x {name} dropped: {name} is not set here", file=sys.stderr)
-        print(f"mpilaunch: {render.show(backend.argv(plan))}", file=sys.stderr)
-    from mpilaunch import attempts
+        print(f"mpilaunch: {mpiargs.show(backend.argv(plan))}", file=sys.stderr)
+    from mpilaunch.longrun import attempts
 
     return attempts.run(backend, long_run, cfg, env, plan, run_dir, disc, base=chosen)

@@ -28,6 +28,6 @@ def select(cfg, env: Mapping[str, str]):
         from mpilaunch.backends.srun import Srun
 
         return Srun.detect(env)
-    from mpilaunch import mpi
+    from mpilaunch.config import mpi
 
     return for_mpi(mpi.detect(cfg.mpirun, env))

@@ -3,10 +3,10 @@ plan of a launch over a hostfile (Open MPI's mpirun, Hydra's mpiexec).
 
 ``launcher.run`` supervises any backend through this protocol and nothing else: it writes the
 backend's files, starts its argv with its environment, relays its output into a
-:class:`~mpilaunch.summary.Collector` whose text the backend reads (:meth:`Backend.notices`,
+:class:`~mpilaunch.output.summary.Collector` whose text the backend reads (:meth:`Backend.notices`,
 :meth:`Backend.lost_hosts`), lets it watch the running job (:meth:`Backend.watch`), and lets it
 clean up what it leaves behind (:meth:`Backend.cleanup`). The job's exit status is decided from
-what was learnt, in one place (``mpilaunch/outcome.py``), the same way for every backend.
+what was learnt, in one place (``mpilaunch/output/outcome.py``), the same way for every backend.
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ class Backend:
     # -- reading its output (pure)
     def notices(self, text: str) -> list:
         """Failures the starter reports on its own (a rank whose adapter died without a status
-        line, a process of ``--exec``), as :class:`~mpilaunch.summary.Event`, first first."""
+        line, a process of ``--exec``), as :class:`~mpilaunch.output.summary.Event`, first first."""
         return []
 
     def lost_hosts(self, text: str) -> List[str]:
@@ -129,7 +129,7 @@ class Backend:
 
     # -- doing
     def watch(self, plan, job) -> None:
-        """Called once the starter runs (``job``: :class:`mpilaunch.launcher.Job`): start any
+        """Called once the starter runs (``job``: :class:`mpilaunch.launch.starter.Job`): start any
         watcher the starter needs, e.g. to end the job where it would not end by itself."""
 
     def on_rank_failure(self, plan, job) -> None:

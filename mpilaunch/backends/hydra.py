@@ -35,7 +35,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 from mpilaunch.backends.base import Backend, LaunchPlan, show_files, with_routed
 from mpilaunch.contract import is_secret
 from mpilaunch.errors import UsageError
-from mpilaunch.mpi import IMPI, MPICH
+from mpilaunch.config.mpi import IMPI, MPICH
 
 # Hydra options a user may write in OPENMPI_EXTRA_ARGS as they are, with their arity.
 HYDRA_OPTIONS = {
@@ -46,7 +46,7 @@ HYDRA_OPTIONS = {
     "-errfile-pattern": 1, "-prepend-pattern": 1, "-prepend-timestamp": 0, "-cpu-bind": 1,
     "-disable-auto-cleanup": 0, "-localhost": 1,
 }
-# Open MPI options (canonical spelling, see render.normalize) and their arity.
+# Open MPI options (canonical spelling, see mpiargs.normalize) and their arity.
 _OMPI_ARITY = {"-x": 1, "--mca": 2, "--prtemca": 2, "--gmca": 2, "--pmixmca": 2, "--bind-to": 1,
                "--map-by": 1, "--rank-by": 1, "--oversubscribe": 0, "--allow-run-as-root": 0,
                "--tag-output": 0, "--report-bindings": 0, "--display-map": 0, "--noprefix": 0}
@@ -81,7 +81,7 @@ class Hydra(Backend):
         return with_routed(plan, names)
 
     def plan(self, cfg, env, run_dir, euid):
-        from mpilaunch.rankcmd import rank_command
+        from mpilaunch.backends.rankcmd import rank_command
 
         return LaunchPlan(**plan_fields(cfg, env, self.mpi, run_dir),
                           rank_command=tuple(rank_command(cfg)), stdin=cfg.stdin,
@@ -106,15 +106,15 @@ class Hydra(Backend):
         return [(plan.hostfile_path, render_hostfile(plan.hosts))]   # no tune file: -genvlist
 
     def show(self, plan, env) -> None:
-        from mpilaunch import render
+        from mpilaunch.config import mpiargs
 
         print(f"# mpiexec: {plan.mpi.path} ({plan.mpi.name})")
-        print(render.show(self.argv(plan)))
+        print(mpiargs.show(self.argv(plan)))
         show_files(plan, env, self.files(plan), "mpiexec's environment (-genvlist)")
 
     def notices(self, text: str) -> list:
         from mpilaunch.backends.hydra_report import bad_terminations
-        from mpilaunch.summary import Event
+        from mpilaunch.output.summary import Event
 
         return [Event(rank, host, "rank", "exit", code if sig is None else 128 + sig, sig, "self",
                       None, [], float("inf"), message=f"pid {pid} (Hydra's report)")
@@ -155,7 +155,7 @@ def _name(dialect: str) -> str:
 def _mca(name: str, value: str, dialect: str, source: str, default: bool,
          out: List[str], ssh: List[str]) -> None:
     if name in SSH_PARAMS:
-        from mpilaunch.render import split_arg_string
+        from mpilaunch.config.mpiargs import split_arg_string
         ssh += split_arg_string(value, source)
     elif name in _IFACE_PARAMS:
         if "-iface" in out:
@@ -174,7 +174,7 @@ def _mca(name: str, value: str, dialect: str, source: str, default: bool,
 
 
 def translate(tokens: Sequence[str], dialect: str, source: str, default: bool = False) -> Translated:
-    """Canonical Open MPI tokens (``render.normalize``) or Hydra's own -> Hydra tokens."""
+    """Canonical Open MPI tokens (``mpiargs.normalize``) or Hydra's own -> Hydra tokens."""
     out: List[str] = []
     names: List[str] = []
     env: Dict[str, str] = {}
@@ -295,7 +295,8 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     ``broadcast.routed`` holds every broadcast name: each travels via -genvlist."""
     import os
 
-    from mpilaunch import net, render, tune
+    from mpilaunch import net
+    from mpilaunch.config import mpiargs, broadcast
 
     stdin_check(getattr(cfg, "stdin", None), mpi.dialect)
 
@@ -305,14 +306,14 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     ssh_found: List[str] = []
     dropped: List[str] = []
     imported = cfg.tune_import
-    pieces = [(render.split_arg_string(str(s.value), s.source), s.source, s.source == "default")
+    pieces = [(mpiargs.split_arg_string(str(s.value), s.source), s.source, s.source == "default")
               for s in (cfg.bind_args, cfg.x_args, cfg.mca_args, cfg.extra_args)]
     if imported is not None:
         pieces.append((list(imported.x_tokens) + list(imported.mca_tokens), imported.path, False))
     for raw, source, default in pieces:
-        canon, more = render.drop_unset_x(_canonical(raw, source), env)
+        canon, more = mpiargs.drop_unset_x(_canonical(raw, source), env)
         dropped += more
-        canon, secret_env = render.route_secret_x(canon)
+        canon, secret_env = mpiargs.route_secret_x(canon)
         t = translate(canon, mpi.dialect, source, default=default)
         moved.update(secret_env)
         moved.update(t.env)
@@ -335,9 +336,9 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     if mpi.dialect == IMPI and "-iface" not in args and not env.get("I_MPI_HYDRA_IFACE"):
         args += intel_iface(cfg.hosts)
 
-    selected = dict(tune.select(env, cfg.env_prefixes))
+    selected = dict(broadcast.select(env, cfg.env_prefixes))
     if imported is not None:
-        from mpilaunch import tuneimport
+        from mpilaunch.config import tuneimport
 
         for name, value in tuneimport.selected(imported, env):
             selected[name] = value
@@ -346,7 +347,7 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     routed = tuple(dict.fromkeys(sorted(selected) + [n for n in names if n not in selected]))
     return dict(
         mpi=mpi, hosts=cfg.hosts, np=cfg.np, oversubscribe=cfg.oversubscribe, run_as_root=False,
-        ssh=tuple(ssh), broadcast=tune.Broadcast((), routed), args=tuple(args),
+        ssh=tuple(ssh), broadcast=broadcast.Broadcast((), routed), args=tuple(args),
         dropped_x=tuple(dict.fromkeys(dropped)), hostfile_path=os.path.join(run_dir, "hostfile"),
         tune_path=cfg.tune_path or os.path.join(run_dir, "tune.env"),
         extra_env={**ssh_env, **moved}, noprefix=False)
@@ -355,7 +356,7 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
 def _canonical(raw: Sequence[str], source: str) -> List[str]:
     """Open MPI spellings -> canonical (``-mca`` -> ``--mca``, ``--x`` -> ``-x``); Hydra's own
     single-dash options are left as written."""
-    from mpilaunch.render import normalize
+    from mpilaunch.config.mpiargs import normalize
 
     out: List[str] = []
     i = 0

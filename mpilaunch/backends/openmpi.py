@@ -1,8 +1,8 @@
 """Open MPI's mpirun (4.x, 5.x): the launch in its words, and what its output says.
 
 The ModelArts command shape: ``mpirun -np N --hostfile F [ssh] --tune T [OPENMPI_* args]
-[-x NAME ...] RANK_COMMAND``, in the dialect of the Open MPI found (``render.py`` spells the
-user's OPENMPI_* strings for it; ``tune.py`` decides what the tune file carries). Open MPI ends
+[-x NAME ...] RANK_COMMAND``, in the dialect of the Open MPI found (``mpiargs.py`` spells the
+user's OPENMPI_* strings for it; ``broadcast.py`` decides what the tune file carries). Open MPI ends
 the job at a rank's failure and reports lost daemons itself; killed, Open MPI 5 leaves its
 session dir behind (docs/OPENMPI_FACTS.md section 9), which :meth:`OpenMpi.cleanup` removes.
 """
@@ -13,12 +13,13 @@ import re
 import signal
 from typing import List, Mapping
 
-from mpilaunch import contract, render, tune
-from mpilaunch import hostfile as hf
+from mpilaunch import contract
+from mpilaunch.config import mpiargs, broadcast
+from mpilaunch.config import hostfile as hf
 from mpilaunch.backends.base import SSH_CLOSED, Backend, LaunchPlan, show_files, with_routed
 from mpilaunch.errors import UsageError
-from mpilaunch.mpi import OMPI4, MpiInfo
-from mpilaunch.rankcmd import rank_command
+from mpilaunch.config.mpi import OMPI4, MpiInfo
+from mpilaunch.backends.rankcmd import rank_command
 
 SYSTEM_BIN_DIRS = ("/usr/bin", "/bin", "/usr/local/bin")
 
@@ -72,7 +73,7 @@ class OpenMpi(Backend):
 
     def files(self, plan):
         return [(plan.hostfile_path, hf.render_hostfile(plan.hosts)),
-                (plan.tune_path, tune.render(plan.broadcast))]
+                (plan.tune_path, broadcast.render(plan.broadcast))]
 
     def show(self, plan, env) -> None:
         show(plan, env, self.files(plan))
@@ -94,7 +95,8 @@ class OpenMpi(Backend):
         if (self.start_cfg is None or collector.ranks_seen or collector.events
                 or not _START_FAILED.search(collector.text)):
             return
-        from mpilaunch import check, events
+        from mpilaunch import check
+        from mpilaunch.output import events
 
         events.preflight_start()   # the event record: the checks' per-host records, as a preflight's
         results = events.preflight(check.run_checks(self.start_cfg, timeout=check.DEFAULT_TIMEOUT))
@@ -114,20 +116,20 @@ def make_plan(cfg, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int
     dialect = mpi.dialect
     tokens: List[str] = []
     for setting in (cfg.bind_args, cfg.x_args, cfg.mca_args, cfg.extra_args):
-        raw = render.split_arg_string(str(setting.value), setting.source)
-        tokens += render.normalize(raw, dialect, setting.source)
+        raw = mpiargs.split_arg_string(str(setting.value), setting.source)
+        tokens += mpiargs.normalize(raw, dialect, setting.source)
     imported = cfg.tune_import
     if imported is not None:
-        tokens += render.normalize(list(imported.x_tokens) + list(imported.mca_tokens), dialect,
+        tokens += mpiargs.normalize(list(imported.x_tokens) + list(imported.mca_tokens), dialect,
                                    imported.path)
-    tokens, dropped = render.drop_unset_x(tokens, env)
-    tokens, moved = render.route_secret_x(tokens)
+    tokens, dropped = mpiargs.drop_unset_x(tokens, env)
+    tokens, moved = mpiargs.route_secret_x(tokens)
 
     ssh_args: List[str] = []
     if cfg.ssh_port is not None:
         ssh_args += ["-p", str(cfg.ssh_port)]
     ssh_args += list(cfg.ssh_extra)
-    if ssh_args and render.has_param(tokens, ("plm_rsh_args", "plm_ssh_args")):
+    if ssh_args and mpiargs.has_param(tokens, ("plm_rsh_args", "plm_ssh_args")):
         raise UsageError(
             "the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
             "plm_rsh_args in the MCA/extra args; keep one"
@@ -136,17 +138,17 @@ def make_plan(cfg, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int
     from mpilaunch import net
 
     if not net.all_here(cfg.hosts):   # daemons on other hosts
-        tokens += render.keepalive_tokens(dialect, tokens)
+        tokens += mpiargs.keepalive_tokens(dialect, tokens)
 
-    selected = dict(tune.select(env, cfg.env_prefixes))
+    selected = dict(broadcast.select(env, cfg.env_prefixes))
     if imported is not None:
-        from mpilaunch import tuneimport
+        from mpilaunch.config import tuneimport
 
         for name, value in tuneimport.selected(imported, env):
             selected[name] = value
             if name not in env:   # only in the file: mpirun's env must carry it for -x NAME
                 moved = {**moved, name: value}
-    broadcast = tune.split(sorted(selected.items()))
+    bcast = broadcast.split(sorted(selected.items()))
     tune_path = cfg.tune_path or os.path.join(run_dir, "tune.env")
     return LaunchPlan(
         mpi=mpi,
@@ -154,8 +156,8 @@ def make_plan(cfg, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int
         np=cfg.np,
         oversubscribe=cfg.oversubscribe,
         run_as_root=(euid == 0),
-        ssh=tuple(render.ssh_tokens(ssh_args, dialect)),
-        broadcast=broadcast,
+        ssh=tuple(mpiargs.ssh_tokens(ssh_args, dialect)),
+        broadcast=bcast,
         args=tuple(tokens),
         dropped_x=tuple(dropped),
         hostfile_path=os.path.join(run_dir, "hostfile"),
@@ -201,13 +203,13 @@ def show(plan, env: Mapping[str, str], files) -> None:
             tok = f"{name}={contract.mask_value(name, value)}"
         shown.append(tok)
     print(f"# mpirun: {plan.mpi.path} ({plan.mpi.name})")
-    print(render.show(shown))
+    print(mpiargs.show(shown))
     show_files(plan, env, files, "mpirun's environment (-x NAME)")
 
 
 def notices(text: str) -> list:
     """mpirun's "noticed that process rank N ... exited on signal S" (an adapter killed)."""
-    from mpilaunch.summary import Event
+    from mpilaunch.output.summary import Event
 
     out = []
     for m in _MPIRUN_NOTICE.finditer(text):
@@ -219,7 +221,7 @@ def notices(text: str) -> list:
 
 def reports(text: str) -> list:
     """Open MPI's own report of a failed process (exit code, or MPI_Abort): ``--exec``."""
-    from mpilaunch.summary import Event
+    from mpilaunch.output.summary import Event
 
     out = []
     for m in _MPI_FAILED.finditer(text):

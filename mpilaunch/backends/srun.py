@@ -28,7 +28,7 @@ import subprocess
 from collections import namedtuple
 from typing import Dict, List, Mapping, Sequence, Tuple
 
-from mpilaunch import render
+from mpilaunch.config import mpiargs
 from mpilaunch.backends.base import Backend
 from mpilaunch.errors import UsageError
 
@@ -72,7 +72,7 @@ class Srun(Backend):
 
     @classmethod
     def detect(cls, env: Mapping[str, str]) -> "Srun":
-        from mpilaunch import allocation
+        from mpilaunch.config import allocation
 
         if not allocation.in_slurm(env):
             raise UsageError("--launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not "
@@ -97,7 +97,7 @@ class Srun(Backend):
 
     def notices(self, text: str) -> list:
         """srun's own words for a task that ended non-zero (when its adapter could not say)."""
-        from mpilaunch.summary import Event
+        from mpilaunch.output.summary import Event
 
         return [Event(int(m.group(2)), m.group(1), "rank", "exit", int(m.group(3)), None, "self",
                       None, [], float("inf"), message="srun's report")
@@ -135,7 +135,7 @@ def detect_plugin(srun: str, env: Mapping[str, str]) -> str:
 
 
 def translate(tokens: Sequence[str], source: str) -> Tuple[Dict[str, str], List[str]]:
-    """Canonical mpirun tokens (``render.normalize``) -> (environment for srun, unused tokens).
+    """Canonical mpirun tokens (``mpiargs.normalize``) -> (environment for srun, unused tokens).
     ``-x NAME=V`` -> NAME=V; ``-x NAME`` -> nothing (``--export=ALL`` carries it);
     ``--mca k v`` -> ``OMPI_MCA_k=v``."""
     env: Dict[str, str] = {}
@@ -163,8 +163,9 @@ def translate(tokens: Sequence[str], source: str) -> Tuple[Dict[str, str], List[
 
 def make_plan(cfg, env: Mapping[str, str], srun: str, plugin: str, run_dir: str) -> SrunPlan:
     """LaunchConfig + environment -> SrunPlan (pure)."""
-    from mpilaunch import rankcmd, tune
-    from mpilaunch.mpi import OMPI5
+    from mpilaunch.backends import rankcmd
+    from mpilaunch.config import broadcast
+    from mpilaunch.config.mpi import OMPI5
 
     extra: Dict[str, str] = {}
     unused: List[str] = []
@@ -172,19 +173,19 @@ def make_plan(cfg, env: Mapping[str, str], srun: str, plugin: str, run_dir: str)
                                                   cfg.extra_args)]
     imported = cfg.tune_import
     for text, source in sources:
-        tokens = render.normalize(render.split_arg_string(text, source), OMPI5, source)
+        tokens = mpiargs.normalize(mpiargs.split_arg_string(text, source), OMPI5, source)
         more, ignored = translate(tokens, source)
         extra.update(more)
         unused += ignored
     if imported is not None:
-        tokens = render.normalize(list(imported.x_tokens) + list(imported.mca_tokens), OMPI5,
+        tokens = mpiargs.normalize(list(imported.x_tokens) + list(imported.mca_tokens), OMPI5,
                                   imported.path)
         extra.update(translate(tokens, imported.path)[0])
-        from mpilaunch import tuneimport
+        from mpilaunch.config import tuneimport
 
         extra.update(dict(tuneimport.selected(imported, env)))
     # what the prefixes select is already in env (exported as is); keep them explicit
-    extra.update(dict(tune.select(env, cfg.env_prefixes)))
+    extra.update(dict(broadcast.select(env, cfg.env_prefixes)))
     extra = {k: v for k, v in extra.items() if env.get(k) != v}
     return SrunPlan(srun=srun, plugin=plugin, np=cfg.np, hosts=cfg.hosts,
                     hosts_source=cfg.hosts_source, rank_command=tuple(rankcmd.rank_command(cfg)),
@@ -207,7 +208,7 @@ def show(plan: SrunPlan, cmd: Sequence[str]) -> None:
     from mpilaunch import contract
 
     print(f"# srun: {plan.srun} (--mpi={plan.plugin})")
-    print(render.show(list(cmd)))
+    print(mpiargs.show(list(cmd)))
     print(f"# hosts: {plan.hosts_source}")
     for name in sorted(plan.extra_env):
         print(f"# env {name}={contract.mask_value(name, plan.extra_env[name])}")
@@ -221,7 +222,8 @@ def rank0_side(cfg, env: Mapping[str, str]):
     address from Slurm (the route towards the next node's NodeAddr, net.rank0_address).
     The node index is Slurm's (SLURM_NODEID), so the adapters then need no MPI agreement
     (MPI_Init under srun's PMIx in every adapter, ~1.3 s on 2 nodes)."""
-    from mpilaunch import allocation, net
+    from mpilaunch import net
+    from mpilaunch.config import allocation
 
     if cfg.exec_mode or not net.rank0_is_here(cfg.hosts):
         return cfg

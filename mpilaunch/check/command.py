@@ -1,6 +1,6 @@
 """``mpilaunch check [launcher options] [SCRIPT ...]``: preflight a multi-node launch.
 
-Takes the launcher's own options and builds the same ``LaunchConfig`` (``config.build``), so
+Takes the launcher's own options and builds the same ``LaunchConfig`` (``launchconfig.build``), so
 the hosts, np, ssh port and ssh options checked are exactly those a launch would use. Exit
 status: 0 nothing failed (warnings allowed), 1 a check failed (with ``--deep``: or a host is an
 outlier, mpilaunch/check/deep.py), 2 usage error.
@@ -13,7 +13,8 @@ import time
 from typing import Sequence
 
 import mpilaunch
-from mpilaunch import contract, options
+from mpilaunch import contract
+from mpilaunch.config import options
 from mpilaunch.check.hosts import run_checks
 from mpilaunch.check.report import report_lines
 from mpilaunch.check.results import LEVEL_FULL, LEVEL_SSH, failed, params_from_config
@@ -21,7 +22,7 @@ from mpilaunch.errors import UsageError
 
 
 def main(argv: Sequence[str]) -> int:
-    from mpilaunch import allocation, config, mpi
+    from mpilaunch.config import allocation, launchconfig, mpi
 
     args = options.parser(options.CHECK).parse_args(list(argv))
     env = dict(os.environ)
@@ -32,8 +33,8 @@ def main(argv: Sequence[str]) -> int:
         args.script, args.no_python, args.script_args = "true", True, []
     user_oversubscribe = bool(args.oversubscribe)
     args.oversubscribe = True  # np > slots is reported as the 'slots' check, not a usage error
-    cfg = config.build(args, env)
-    deep = config.deep_settings(args, env) if args.check_deep else None
+    cfg = launchconfig.build(args, env)
+    deep = launchconfig.deep_settings(args, env) if args.check_deep else None
     if deep is not None and (args.check_ssh_only or allocation.from_slurm(cfg.hosts_from)):
         raise UsageError("--deep: not with --ssh-only, nor inside a Slurm allocation (its "
                          "agents are started over ssh); run it from a login to the hosts")

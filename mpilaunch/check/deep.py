@@ -364,13 +364,13 @@ def gate_fails(cfg, env) -> bool:
     import sys
     from types import SimpleNamespace
 
-    from mpilaunch import config, mpi
+    from mpilaunch.config import launchconfig, mpi
     from mpilaunch.check.results import DEFAULT_PARALLEL, DEFAULT_TIMEOUT, LEVEL_FULL, failed
     from mpilaunch.check.results import params_from_config
 
     p = params_from_config(cfg, level=LEVEL_FULL, mpi_info=mpi.detect(cfg.mpirun, env),
                            check_script=True)
-    results, report = check_deep(p, config.deep_settings(SimpleNamespace(), env), cfg.log_dir,
+    results, report = check_deep(p, launchconfig.deep_settings(SimpleNamespace(), env), cfg.log_dir,
                                  DEFAULT_TIMEOUT, DEFAULT_PARALLEL)
     bad = failed(results)
     for r in bad:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import List, Optional, Sequence
 
 from mpilaunch import contract, net, ssh
-from mpilaunch import hostfile as hf
+from mpilaunch.config import hostfile as hf
 from mpilaunch.check.probe import evaluate_probe, parse_probe_output, probe_argv
 from mpilaunch.check.results import (
     DEFAULT_PARALLEL, DEFAULT_TIMEOUT, FAIL, LEVEL_FULL, LEVEL_SSH, OK, SKIP, CheckResult, Params,

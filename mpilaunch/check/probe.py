@@ -129,7 +129,7 @@ def evaluate_sysctl(host: str, addr: str, values: Mapping[str, int], ranks: int)
 
 
 def _mpirun(host: str, addr: str, probe: Mapping, p: Params) -> CheckResult:
-    from mpilaunch.mpi import _NAMES, parse_version_output
+    from mpilaunch.config.mpi import _NAMES, parse_version_output
 
     want = ".".join(map(str, p.mpi_version or ()))
     if "mpirun_err" in probe or probe.get("mpirun_rc") not in (0, None):

@@ -7,8 +7,8 @@ import sys
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Tuple
 
-from mpilaunch import hostfile as hf
-from mpilaunch import options
+from mpilaunch.config import hostfile as hf
+from mpilaunch.config import options
 
 # Defaults of ``--timeout`` / ``--parallel``: the option table's.
 DEFAULT_TIMEOUT = float(options.BY_DEST["check_timeout"].default)
@@ -72,7 +72,7 @@ class Params:
 
 def params_from_config(cfg, level: str = LEVEL_SSH, mpi_info=None, oversubscribe: Optional[bool] = None,
                        check_script: bool = False) -> Params:
-    """A ``mpilaunch.config.LaunchConfig`` (+ ``mpilaunch.mpi.MpiInfo`` for the full level)."""
+    """A ``mpilaunch.config.launchconfig.LaunchConfig`` (+ ``mpilaunch.config.mpi.MpiInfo`` for the full level)."""
     script = None
     if check_script and cfg.script:
         if not cfg.no_python:

@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from mpilaunch import hostfile as hf
+from mpilaunch.config import hostfile as hf
 from mpilaunch import ssh
 from mpilaunch.check.hosts import probe_results
 from mpilaunch.check.probe import probe_argv

@@ -1,7 +1,7 @@
 """``mpilaunch job``: a ModelArts-like entrypoint; every host of a job runs the same command.
 
 The platform describes the job in variables, read with the same rules as a plain launch
-(``mpilaunch.config``):
+(``mpilaunch.config.launchconfig``):
 
 ===================  ==========================================================
 ``VC_WORKER_HOSTS``  comma list of the job's hosts (index 0 = worker-0)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from typing import List, Sequence
 
-from mpilaunch import contract, options
+from mpilaunch import contract
+from mpilaunch.config import options
 from mpilaunch.errors import UsageError
 from mpilaunch.job.spec import job_spec, log
 from mpilaunch.job.waiter import LIVENESS_EVERY, Waiter, liveness_every, worker0_alive_probe

@@ -1,5 +1,5 @@
 """The job as the platform describes it: ``VC_WORKER_HOSTS``, ``VC_TASK_INDEX``, and the same
-``MA_NUM_GPUS`` / ``SSHD_PORT`` / ``--ssh-args`` answers as a plain launch (``mpilaunch.config``),
+``MA_NUM_GPUS`` / ``SSHD_PORT`` / ``--ssh-args`` answers as a plain launch (``mpilaunch.config.launchconfig``),
 so ``mpilaunch job`` and ``mpilaunch`` never disagree about a variable. Pure."""
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import sys
 from collections import namedtuple
 from typing import Mapping, Optional, Sequence
 
-from mpilaunch import config, contract
-from mpilaunch import hostfile as hf
+from mpilaunch import contract
+from mpilaunch.config import launchconfig
+from mpilaunch.config import hostfile as hf
 from mpilaunch.errors import UsageError
 
 
@@ -51,7 +52,7 @@ def job_spec(env: Mapping[str, str], args) -> Optional[JobSpec]:
     if args.hostfile is not None or args.host is not None:
         raise UsageError("mpilaunch job takes its hosts from VC_WORKER_HOSTS; drop --hostfile/-H "
                          "(or unset VC_WORKER_HOSTS for a plain launch)")
-    slots = config.slots_per_host(args, env)
+    slots = launchconfig.slots_per_host(args, env)
     hosts = tuple(h.name for h in hf.hosts_from_vc_worker_hosts(raw_hosts, slots))
     if raw_index is None or not raw_index.strip():
         raise UsageError(f"VC_TASK_INDEX is not set (VC_WORKER_HOSTS lists {len(hosts)} hosts): "
@@ -59,6 +60,6 @@ def job_spec(env: Mapping[str, str], args) -> Optional[JobSpec]:
     index = contract.whole(raw_index, "VC_TASK_INDEX", 0, len(hosts) - 1,
                            fix=f"give this host's index in VC_WORKER_HOSTS ({len(hosts)} hosts), "
                                f"0 to {len(hosts) - 1}")
-    port = config.ssh_port(args, env)
+    port = launchconfig.ssh_port(args, env)
     key = job_key(hosts, port, env.get("MPILAUNCH_JOB_ID", ""))
-    return JobSpec(hosts, index, slots, port, config.ssh_extra(args), key)
+    return JobSpec(hosts, index, slots, port, launchconfig.ssh_extra(args), key)

@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from mpilaunch import hostfile as hf
+from mpilaunch.config import hostfile as hf
 from mpilaunch import rundir, ssh
 from mpilaunch.check.report import MAX_LINES_PER_CHECK
 from mpilaunch.check.results import DEFAULT_PARALLEL
@@ -135,7 +135,8 @@ def _log_capped(lines: List[str]) -> None:
 
 
 def run_worker0(spec: JobSpec, args, launcher_argv: List[str], env: Mapping[str, str], wait_s: float) -> int:
-    from mpilaunch import config, options, run
+    from mpilaunch import run
+    from mpilaunch.config import launchconfig, options
 
     python = sys.executable
     log(f"job: worker-0 of {len(spec.hosts)} host(s) ({spec.worker0}), {spec.slots} slot(s) per host")
@@ -148,7 +149,7 @@ def run_worker0(spec: JobSpec, args, launcher_argv: List[str], env: Mapping[str,
         try:
             hostfile_path = write_hostfile(spec, run_dir)
             run_argv = ["--hostfile", hostfile_path] + list(launcher_argv)
-            config.build(options.parser(options.RUN).parse_args(run_argv), env)   # usage errors now, before waiting
+            launchconfig.build(options.parser(options.RUN).parse_args(run_argv), env)   # usage errors now, before waiting
             if not args.dry_run and len(spec.hosts) > 1:
                 missing = wait_for_peers(spec, python, wait_s)
                 if missing:

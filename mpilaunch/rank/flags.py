@@ -3,7 +3,7 @@ adapter's entry (``_boot.py`` or ``-m mpilaunch.rank``) and ``--`` in the rank c
 
 One row per flag: its name, the adapter's attribute (``dest``), its value (``kind``,
 ``metavar``), the adapter's default, the help, and who writes it. The launcher renders the
-rank command from it (mpilaunch/rankcmd.py), every rank parses with it
+rank command from it (mpilaunch/backends/rankcmd.py), every rank parses with it
 (mpilaunch/rank/options.py: the fast path and argparse), and docs/ARCHITECTURE.md's section
 "The rank command" is generated from it (``python3 -m mpilaunch.rank.flags``).
 
@@ -110,7 +110,7 @@ FLAGS = (
          "(MPILAUNCH_HEARTBEAT_FILE) have not changed for this long",
          ATTEMPT, "stall_timeout", SET),
     Flag("--expect-ranks", "expect_ranks", TEXT, "SPEC", None,
-         "where the launcher planned the ranks, N;MODE;host:count,... (mpilaunch/span.py): "
+         "where the launcher planned the ranks, N;MODE;host:count,... (mpilaunch/backends/placement.py): "
          "each rank checks it and takes its node index from it", ATTEMPT, "expect_ranks", SET),
     Flag("--in-place", "in_place", WHOLE, "PORT", None,
          "restart a failed worker (rank 0: and scheduler) in place, up to --max-restarts, "

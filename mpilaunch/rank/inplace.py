@@ -4,7 +4,7 @@ After a worker or scheduler failure the starter (mpirun, its daemons) and every 
 each adapter stops its children and starts the next attempt's: a fresh rendezvous port,
 ``MPILAUNCH_RESTART_COUNT`` / ``TORCHELASTIC_RESTART_COUNT`` = the attempt, logs in
 ``LOG_DIR/attempt<k>/``. What is not a worker's failure (a lost host, a killed adapter or
-daemon) still ends the starter, and the launcher relaunches it (mpilaunch/attempts.py).
+daemon) still ends the starter, and the launcher relaunches it (mpilaunch/longrun/attempts.py).
 
 **Coordination, without MPI** (rank/coordinate.py). Rank 0's adapter is the coordinator: it
 listens on TCP ``PORT`` (the launcher's choice; rank 0's address is the one every rank already

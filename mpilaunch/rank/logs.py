@@ -32,7 +32,7 @@ def check_log_name(template: str, size: Optional[int] = None,
     """UsageError ``NAME=value: why; fix`` unless ``template`` is a plain file name (created in
     the log dir: no directory part, no ``..``, not absolute) using only {ip}, {hostname},
     {rank}, and, when ``size`` > 1 ranks share it, with ``{rank}`` (distinct per rank). The one
-    rule: the launcher (mpilaunch/rankcheck.py) and every rank check with it."""
+    rule: the launcher (mpilaunch/config/rankcheck.py) and every rank check with it."""
     fix = "give a file name such as worker_{rank}.log (it is created in the log dir)"
 
     def bad(why):

@@ -2,7 +2,7 @@
 command"), and the worker's argv (:func:`worker_argv`).
 
 The flags are the table of mpilaunch/rank/flags.py, which the launcher's rank command is
-written from (mpilaunch/rankcmd.py): the launcher's own spelling is parsed from it without
+written from (mpilaunch/backends/rankcmd.py): the launcher's own spelling is parsed from it without
 argparse, anything else by an argparse parser built from it. Everything that can be checked
 without the rank's identity is checked here, with the rules of ``mpilaunch/contract.py``
 (numbers: ``--flag=value: why; fix``); a bad value is a :class:`UsageError`, one line, exit 2,

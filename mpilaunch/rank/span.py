@@ -1,6 +1,6 @@
 """Does the job really run where the launcher planned it? Pure.
 
-The launcher sends ``--expect-ranks SPEC`` (``mpilaunch/span.py`` writes it):
+The launcher sends ``--expect-ranks SPEC`` (``mpilaunch/backends/placement.py`` writes it):
 ``N;MODE;host:count,host:count,...`` with N the planned world size and MODE
 
 * ``exact``: the hostfile's slots filled in order (``--map-by slot``, Hydra's ``host:N``): rank

@@ -34,7 +34,7 @@ def make(log_dir: str, output: "str | None" = None, png: bool = False) -> "list[
 
 
 def main(argv: Sequence[str]) -> int:
-    from mpilaunch import options
+    from mpilaunch.config import options
 
     args = options.parser(options.REPORT).parse_args(list(argv))
     for path in make(args.log_dir, args.report_output, args.report_png):

@@ -104,7 +104,8 @@ def test_stop_ends_every_rank(job):
 
 
 def test_the_options_are_the_option_tables():
-    from mpilaunch import api, options
+    from mpilaunch import api
+    from mpilaunch.config import options
 
     names = api._names()
     for o in options.OPTIONS:

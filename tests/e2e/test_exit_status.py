@@ -1,6 +1,6 @@
 """The same failing job under every way of starting ranks: Open MPI 5 and 4.1's mpirun, MPICH's
 and Intel MPI's mpiexec, and Slurm's srun end with the same status and name the same root
-cause (mpilaunch/outcome.py). Rank 1 exits 5 while rank 0 is still running, so each starter
+cause (mpilaunch/output/outcome.py). Rank 1 exits 5 while rank 0 is still running, so each starter
 tears rank 0 down and reports a number of its own (srun: rank 0's 143)."""
 import os
 import re

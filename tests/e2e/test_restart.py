@@ -16,7 +16,8 @@ from helpers.mpis import MPIRUNS
 from helpers.ports import free_port
 from helpers.restart import TRAIN
 
-from mpilaunch import restart, span
+from mpilaunch.longrun import restart
+from mpilaunch.backends import placement
 
 pytestmark = pytest.mark.skipif(
     subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0,
@@ -139,7 +140,7 @@ def test_bad_long_run_options_are_one_line(argv, message, tmp_path):
 
 
 def test_attempt_flags_and_log_dirs():
-    from mpilaunch.hostfile import Host
+    from mpilaunch.config.hostfile import Host
 
     class Cfg:
         pass
@@ -151,7 +152,7 @@ def test_attempt_flags_and_log_dirs():
     got = restart.attempt_cfg(cfg, lr, 1)
     assert got.log_dir == "/logs/attempt1" and got.master_port == 8118   # the user's port kept
     assert list(got.rank_extra) == ["--restart-count", "1", "--max-restarts", "2", "--term-grace", "3"]
-    assert span.mode(["--map-by", "slot"], False) == "exact"
-    assert span.mode(["--map-by", "node"], False) == "bound"
-    assert span.mode(["--host", "a:2"], False) == "bound"
-    assert span.mode([], True) == "size"
+    assert placement.mode(["--map-by", "slot"], False) == "exact"
+    assert placement.mode(["--map-by", "node"], False) == "bound"
+    assert placement.mode(["--host", "a:2"], False) == "bound"
+    assert placement.mode([], True) == "size"

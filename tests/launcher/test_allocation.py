@@ -1,4 +1,4 @@
-"""Allocation discovery (mpilaunch/allocation.py) with the variables and files exactly as the
+"""Allocation discovery (mpilaunch/config/allocation.py) with the variables and files exactly as the
 schedulers and operators write them, and its place in config (an explicit hostfile, -H or
 VC_WORKER_HOSTS still wins; --dry-run names the source).
 
@@ -23,10 +23,10 @@ import sys
 
 import pytest
 
-from mpilaunch import allocation as al
-from mpilaunch import config, options
+from mpilaunch.config import allocation as al
+from mpilaunch.config import launchconfig, options
 from mpilaunch.errors import UsageError
-from mpilaunch.hostfile import Host
+from mpilaunch.config.hostfile import Host
 
 from helpers import REPO
 
@@ -168,7 +168,7 @@ def _build(env, *argv, tmp_path):
     script.write_text("")
     args = _args(*argv)
     args.script = str(script)
-    return config.build(args, env)
+    return launchconfig.build(args, env)
 
 
 def test_config_takes_the_slurm_allocation(tmp_path):
@@ -209,7 +209,7 @@ def test_hosts_from_says_where_the_hosts_came_from(tmp_path, monkeypatch, argv, 
     def fill(v):
         return str(hostfile) if v == "HOSTFILE" else v
     cfg = _build({k: fill(v) for k, v in env.items()}, *map(fill, argv), tmp_path=tmp_path)
-    assert cfg.hosts_from == hosts_from and cfg.hosts_from in config.HOSTS_FROM
+    assert cfg.hosts_from == hosts_from and cfg.hosts_from in launchconfig.HOSTS_FROM
     assert al.from_slurm(cfg.hosts_from) == (hosts_from == "slurm")
     assert (al.node_addr_lookup(cfg.hosts_from, {}) is not None) == (hosts_from == "slurm")
     # the decision reads the field, whatever the display string says
@@ -273,7 +273,7 @@ def test_slurm_node_addr_asks_scontrol_once_for_that_node(tmp_path):
     assert al.slurm_node_addr("node-b", env, run=run) == "10.231.0.12"
     assert calls == [[str(tmp_path / "scontrol"), "show", "node", "-o", "node-b"]]
     assert al.slurm_node_addr("node-b", {"PATH": str(tmp_path / "none")}, run=run) is None
-    assert al.node_addr_lookup(config.FROM_H, env) is None
+    assert al.node_addr_lookup(launchconfig.FROM_H, env) is None
     assert al.node_addr_lookup(al.KUBEFLOW, env) is None
     assert al.node_addr_lookup(al.SLURM, env)("node-b") is None   # this scontrol prints nothing
 

@@ -1,10 +1,11 @@
-"""The attempts' list printed after a job with --max_restarts (mpilaunch/attempts.py)."""
-from mpilaunch import attempts, launcher, restart
+"""The attempts' list printed after a job with --max_restarts (mpilaunch/longrun/attempts.py)."""
+from mpilaunch.longrun import attempts, restart
+from mpilaunch.launch import starter
 
 
 def test_summary_lists_every_attempt_with_its_cause_and_logs():
     lr = restart.LongRun(2, 0.0, None, None, False, "/logs", False, True)
-    first, second = launcher.Attempt(0), launcher.Attempt(1)
+    first, second = starter.Attempt(0), starter.Attempt(1)
     first.status, first.cause = 137, "rank 1 (worker) on host a: killed by signal 9 (SIGKILL)"
     second.status = 0
     assert attempts.summary([first, second], lr, 0) == (
@@ -15,6 +16,6 @@ def test_summary_lists_every_attempt_with_its_cause_and_logs():
 
 
 def test_a_plain_attempt_has_no_say_in_the_status():
-    att = launcher.Attempt()
+    att = starter.Attempt()
     assert att.verdict() == {} and att.on_stop(None, 15, None) is False
     assert att.summary("text", None) == "text"

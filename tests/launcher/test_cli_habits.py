@@ -10,7 +10,9 @@ import sys
 import pytest
 
 from helpers import REPO
-from mpilaunch import __version__, options, outcome
+from mpilaunch import __version__
+from mpilaunch.config import options
+from mpilaunch.output import outcome
 
 
 def _cli(*args, cwd=None):

@@ -1,4 +1,4 @@
-"""--host-discovery-script (mpilaunch/discovery.py): the script's output and its failures,
+"""--host-discovery-script (mpilaunch/longrun/discovery.py): the script's output and its failures,
 the rules between attempts (cool-down after repeated failures, preflight of new hosts, the
 previous hosts kept when the script fails, the end when no host is left), and the first
 attempt's usage errors through the CLI."""
@@ -10,9 +10,9 @@ import pytest
 
 from helpers.launch import run_cli
 from helpers.procs import wait_for
-from mpilaunch import discovery, restart
+from mpilaunch.longrun import discovery, restart
 from mpilaunch.errors import UsageError
-from mpilaunch.hostfile import Host
+from mpilaunch.config.hostfile import Host
 
 C = collections.namedtuple("C", "hosts np master_addr hosts_source")
 A, B, D = Host("10.0.0.1", 2), Host("10.0.0.2", 2), Host("10.0.0.3", 2)

@@ -1,4 +1,4 @@
-"""The event record, LOG_DIR/events.jsonl (mpilaunch/events.py, docs/EVENTS.md): the writer
+"""The event record, LOG_DIR/events.jsonl (mpilaunch/output/events.py, docs/EVENTS.md): the writer
 on its own (records, masking, no record without start), the adapters' lifecycle lines read
 back, and real jobs under mpirun: every rank's steps with the pid its worker really had, the
 teardown after the root cause, the final status, no secret value, nothing for a dry run."""
@@ -10,10 +10,10 @@ from collections import namedtuple
 import pytest
 
 from helpers.launch import clean_env, run
-from mpilaunch import events
-from mpilaunch.hostfile import Host
+from mpilaunch.output import events
+from mpilaunch.config.hostfile import Host
 from mpilaunch.rank import status as rank_status
-from mpilaunch.summary import Collector, parse_status_line
+from mpilaunch.output.summary import Collector, parse_status_line
 
 Cfg = namedtuple("Cfg", "hosts hosts_source np")
 LR = namedtuple("LR", "log_dir max_restarts")

@@ -1,7 +1,7 @@
 """Hostfile parsing: both dialects, -H lists, VC_WORKER_HOSTS, and every error names file:line."""
 import pytest
 
-from mpilaunch import hostfile as hf
+from mpilaunch.config import hostfile as hf
 from mpilaunch.errors import UsageError
 
 from helpers import REPO

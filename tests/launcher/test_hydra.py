@@ -1,11 +1,11 @@
 """Hydra's mpiexec (MPICH, Intel MPI): detection and the exact argv, token by token (pure)."""
 import pytest
 
-from mpilaunch import config, mpi
+from mpilaunch.config import launchconfig, mpi
 from mpilaunch.backends import hydra
 from mpilaunch.errors import UsageError
-from mpilaunch.mpi import IMPI, MPICH, MpiInfo, parse_version_output
-from mpilaunch.options import parser as run_parser
+from mpilaunch.config.mpi import IMPI, MPICH, MpiInfo, parse_version_output
+from mpilaunch.config.options import parser as run_parser
 from mpilaunch.ssh import keepalive_options
 
 KA = " ".join(keepalive_options())   # a proxy's ssh ends when its host's link dies
@@ -22,7 +22,7 @@ def make(argv, env, info, tmp_path):
     script = tmp_path / "train.py"
     script.write_text("pass\n")
     args = run_parser().parse_args(["--python", PY] + argv + [str(script)])
-    return hydra.Hydra(info).plan(config.build(args, env), env, "/run", 0)
+    return hydra.Hydra(info).plan(launchconfig.build(args, env), env, "/run", 0)
 
 
 def hydra_argv(p):
@@ -137,7 +137,7 @@ def test_hydra_options_pass_through_and_ssh_twice_is_refused(tmp_path):
 
 
 def test_hostfile_in_hydras_form():
-    from mpilaunch.hostfile import Host
+    from mpilaunch.config.hostfile import Host
     assert hydra.render_hostfile((Host("a", 2), Host("10.0.0.2", 1))) == "a:2\n10.0.0.2:1\n"
 
 
@@ -170,7 +170,7 @@ def test_stdin_in_hydras_words(tmp_path):
 
 
 def test_hydras_bad_termination_block_names_rank_host_and_pid():
-    from mpilaunch.summary import Collector
+    from mpilaunch.output.summary import Collector
     bar = "=" * 20
     intel = (f"{bar}\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   RANK 1 PID 4242 RUNNING AT "
              f"node-b\n=   KILLED BY SIGNAL: 9 (Killed)\n{bar}\n")
@@ -186,7 +186,7 @@ def test_hydras_bad_termination_block_names_rank_host_and_pid():
 
 def test_lost_host_found_by_the_launcher_is_the_summarys_root_cause(tmp_path):
     from mpilaunch.backends import hydra_report
-    from mpilaunch.summary import Collector, render_summary
+    from mpilaunch.output.summary import Collector, render_summary
 
     assert hydra_report.proxy_lost("[mpiexec@h1] control_cb (mpiexec/pmiserv_cb.c:291): assert (!closed) failed")
     assert not hydra_report.proxy_lost("step 3 loss 0.25")
@@ -202,7 +202,7 @@ def test_mpiexecs_environment_ends_with_a_variable_no_rank_needs(tmp_path):
     """MPICH's mpiexec drops the last entry of its environment for remote ranks (hydra.Hydra.env):
     the launcher puts the backend's additions last, in their order, so ENV_END takes that place
     and the control channel's key (or a user's listed variable) never does."""
-    from mpilaunch.launcher import starter_environment
+    from mpilaunch.launch.starter import starter_environment
 
     p = make(["--ssh-port", "2222"], {}, MC, tmp_path)
     additions = hydra.Hydra(MC).env(p)

@@ -9,7 +9,8 @@ import time
 import psutil
 import pytest
 
-from mpilaunch import config, contract, options
+from mpilaunch import contract
+from mpilaunch.config import launchconfig, options
 from mpilaunch.errors import UsageError
 from mpilaunch.job import command as jcmd
 from mpilaunch.job import peer as jpeer
@@ -84,7 +85,7 @@ def test_job_spec_and_key():
 def _run_answer(env):
     """`mpilaunch` (run): (hosts, ssh port) or the UsageError message, for the same variables."""
     try:
-        cfg = config.build(options.parser().parse_args(["--no-python", "true"]), env)
+        cfg = launchconfig.build(options.parser().parse_args(["--no-python", "true"]), env)
     except UsageError as exc:
         return str(exc)
     return tuple((h.name, h.slots) for h in cfg.hosts), cfg.ssh_port

@@ -1,4 +1,4 @@
-"""launcher.run supervises any backend through the Backend protocol alone: a backend of a few
+"""starter.run supervises any backend through the Backend protocol alone: a backend of a few
 lines here (its starter a real Python process) is written, started, watched and cleaned up
 exactly as Open MPI, Hydra and srun are, and the job's status is the root cause's."""
 import json
@@ -8,7 +8,7 @@ import sys
 import time
 from collections import namedtuple
 
-from mpilaunch import launcher
+from mpilaunch.launch import starter
 from mpilaunch.backends.base import Backend
 from mpilaunch.contract import STATUS_PREFIX
 
@@ -63,7 +63,7 @@ def run(tmp_path, plan, backend=None):
     run_dir = str(tmp_path / "run")
     os.makedirs(run_dir, mode=0o700)
     t0 = time.monotonic()
-    status = launcher.run(backend, plan, dict(os.environ), run_dir, False, launcher.Attempt())
+    status = starter.run(backend, plan, dict(os.environ), run_dir, False, starter.Attempt())
     return status, backend, time.monotonic() - t0, run_dir
 
 
@@ -117,7 +117,7 @@ def test_job_end_is_sent_once(tmp_path):
                              "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
         time.sleep(0.5)
-        job = launcher.Job(proc, None, "toy")
+        job = starter.Job(proc, None, "toy")
         job.end(escalate=1.0)
         job.end(escalate=1.0)                             # a second end sends nothing more
         assert proc.wait(timeout=10) == -signal.SIGKILL  # it ignored SIGTERM: escalated

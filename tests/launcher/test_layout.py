@@ -106,9 +106,11 @@ def test_nothing_imports_the_dispatcher():
 
 # A backend is one room (docs/ARCHITECTURE.md, "Adding a backend"): it may use the shared rooms
 # and backends.base, never another backend, nor what drives the backends.
-DRIVERS = ("mpilaunch.launcher", "mpilaunch.attempts", "mpilaunch.restart", "mpilaunch.run",
-           "mpilaunch.relays", "mpilaunch.outcome", "mpilaunch.cli")
-BACKEND_SHARED = ("mpilaunch.backends", "mpilaunch.backends.base")
+DRIVERS = ("mpilaunch.launch.starter", "mpilaunch.longrun.attempts", "mpilaunch.longrun.restart", "mpilaunch.run",
+           "mpilaunch.launch.relays", "mpilaunch.output.outcome", "mpilaunch.cli")
+# what every backend shares: the protocol, the rank command, where the ranks go
+BACKEND_SHARED = ("mpilaunch.backends", "mpilaunch.backends.base", "mpilaunch.backends.rankcmd",
+                  "mpilaunch.backends.placement")
 
 
 def _backend_breaches(graph):
@@ -127,18 +129,18 @@ def _backend_breaches(graph):
 
 def test_a_backend_imports_no_other_backend_and_nothing_that_drives_it():
     assert _backend_breaches(_graph()) == []
-    planted = {"mpilaunch.backends.srun": {"mpilaunch.backends.hydra", "mpilaunch.restart"},
+    planted = {"mpilaunch.backends.srun": {"mpilaunch.backends.hydra", "mpilaunch.longrun.restart"},
                "mpilaunch.backends.hydra": {"mpilaunch.backends.hydra_report"}}
     assert _backend_breaches(planted) == ["mpilaunch.backends.srun -> mpilaunch.backends.hydra",
-                                          "mpilaunch.backends.srun -> mpilaunch.restart"]
+                                          "mpilaunch.backends.srun -> mpilaunch.longrun.restart"]
 
 
 def test_the_launcher_names_no_backend():
     graph = _graph()
-    for m in ("mpilaunch.launcher", "mpilaunch.attempts", "mpilaunch.relays", "mpilaunch.outcome",
-              "mpilaunch.summary"):
+    for m in ("mpilaunch.launch.starter", "mpilaunch.longrun.attempts", "mpilaunch.launch.relays", "mpilaunch.output.outcome",
+              "mpilaunch.output.summary"):
         named = sorted(d for d in graph[m] if d.startswith("mpilaunch.backends.")
-                       and d != "mpilaunch.backends.base")
+                       and d not in BACKEND_SHARED)
         assert named == [], m
 
 

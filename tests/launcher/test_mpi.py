@@ -1,4 +1,4 @@
-"""The ``mpirun --version`` cache (mpilaunch/mpi.py): hit, invalidation, corrupt or foreign
+"""The ``mpirun --version`` cache (mpilaunch/config/mpi.py): hit, invalidation, corrupt or foreign
 files, concurrent writers, permissions. A fake mpirun logs every time it is asked."""
 import os
 import stat
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mpilaunch import mpi
+from mpilaunch.config import mpi
 
 OLD = time.time() - 3600
 
@@ -145,7 +145,7 @@ def test_concurrent_launches_leave_one_valid_file(tmp_path, env):
         m = tmp_path / f"mpirun{i}"
         fake_mpirun(m, f"5.0.{i}")
         mpiruns.append(str(m))
-    code = ("import os,sys; from mpilaunch import mpi; mpi._RACY_NS = 0\n"
+    code = ("import os,sys; from mpilaunch.config import mpi; mpi._RACY_NS = 0\n"
             "for p in sys.argv[1:]: assert mpi.detect(p, os.environ).version[2] == int(p[-1])\n")
     procs = [subprocess.Popen([sys.executable, "-c", code] + mpiruns[i:] + mpiruns[:i],
                               env={**os.environ, **env}) for i in range(6)]

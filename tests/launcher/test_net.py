@@ -12,7 +12,7 @@ import pytest
 from helpers import REPO
 from mpilaunch import net, netif, ssh
 from mpilaunch.errors import UsageError
-from mpilaunch.hostfile import Host
+from mpilaunch.config.hostfile import Host
 
 
 def _own_ipv4():
@@ -171,7 +171,8 @@ def test_free_port_is_free_and_checkable():
 def test_check_config_and_rankcheck_ask_the_same_rule(tmp_path):
     """The preflight's 'needs ssh', config's 'ranks on several hosts' and the rank-side checks
     all come from net.is_here (check/hosts.py once had its own, stricter copy)."""
-    from mpilaunch import check, config, options
+    from mpilaunch import check
+    from mpilaunch.config import launchconfig, options
     own = _own_ipv4()
     here = ["localhost", "127.0.0.2", os.uname().nodename] + ([own] if own else [])
     for name in here:
@@ -183,7 +184,7 @@ def test_check_config_and_rankcheck_ask_the_same_rule(tmp_path):
 
     def build(hosts):
         args = options.parser(options.RUN).parse_args(["-H", hosts, str(script)])
-        return config.build(args, {"PATH": os.environ.get("PATH", "")})
+        return launchconfig.build(args, {"PATH": os.environ.get("PATH", "")})
     assert build(f"localhost:1,{here[-1]}:1").np == 2     # one machine named twice: supervised
     with pytest.raises(UsageError, match="ranks on several hosts"):
         build("localhost:1,192.0.2.1:1")
@@ -193,20 +194,20 @@ def test_check_config_and_rankcheck_ask_the_same_rule(tmp_path):
 # launcher decides it, so no adapter needs MPI_Init to learn it
 
 def test_rank0_address_towards_the_first_other_host():
-    from mpilaunch import hostfile as hf
+    from mpilaunch.config import hostfile as hf
 
     assert net.rank0_address((hf.Host("localhost", 2), hf.Host("10.231.0.77", 2))) == net.route_source("10.231.0.77")
 
 
 def test_rank0_address_names_are_left_to_the_ranks_agreement():
-    from mpilaunch import hostfile as hf
+    from mpilaunch.config import hostfile as hf
 
     # a name lookup could wait on DNS: the launcher never makes one for this
     assert net.rank0_address((hf.Host("localhost", 1), hf.Host("node-b", 1))) is None
 
 
 def test_rank0_address_single_host_needs_nothing():
-    from mpilaunch import hostfile as hf
+    from mpilaunch.config import hostfile as hf
 
     assert net.rank0_address((hf.Host("localhost", 4),)) is None
 

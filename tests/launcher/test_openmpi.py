@@ -1,11 +1,12 @@
 """Exact mpirun argv for Open MPI 4.x and 5.x: defaults, overrides, single and multi-node."""
 import pytest
 
-from mpilaunch import config, rankcmd
+from mpilaunch.config import launchconfig
+from mpilaunch.backends import rankcmd
 from mpilaunch.backends import openmpi
-from mpilaunch.options import parser as run_parser
+from mpilaunch.config.options import parser as run_parser
 from mpilaunch.errors import UsageError
-from mpilaunch.mpi import OMPI4, OMPI5, MpiInfo, parse_version_output
+from mpilaunch.config.mpi import OMPI4, OMPI5, MpiInfo, parse_version_output
 
 M4 = MpiInfo("/usr/bin/mpirun", (4, 1, 4), OMPI4)
 M5 = MpiInfo("/venv/bin/mpirun", (5, 0, 11), OMPI5)
@@ -16,7 +17,7 @@ def make(argv, env, mpi, tmp_path, euid=1000):
     script = tmp_path / "train.py"
     script.write_text("import mindspore  # a MindSpore job: rank 0 runs the scheduler\n")
     args = run_parser().parse_args(["--python", PY] + argv + [str(script), "--lr", "0.1"])
-    cfg = config.build(args, env)
+    cfg = launchconfig.build(args, env)
     return openmpi.make_plan(cfg, env, mpi, "/run", euid), str(script)
 
 
@@ -155,7 +156,7 @@ def test_own_interpreter_starts_the_adapter_without_site(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import mindspore  # a MindSpore job: rank 0 runs the scheduler\n")
     args = run_parser().parse_args(["--python", sys.executable, "-np", "1", str(script)])
-    cfg = config.build(args, {})
+    cfg = launchconfig.build(args, {})
     cmd = rankcmd.rank_command(cfg)
     assert cmd[:3] == [sys.executable, "-S", rankcmd.BOOT]
     assert rankcmd.BOOT.endswith("mpilaunch/rank/_boot.py")
@@ -176,7 +177,7 @@ def _cfg(tmp_path, source, *argv, env=None, name="train.py"):
     script = tmp_path / name
     script.write_text(source)
     args = run_parser().parse_args(["--python", PY, *argv, str(script)])
-    return config.build(args, env or {})
+    return launchconfig.build(args, env or {})
 
 
 @pytest.mark.parametrize("source, extra, env, on, why", [
@@ -210,16 +211,16 @@ def test_mpi_program_without_exec_refused_where_the_adapter_uses_mpi(tmp_path):
 def test_module_and_stdin_in_the_argv(tmp_path):
     args = run_parser().parse_args(["--python", PY, "-np", "2", "--stdin", "all", "-m",
                                     "pkg.mod", "--lr", "0.1"])
-    cfg = config.build(args, {})
+    cfg = launchconfig.build(args, {})
     p = openmpi.make_plan(cfg, {}, M5, "/run", 1000)
     argv = openmpi.argv(p)
     assert argv[argv.index("--stdin") + 1] == "all"
     assert argv[-5:] == ["--module", "--", "pkg.mod", "--lr", "0.1"]
     args = run_parser().parse_args(["--python", PY, "-np", "2", str(tmp_path / "x.py")])
     (tmp_path / "x.py").write_text("")
-    assert "--stdin" not in openmpi.argv(openmpi.make_plan(config.build(args, {}), {}, M4, "/run", 1000))
+    assert "--stdin" not in openmpi.argv(openmpi.make_plan(launchconfig.build(args, {}), {}, M4, "/run", 1000))
     with pytest.raises(UsageError, match="--stdin"):
-        config.build(run_parser().parse_args(["--stdin", "some", "-np", "1", "-m", "x"]), {})
+        launchconfig.build(run_parser().parse_args(["--stdin", "some", "-np", "1", "-m", "x"]), {})
 
 
 def test_exec_port_is_picked_or_passed_unchecked(tmp_path):

@@ -1,10 +1,10 @@
-"""The option table (mpilaunch/options.py) drives argparse, precedence and the README."""
+"""The option table (mpilaunch/config/options.py) drives argparse, precedence and the README."""
 import os
 import re
 
 import pytest
 
-from mpilaunch import options
+from mpilaunch.config import options
 
 from helpers import REPO as ROOT
 
@@ -15,7 +15,7 @@ def test_readme_table_is_the_option_table(command):
     m = re.search(rf"<!-- options:{command} -->\n(.*?)<!-- /options:{command} -->", text, re.S)
     assert m, f"README.md has no options:{command} block"
     assert m.group(1) == options.markdown_table(command, only_own=command != "run"), (
-        "README's option table is stale: python3 -m mpilaunch.options run check job")
+        "README's option table is stale: python3 -m mpilaunch.config.options run check job")
 
 
 def test_every_flag_of_every_parser_is_in_the_table():

@@ -1,14 +1,14 @@
-"""The job's exit status (mpilaunch/outcome.py), rule by rule, the same for every backend."""
+"""The job's exit status (mpilaunch/output/outcome.py), rule by rule, the same for every backend."""
 import signal
 
 import pytest
 
-from mpilaunch import outcome
+from mpilaunch.output import outcome
 from mpilaunch.backends.hydra import Hydra
 from mpilaunch.backends.openmpi import OpenMpi
 from mpilaunch.backends.srun import Srun
-from mpilaunch.mpi import IMPI, MPICH, OMPI4, OMPI5, MpiInfo
-from mpilaunch.summary import Collector, Event
+from mpilaunch.config.mpi import IMPI, MPICH, OMPI4, OMPI5, MpiInfo
+from mpilaunch.output.summary import Collector, Event
 
 BACKENDS = {
     "ompi5": OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5)),

@@ -187,7 +187,7 @@ def test_plain_and_pytorch_scripts_get_no_scheduler_copy(mpirun, tmp_path):
 
 def test_summary_names_the_scheduler_fix(tmp_path):
     # a wrong guess either way names the flag that fixes it
-    from mpilaunch.summary import Event, scheduler_hint
+    from mpilaunch.output.summary import Event, scheduler_hint
     sched = Event.from_json({"rank": 0, "host": "h", "role": "scheduler", "event": "exit", "code": 1,
                              "cause": "self", "tail": ["OSError: [Errno 98] Address already in use"]})
     assert "--no-scheduler" in scheduler_hint(sched, (True, "MS_WORKER_NUM is set"))

@@ -14,9 +14,10 @@ from helpers import REPO
 from helpers.adapter import adapter_cmd, fake_rank_env, write_worker
 from helpers.launch import run_cli
 from helpers.ports import free_port
-from mpilaunch import net, rankcheck
+from mpilaunch import net
+from mpilaunch.config import rankcheck
 from mpilaunch.errors import UsageError
-from mpilaunch.hostfile import Host
+from mpilaunch.config.hostfile import Host
 from mpilaunch.rank import agree, frameworkenv
 from mpilaunch.rank.identity import read_identity
 

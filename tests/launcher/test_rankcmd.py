@@ -1,9 +1,9 @@
-"""mpilaunch/rankcmd.py: the rank command and each attempt's adapter flags, token by token
+"""mpilaunch/backends/rankcmd.py: the rank command and each attempt's adapter flags, token by token
 (written from the table of mpilaunch/rank/flags.py)."""
 import pytest
 
-from mpilaunch import rankcmd
-from mpilaunch.config import LaunchConfig
+from mpilaunch.backends import rankcmd
+from mpilaunch.config.launchconfig import LaunchConfig
 
 PY = "/usr/bin/python3"
 

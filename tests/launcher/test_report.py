@@ -10,11 +10,11 @@ from collections import namedtuple
 
 import pytest
 
-from mpilaunch import events
-from mpilaunch.hostfile import Host
+from mpilaunch.output import events
+from mpilaunch.config.hostfile import Host
 from mpilaunch.rank import status as rank_status
 from mpilaunch.report import command, html, model
-from mpilaunch.summary import parse_status_line
+from mpilaunch.output.summary import parse_status_line
 
 Cfg = namedtuple("Cfg", "hosts hosts_source np")
 LR = namedtuple("LR", "log_dir max_restarts")
@@ -175,7 +175,7 @@ def test_a_png_without_matplotlib_names_the_extra(tmp_path, monkeypatch):
 
 def test_the_readme_lists_the_report_options_from_the_table():
     from helpers import REPO
-    from mpilaunch import options
+    from mpilaunch.config import options
 
     text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
     block = re.search(r"<!-- options:report -->\n(.*?)<!-- /options:report -->", text, re.S)

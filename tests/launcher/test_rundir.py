@@ -7,7 +7,8 @@ import stat
 import pytest
 
 from helpers import REPO
-from mpilaunch import mpi, rundir
+from mpilaunch import rundir
+from mpilaunch.config import mpi
 from mpilaunch.job import worker0
 
 

@@ -8,13 +8,15 @@ import sys
 import pytest
 
 from helpers import EXAMPLES
-from mpilaunch import config, net, options, restart, run
-from mpilaunch import hostfile as hf
+from mpilaunch import net, run
+from mpilaunch.config import launchconfig, options
+from mpilaunch.longrun import restart
+from mpilaunch.config import hostfile as hf
 from mpilaunch.backends.hydra import Hydra
 from mpilaunch.backends.openmpi import OpenMpi
 from mpilaunch.check.results import FAIL, OK, CheckResult
-from mpilaunch.mpi import MPICH, OMPI5, MpiInfo
-from mpilaunch.summary import Collector, Event
+from mpilaunch.config.mpi import MPICH, OMPI5, MpiInfo
+from mpilaunch.output.summary import Collector, Event
 
 REMOTE = ("10.231.9.11", "10.231.9.12", "10.231.9.13")   # no such hosts: nothing is contacted
 SCRIPT = os.path.join(EXAMPLES, "exit_at_once.py")
@@ -22,7 +24,7 @@ SCRIPT = os.path.join(EXAMPLES, "exit_at_once.py")
 
 def _cfg(*argv, env=None):
     args = options.parser(options.RUN).parse_args(list(argv) + [SCRIPT])
-    cfg = config.build(args, dict(env or {}, PATH=os.environ.get("PATH", "")))
+    cfg = launchconfig.build(args, dict(env or {}, PATH=os.environ.get("PATH", "")))
     return args, cfg
 
 
@@ -74,10 +76,10 @@ def test_an_open_mpi_launch_gets_no_preflight_but_safe_ssh(monkeypatch):
 def test_an_open_mpi_launch_does_not_import_the_checks():
     import subprocess
 
-    code = ("import sys; from mpilaunch import run, config, options; "
-            "from mpilaunch.backends.openmpi import OpenMpi; from mpilaunch.mpi import MpiInfo, OMPI5; "
+    code = ("import sys; from mpilaunch import run; from mpilaunch.config import launchconfig, options; "
+            "from mpilaunch.backends.openmpi import OpenMpi; from mpilaunch.config.mpi import MpiInfo, OMPI5; "
             "a = options.parser(options.RUN).parse_args(['-H', '10.231.9.11:1,10.231.9.12:1', %r]); "
-            "c = config.build(a, {}); run._ssh_checks(c, OpenMpi(MpiInfo('/x', (5, 0, 11), OMPI5)), '/tmp'); "
+            "c = launchconfig.build(a, {}); run._ssh_checks(c, OpenMpi(MpiInfo('/x', (5, 0, 11), OMPI5)), '/tmp'); "
             "print('mpilaunch.check' in sys.modules)") % SCRIPT
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr

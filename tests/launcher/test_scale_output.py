@@ -1,4 +1,4 @@
-"""What a failure at scale prints (mpilaunch/summary.py, relays.py): the root cause first, then
+"""What a failure at scale prints (mpilaunch/output/summary.py, relays.py): the root cause first, then
 counts instead of one entry per rank, the ranks that failed on their own one by one but capped,
 every rank's status in a file next to the logs; the hosts where no daemon started with the
 check that fails there; Open MPI's harmless setpgid race lines kept off the console."""
@@ -6,11 +6,11 @@ import io
 import os
 import threading
 
-from mpilaunch import relays
+from mpilaunch.launch import relays
 from mpilaunch.backends.openmpi import OpenMpi
 from mpilaunch.check.results import FAIL, CheckResult
-from mpilaunch.mpi import OMPI5, MpiInfo
-from mpilaunch.summary import (MAX_LISTED, RANKS_FILE, Collector, Event, render_summary, root_text,
+from mpilaunch.config.mpi import OMPI5, MpiInfo
+from mpilaunch.output.summary import (MAX_LISTED, RANKS_FILE, Collector, Event, render_summary, root_text,
                                write_ranks_file)
 
 OMPI = OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5))

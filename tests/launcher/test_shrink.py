@@ -1,12 +1,12 @@
-"""--min-hosts (mpilaunch/shrink.py): which hosts the next attempt gets after a host
+"""--min-hosts (mpilaunch/longrun/shrink.py): which hosts the next attempt gets after a host
 was lost, and its world size; the option's refusals."""
 import collections
 
 import pytest
 
-from mpilaunch import restart, shrink
+from mpilaunch.longrun import restart, shrink
 from mpilaunch.errors import UsageError
-from mpilaunch.hostfile import Host
+from mpilaunch.config.hostfile import Host
 
 C = collections.namedtuple("C", "hosts np master_addr hosts_source")
 HOSTS = (Host("10.0.0.1", 2), Host("10.0.0.2", 2), Host("10.0.0.3", 2))
@@ -65,7 +65,7 @@ def test_refusals():
     def check(min_hosts, n):
         args = Opts()
         args.min_hosts = min_hosts
-        from mpilaunch import options
+        from mpilaunch.config import options
         return shrink.min_hosts(options, args, n, cfg)
     assert check(None, 0) is None and check("2", 1) == 2
     with pytest.raises(UsageError, match="needs --max_restarts"):

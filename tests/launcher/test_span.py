@@ -8,7 +8,7 @@ from helpers import REPO
 from helpers.launch import clean_env, mpilaunch_argv
 from helpers.mpis import MPIRUNS
 
-from mpilaunch import span
+from mpilaunch.backends import placement
 from mpilaunch.errors import UsageError
 from mpilaunch.rank import span as rank_span
 
@@ -61,16 +61,16 @@ def test_rank_side_rule(spec, rank, size, local, bad):
 def test_plan_side_spec():
     from collections import namedtuple
 
-    from mpilaunch.config import Setting
-    from mpilaunch.hostfile import Host
+    from mpilaunch.config.launchconfig import Setting
+    from mpilaunch.config.hostfile import Host
 
     C = namedtuple("C", "hosts np bind_args extra_args mca_args")
     slot = Setting("-bind-to none -map-by slot", "default")
     none = Setting("", "default")
     hosts = (Host("a", 2), Host("b", 2))
-    assert span.expect_spec(C(hosts, 3, slot, none, none)) == "3;exact;a:2,b:1"
-    assert span.expect_spec(C(hosts, 4, Setting("--map-by node", "x"), none, none)) == "4;bound;a:2,b:2"
-    assert span.expect_spec(C(hosts, 4, slot, Setting("-H a:4", "x"), none)) == "4;bound;a:2,b:2"
-    assert span.expect_spec(C(hosts, 6, slot, none, none)) == "6;size;a:2,b:2"
+    assert placement.expect_spec(C(hosts, 3, slot, none, none)) == "3;exact;a:2,b:1"
+    assert placement.expect_spec(C(hosts, 4, Setting("--map-by node", "x"), none, none)) == "4;bound;a:2,b:2"
+    assert placement.expect_spec(C(hosts, 4, slot, Setting("-H a:4", "x"), none)) == "4;bound;a:2,b:2"
+    assert placement.expect_spec(C(hosts, 6, slot, none, none)) == "6;size;a:2,b:2"
     with pytest.raises(UsageError):
         rank_span.parse("x;exact;a:1")

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from mpilaunch import config, options
+from mpilaunch.config import launchconfig, options
 from mpilaunch.backends import srun
 from mpilaunch.errors import UsageError
 
@@ -45,7 +45,7 @@ def _cfg(tmp_path, env, *argv):
     script = tmp_path / "train.py"
     script.write_text("")
     args = options.parser(options.RUN).parse_args(list(argv) + [str(script), "--lr", "0.1"])
-    return config.build(args, env)
+    return launchconfig.build(args, env)
 
 
 SLURM = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)",

@@ -1,11 +1,11 @@
-"""The failure summary a person reads (mpilaunch/summary.py), exact text per case, and the
+"""The failure summary a person reads (mpilaunch/output/summary.py), exact text per case, and the
 Collector's status-line parsing and root-cause choice."""
 import signal
 
 from mpilaunch.backends.hydra import Hydra
 from mpilaunch.backends.openmpi import OpenMpi
-from mpilaunch.mpi import MPICH, OMPI5, MpiInfo
-from mpilaunch.summary import STATUS_PREFIX, Collector, Event, parse_status_line, render_summary, root_text
+from mpilaunch.config.mpi import MPICH, OMPI5, MpiInfo
+from mpilaunch.output.summary import STATUS_PREFIX, Collector, Event, parse_status_line, render_summary, root_text
 
 OMPI = OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5))
 HYDRA = Hydra(MpiInfo("/x/mpiexec.hydra", (5, 0, 2), MPICH))

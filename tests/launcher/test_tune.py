@@ -1,12 +1,12 @@
 """Tune file: selection by prefix, the portable subset, secrets never on disk (the file itself
 is written by rundir.write_atomic: tests/launcher/test_rundir.py)."""
-from mpilaunch import tune
+from mpilaunch.config import broadcast
 
 
 def test_select_by_prefix_skips_empty_and_sorts():
     env = {"MA_B": "2", "MA_A": "1", "MA_EMPTY": "", "HOME": "/root", "PATH": "/bin", "PATHX": "y",
            "S3_ENDPOINT": "http://s3", "CREDENTIAL_FILE": "/c", "SCCX": "1", "VC_WORKER_HOSTS": "a,b"}
-    assert tune.select(env, tune.DEFAULT_PREFIXES) == [
+    assert broadcast.select(env, broadcast.DEFAULT_PREFIXES) == [
         ("CREDENTIAL_FILE", "/c"), ("MA_A", "1"), ("MA_B", "2"), ("PATH", "/bin"), ("PATHX", "y"),
         ("S3_ENDPOINT", "http://s3"), ("SCCX", "1"), ("VC_WORKER_HOSTS", "a,b"),
     ]
@@ -19,9 +19,9 @@ def test_split_and_exact_text():
         ("MA_DOLLAR", "$HOME=a#b,c"), ("PATH", "/a:/b"), ("MA_LONG", "x" * 2000),
         ("AWS_SECRET_ACCESS_KEY", "abc"), ("MY_TOKEN", "t"), ("CRED_X", "c"), ("MA_SK", "k"),
     ]
-    b = tune.split(selected)
+    b = broadcast.split(selected)
     assert b.in_file == (("MA_A", "1"), ("MA_DOLLAR", "$HOME=a#b,c"), ("PATH", "/a:/b"))
     assert b.routed == ("MA_SPACE", "MA_SEMI", "MA_QUOTE", "MA_DQ", "MA_NL", "MA_CR", "MA_UNI", "MA_BS",
                         "MA_LONG", "AWS_SECRET_ACCESS_KEY", "MY_TOKEN", "CRED_X", "MA_SK")
-    assert tune.render(b) == "-x MA_A=1\n-x MA_DOLLAR=$HOME=a#b,c\n-x PATH=/a:/b\n"
+    assert broadcast.render(b) == "-x MA_A=1\n-x MA_DOLLAR=$HOME=a#b,c\n-x PATH=/a:/b\n"
 

@@ -8,7 +8,7 @@ from helpers import REPO
 from helpers.launch import clean_env, mpilaunch_argv
 from helpers.mpis import MPIRUNS
 from helpers.ports import free_port
-from mpilaunch import tuneimport
+from mpilaunch.config import tuneimport
 from mpilaunch.errors import UsageError
 
 RECIPE = (

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import mpilaunch
-from mpilaunch import hostfile as hf
+from mpilaunch.config import hostfile as hf
 from mpilaunch import check as pf
 from mpilaunch import net, ssh
 
@@ -236,10 +236,10 @@ def test_usage_errors_exit_2(args, expected):
 
 
 def test_run_checks_from_a_launch_config_is_ssh_only():
-    from mpilaunch import config, options
+    from mpilaunch.config import launchconfig, options
 
     args = options.parser().parse_args(["-H", "localhost:1", "--no-python", "true"])
-    cfg = config.build(args, {})
+    cfg = launchconfig.build(args, {})
     results = pf.run_checks(cfg, timeout=5)
     assert {r.check for r in results} == {"slots", "resolve", "ssh-port", "ssh"}
     assert not pf.failed(results)

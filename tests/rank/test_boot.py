@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from mpilaunch import rankcmd
+from mpilaunch.backends import rankcmd
 
 PROBE = ("import sys; __file__ = sys.argv[1]; "
          "exec(open(__file__).read().split('if __name__')[0]); print('\\n'.join(_paths()))")

@@ -8,8 +8,8 @@ from unittest import mock
 import pytest
 
 from helpers import REPO
-from mpilaunch import rankcmd
-from mpilaunch.config import LaunchConfig
+from mpilaunch.backends import rankcmd
+from mpilaunch.config.launchconfig import LaunchConfig
 from mpilaunch.rank import flags, options
 from mpilaunch.rank.longrun import LongRun
 

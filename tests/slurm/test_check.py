@@ -1,7 +1,7 @@
 """``mpilaunch check`` inside a Slurm job, the pure parts (mpilaunch/check/slurm.py): what
 ``scontrol show node -o`` says about a node and what the check makes of it. The real run is
 tests/slurm/test_multinode.py::test_check_inside_the_allocation."""
-from mpilaunch import hostfile as hf
+from mpilaunch.config import hostfile as hf
 from mpilaunch.check import slurm
 from mpilaunch.check.results import FAIL, OK, Params, skip_rest
 

@@ -10,10 +10,11 @@ import sys
 from collections import namedtuple
 from typing import Mapping, Optional, Tuple
 
-from mpilaunch import allocation, contract, options
-from mpilaunch import hostfile as hf
+from mpilaunch import contract
+from mpilaunch.config import allocation, options
+from mpilaunch.config import hostfile as hf
 from mpilaunch.errors import UsageError
-from mpilaunch.tune import DEFAULT_PREFIXES
+from mpilaunch.config.broadcast import DEFAULT_PREFIXES
 
 
 # Ranks of one job: Open MPI counts them in a C int; far beyond any real job, far below overflow.
@@ -41,7 +42,7 @@ _CONFIG_FIELDS = (
     # -m MODULE (script is then None); mpirun's --stdin target; why the scheduler is (not)
     # started; whether rank 0 checks the port (--exec: only a --master_port the user gave)
     "module stdin scheduler_why port_check "
-    # more adapter flags, before '--' (long jobs: mpilaunch/restart.py writes them per attempt)
+    # more adapter flags, before '--' (long jobs: mpilaunch/longrun/restart.py writes them per attempt)
     "rank_extra "
     # msrun's: --bind_numa (a file's content inlined), DryRun's level / rank / simulated size,
     # the rank table's absolute path
@@ -87,7 +88,7 @@ def ssh_port(args, env: Mapping[str, str]) -> Optional[int]:
 
 
 def ssh_extra(args) -> Tuple[str, ...]:
-    from mpilaunch.render import split_arg_string
+    from mpilaunch.config.mpiargs import split_arg_string
 
     return tuple(split_arg_string(args.ssh_args, "--ssh-args")) if args.ssh_args else ()
 
@@ -169,7 +170,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     if tune_path and os.path.lexists(tune_path):
         # The ModelArts recipe's `env | grep ... > $TUNE_ENV_FILE`: the user's statement of what
         # to broadcast. Read it; write our own tune file in the private run dir.
-        from mpilaunch import tuneimport
+        from mpilaunch.config import tuneimport
 
         tune_import = tuneimport.read(tune_path, tune.source)
         tune_path = None
@@ -202,7 +203,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         raise UsageError(f"--python={python}: give an absolute path (ranks may get another PATH)")
 
     scheduler, scheduler_why = _scheduler(args, env, script, module, hosts, master_port)
-    from mpilaunch import msrun
+    from mpilaunch.config import msrun
 
     sim_level, sim_rank_id = msrun.sim(args, env, np)
     if sim_level is not None or env.get("MS_SIMULATION_LEVEL", "").strip():
@@ -298,14 +299,14 @@ def _exec_port(port: int, source: str, hosts) -> Tuple[int, bool]:
 
 def _scheduler(args, env: Mapping[str, str], script, module, hosts, port) -> Tuple[bool, str]:
     """(start MindSpore's scheduler on rank 0, why): ``--scheduler`` / ``--no-scheduler``,
-    else only for MindSpore jobs (mpilaunch/programs.py). An MPI program (mpi4py, Horovod)
+    else only for MindSpore jobs (mpilaunch/config/programs.py). An MPI program (mpi4py, Horovod)
     without ``--exec`` runs supervised only where the adapter never calls MPI_Init itself
     (one host, a fixed port); elsewhere it is refused, naming --exec."""
     if args.scheduler and args.no_scheduler:
         raise UsageError("--scheduler and --no-scheduler both given; use one")
     if args.exec_mode:
         return False, "--exec"
-    from mpilaunch import programs
+    from mpilaunch.config import programs
 
     prog = programs.inspect(script, module, args.script_args, bool(args.no_python),
                             env.get("PATH"))

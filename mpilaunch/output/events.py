@@ -253,7 +253,7 @@ def status(event) -> None:
         return
     if event.event in ("exit", "start-failed", "grace-expired") or (
             event.role == "adapter" and event.event == "error"):
-        from mpilaunch.outcome import event_status
+        from mpilaunch.output.outcome import event_status
 
         emit("process_exit", status=event_status(event), code=event.code, signal=event.signal,
              cause=event.cause, by=_BY.get(event.cause, event.cause), event=event.event,

@@ -1,7 +1,7 @@
 """The attempts of a job: every launch is at least one attempt; with ``--max_restarts`` a
 failed attempt is followed by another (a new starter, new adapters, ``LOG_DIR/attempt<k>/``).
 
-Each attempt is a ``launcher.Attempt`` (the protocol the launcher calls, with the defaults of
+Each attempt is a ``starter.Attempt`` (the protocol the launcher calls, with the defaults of
 a plain launch), or ``restart.LongRunAttempt`` for the graceful stop and the stall watchdog.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 
-from mpilaunch import events
+from mpilaunch.output import events
 
 
 def run(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> int:
@@ -20,15 +20,16 @@ def run(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> int:
     ``--host-discovery-script`` (discovery.Discovery), which gives each later attempt its hosts.
     ``base``: the config before ``attempt_cfg``, whose ``master_addr`` is the user's own (attempt
     0's may have been filled in from its first host, which a later attempt may not have)."""
-    from mpilaunch import discovery, launcher, restart, shrink
+    from mpilaunch.longrun import discovery, restart, shrink
+    from mpilaunch.launch import starter
 
     attempts = []
     k = 0
     base = cfg if base is None else base
     while True:
         att = (restart.LongRunAttempt(k, lr, plan.np)   # discovery: it learns the lost hosts
-               if restart.long_run_on(lr) or disc is not None else launcher.Attempt(k))
-        status = launcher.run(backend, plan, env, run_dir, cfg.keep_tune_file, att)
+               if restart.long_run_on(lr) or disc is not None else starter.Attempt(k))
+        status = starter.run(backend, plan, env, run_dir, cfg.keep_tune_file, att)
         attempts += getattr(att, "in_place", [])   # restarted in place, inside this launch
         attempts.append(att)
         k = att.index
@@ -69,11 +70,11 @@ def run(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> int:
             print(f"mpilaunch: {signal.Signals(stop.signum).name} received between attempts: "
                   "not restarting", file=sys.stderr, flush=True)
             break
-        run_dir = launcher.make_run_dir()
+        run_dir = starter.make_run_dir()
         try:
             plan = backend.plan(cfg, env, run_dir, os.geteuid())
         except BaseException:
-            launcher.remove_run_dir(run_dir)
+            starter.remove_run_dir(run_dir)
             raise
     if lr.max_restarts:
         sys.stderr.write(summary(attempts, lr, status) + (events.hint() if status else ""))

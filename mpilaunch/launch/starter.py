@@ -28,9 +28,12 @@ import sys
 import threading
 from typing import List, Mapping, Optional
 
-from mpilaunch import allocation, events, relays, rundir, usersignals
+from mpilaunch import rundir
+from mpilaunch.config import allocation
+from mpilaunch.output import events
+from mpilaunch.launch import relays, usersignals
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
-from mpilaunch.summary import Collector, render_summary, root_text, write_ranks_file
+from mpilaunch.output.summary import Collector, render_summary, root_text, write_ranks_file
 
 ESCALATE_AFTER = 10.0
 LINGER = 3.0    # an adapter's own teardown: 2 s to SIGKILL its workers, then its report
@@ -87,7 +90,7 @@ def remove_files(plan, run_dir: str, keep_tune: bool) -> None:
 
 
 class Attempt:
-    """One attempt of the job, as :func:`run` drives it (``mpilaunch/attempts.py`` starts
+    """One attempt of the job, as :func:`run` drives it (``mpilaunch/longrun/attempts.py`` starts
     them; ``restart.LongRunAttempt`` fills the hooks in for the graceful stop and the stall
     watchdog). The defaults are a plain launch. In the order they are called:
 
@@ -186,9 +189,9 @@ class Job:
 
 def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, attempt) -> int:
     """Start ``plan`` with ``backend`` and supervise it to its end; the job's exit status.
-    ``attempt``: this attempt of the job (``mpilaunch/attempts.py``: ``Attempt`` for a plain
+    ``attempt``: this attempt of the job (``mpilaunch/longrun/attempts.py``: ``Attempt`` for a plain
     launch; restart.py's ``LongRunAttempt`` for the graceful stop and the stall watchdog)."""
-    from mpilaunch import outcome
+    from mpilaunch.output import outcome
 
     forwarder = usersignals.Forwarder(backend)
     forwarder.install()     # before any thread of this attempt starts (usersignals.py)
@@ -356,7 +359,7 @@ def _open_control(backend, plan, attempt):
         return None
     if not attempt.wants_control() and set(usersignals.SIGNALS) <= set(backend.forwards):
         return None
-    from mpilaunch import control
+    from mpilaunch.launch import control
 
     try:
         return control.Control(getattr(plan, "hosts", ()), getattr(plan, "np", 0))

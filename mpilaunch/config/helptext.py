@@ -12,11 +12,11 @@ def version_text() -> str:
     # sys.version's first word is platform.python_version(), without importing platform
     # (every launch builds this for its parser)
     return (f"mpilaunch {__version__} (Python {sys.version.split()[0]}, "
-            f"{os.path.dirname(os.path.abspath(__file__))})")
+            f"{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))})")
 
 
 def _launch_statuses() -> str:
-    from mpilaunch import outcome
+    from mpilaunch.output import outcome
 
     return ("exit status:\n"
             "  0        success\n"

@@ -36,10 +36,12 @@ import threading
 import time
 from collections import namedtuple
 
-from mpilaunch import contract, events, launcher, net
+from mpilaunch import contract, net
+from mpilaunch.output import events
+from mpilaunch.launch import starter
 from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
 from mpilaunch.errors import UsageError
-from mpilaunch.summary import Collector
+from mpilaunch.output.summary import Collector
 
 PORT_WAIT = 60.0
 MODES = ("in-place", "relaunch")
@@ -57,7 +59,8 @@ class LongRun(namedtuple("LongRun", "max_restarts restart_delay term_grace stall
 
 
 def settings(args, cfg) -> LongRun:
-    from mpilaunch import options, shrink
+    from mpilaunch.config import options
+    from mpilaunch.longrun import shrink
 
     def value(dest, **kw):
         raw, source = options.setting(args, {}, dest)
@@ -95,7 +98,7 @@ def check(lr: LongRun, backend) -> LongRun:
                              ("stall_timeout", lr.stall_timeout)) if on]
     missing = [d for d in asked if d not in backend.long_run]
     if missing:
-        from mpilaunch import options
+        from mpilaunch.config import options
 
         names = " and ".join(options.BY_DEST[d].name for d in missing)
         why = "; ".join(_WHY_NOT[d] for d in missing if d in _WHY_NOT)
@@ -112,16 +115,16 @@ def long_run_on(lr: LongRun) -> bool:
 
 def attempt_cfg(cfg, lr: LongRun, k: int):
     """The config of attempt ``k``: its log dir, port and adapter flags."""
-    from mpilaunch import rankcmd
+    from mpilaunch.backends import rankcmd
 
     changes = {}
     if lr.max_restarts:
         changes["log_dir"] = os.path.join(lr.log_dir, f"attempt{k}")
     spec = None
     if lr.span:
-        from mpilaunch import span
+        from mpilaunch.backends import placement
 
-        spec = span.expect_spec(cfg)
+        spec = placement.expect_spec(cfg)
     # in place: rank 0's adapter coordinates on a port picked here (rank 0 elsewhere: a guess
     # that is free here; taken there, the job goes without in-place restarts: inplace.py)
     coord = net.free_port() if lr.in_place and k < lr.max_restarts else None
@@ -131,7 +134,7 @@ def attempt_cfg(cfg, lr: LongRun, k: int):
     # plan fills the slots in order; a placement of the user's own leaves it to the agreement.
     placed = lr.rank0_here or (spec or "").split(";")[1:2] == ["exact"]
     if lr.span and placed and not cfg.master_addr and not cfg.exec_mode and spec:
-        from mpilaunch import allocation   # Slurm: node names, their NodeAddr from scontrol
+        from mpilaunch.config import allocation   # Slurm: node names, their NodeAddr from scontrol
 
         addr = net.rank0_address(cfg.hosts, allocation.node_addr_lookup(cfg.hosts_from, os.environ))
         if addr:   # with the plan's node index, the adapters need no MPI agreement at all
@@ -174,9 +177,9 @@ class _Collector(Collector):
             super().feed_status(event)
 
 
-class LongRunAttempt(launcher.Attempt):
+class LongRunAttempt(starter.Attempt):
     """One attempt with the launcher's part of the graceful stop and the stall watchdog
-    (the protocol: ``launcher.Attempt``)."""
+    (the protocol: ``starter.Attempt``)."""
 
     def __init__(self, index: int, lr: LongRun, np: int):
         super().__init__(index)
@@ -200,7 +203,7 @@ class LongRunAttempt(launcher.Attempt):
 
     def linger(self) -> float:
         """Adapters saving after the starter ended wait for them up to the grace."""
-        base = launcher.LINGER
+        base = starter.LINGER
         if self.lr.term_grace is not None and (self.graceful or self.grace_stops or self.foreign):
             return base + self.lr.term_grace
         return base
@@ -221,7 +224,7 @@ class LongRunAttempt(launcher.Attempt):
         if grace is None or job is None or self.started_at is None or job.control is None:
             return False
         self.graceful = True
-        from mpilaunch.control import missing
+        from mpilaunch.launch.control import missing
 
         note = missing(job.control.stop(), job.np)
         print(f"mpilaunch: {signal.Signals(signum).name} received: SIGTERM to every worker, "
@@ -254,8 +257,8 @@ class LongRunAttempt(launcher.Attempt):
         """Rank 0's adapter restarted attempt ``index`` in place (rank/inplace.py): it is
         recorded like a relaunched attempt (its status and root cause), and this one becomes
         the next."""
-        from mpilaunch.outcome import event_status
-        from mpilaunch.summary import describe_status
+        from mpilaunch.output.outcome import event_status
+        from mpilaunch.output.summary import describe_status
 
         with self.lock:
             done = InPlaceAttempt(self.index, event_status(event), _who(event)

@@ -23,7 +23,7 @@ import re
 from collections import namedtuple
 from typing import Callable, List, Mapping, Optional
 
-from mpilaunch import hostfile as hf
+from mpilaunch.config import hostfile as hf
 from mpilaunch.errors import UsageError
 
 # Allocation.kind, and LaunchConfig.hosts_from for hosts found here

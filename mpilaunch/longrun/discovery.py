@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from mpilaunch import hostfile as hf
+from mpilaunch.config import hostfile as hf
 from mpilaunch.errors import UsageError
 
 FLAG = "--host-discovery-script"
@@ -238,7 +238,7 @@ def _preflight(cfg, hosts: Sequence[hf.Host]) -> Dict[str, str]:
 
 def setup(args, cfg, env):
     """``--host-discovery-script``: -> (Discovery, the config of attempt 0), or (None, cfg)."""
-    from mpilaunch import options
+    from mpilaunch.config import options
 
     raw, source = options.setting(args, env, "host_discovery_script")
     if raw is None:
@@ -253,7 +253,9 @@ def between(disc: Discovery, cfg, base, lr, att, k: int):
     """Before attempt ``k`` (k > 0): -> (cfg, lr) of that attempt, or None: no host left (or
     fewer than ``--min-hosts``), the job ends. Says on stderr, in the attempt's summary note
     and in the event record which hosts the attempt runs on when they changed."""
-    from mpilaunch import events, net, shrink
+    from mpilaunch import net
+    from mpilaunch.output import events
+    from mpilaunch.longrun import shrink
 
     def warn(text):
         print(f"mpilaunch: host discovery: {text}", file=sys.stderr, flush=True)

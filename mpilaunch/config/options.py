@@ -15,8 +15,8 @@ from collections import namedtuple
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
-from mpilaunch.helptext import epilog, version_text  # noqa: F401 (--dry-run prints it)
-from mpilaunch.tune import DEFAULT_PREFIXES
+from mpilaunch.config.helptext import epilog, version_text  # noqa: F401 (--dry-run prints it)
+from mpilaunch.config.broadcast import DEFAULT_PREFIXES
 
 RUN, CHECK, JOB, REPORT = "run", "check", "job", "report"
 LAUNCH = (RUN, CHECK, JOB)   # every command that plans a launch takes these
@@ -161,7 +161,7 @@ OPTIONS = (
        "(mpirun's --stdin)", "rank", shown="0 (none when mpilaunch's stdin is closed or /dev/null)",
        metavar="RANK"),
     _o(("--join",), "join", "msrun compatibility: always joined", "rank", kind="hidden"),
-    # -- long jobs (mpilaunch/restart.py, mpilaunch/rank/longrun.py)
+    # -- long jobs (mpilaunch/longrun/restart.py, mpilaunch/rank/longrun.py)
     _o(("--max_restarts", "--max-restarts"), "max_restarts",
        "restart the whole job after a failure, up to N times in all (logs: LOG_DIR/attempt<k>/)",
        "long", default="0", metavar="N", commands=(RUN, JOB)),
@@ -392,7 +392,7 @@ def markdown_table(command: str = RUN, only_own: bool = False) -> str:
     return "\n".join(rows) + "\n"
 
 
-if __name__ == "__main__":  # python3 -m mpilaunch.options > table (README's option table)
+if __name__ == "__main__":  # python3 -m mpilaunch.config.options > table (README's option table)
     import sys
 
     for cmd in sys.argv[1:] or [RUN]:

@@ -115,7 +115,7 @@ class Forwarder:
                 job.kill(signum)
                 how = f"forwarded to every rank by {self.backend.program}"
             elif self.control is not None:
-                from mpilaunch.control import missing
+                from mpilaunch.launch.control import missing
 
                 how = ("sent to every rank's adapter, for its workers"
                        + missing(self.control.signal(signum), self.np))

@@ -21,8 +21,8 @@ import subprocess
 import threading
 import time
 
-from mpilaunch import events
-from mpilaunch.summary import STATUS_PREFIX, Collector, parse_status_line
+from mpilaunch.output import events
+from mpilaunch.output.summary import STATUS_PREFIX, Collector, parse_status_line
 
 
 # Open MPI 5 (plm:ssh) and 4.1 (plm:rsh) word it alike; only EACCES is the harmless race.
@@ -182,10 +182,10 @@ def startup_line(plan, fd: int = 2):
         return None
     np, hosts = int(plan.np), list(getattr(plan, "hosts", None) or ())
     owners = None
-    from mpilaunch import span
+    from mpilaunch.backends import placement
 
     slots = [h.name for h in hosts for _ in range(h.slots)]
-    if hosts and len(slots) >= np and span.mode(list(getattr(plan, "args", ())), False) == "exact":
+    if hosts and len(slots) >= np and placement.mode(list(getattr(plan, "args", ())), False) == "exact":
         owners = slots[:np]
     return StartupLine(np, [h.name for h in hosts], owners, fd)
 

@@ -30,7 +30,7 @@ class TuneImport(namedtuple("TuneImport", "path values x_tokens mca_tokens")):
 
 
 def parse(text: str, path: str) -> TuneImport:
-    from mpilaunch.render import split_arg_string
+    from mpilaunch.config.mpiargs import split_arg_string
 
     values, x_tokens, mca_tokens = {}, [], []
     last = None

@@ -13,7 +13,7 @@ import shlex
 from typing import List, Mapping, Sequence, Tuple
 
 from mpilaunch.errors import UsageError
-from mpilaunch.mpi import OMPI5
+from mpilaunch.config.mpi import OMPI5
 
 # Options that may legitimately be written with one dash in Open MPI (no translation).
 _SINGLE_DASH_OK = {"-np", "-n", "-c", "-H", "-x", "-q", "-v", "-V", "-h", "-d"}

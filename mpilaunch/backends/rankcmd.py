@@ -10,7 +10,7 @@ from typing import Callable, List, Optional
 from mpilaunch.rank import flags
 
 
-BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank", "_boot.py")
+BOOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rank", "_boot.py")
 
 
 def rank_interpreter(python: str, launcher_python: str) -> List[str]:

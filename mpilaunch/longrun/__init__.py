@@ -1,0 +1,2 @@
+"""Jobs that outlive one attempt: the attempts loop, restarts (in place too),
+--min-hosts shrink, host discovery."""
