@@ -1,7 +1,7 @@
 """``mpilaunch report``: an event record read back as phases (mpilaunch/report/model.py), the
 self-contained page drawn from it (rows, root-cause marker, attempts, folding at 256 ranks,
 nothing fetched), the PNG, and the command's one-line errors. The records are made by
-events.py itself, as a launch writes them (tests/launcher/test_events.py runs real jobs)."""
+events.py itself, as a launch writes them (tests/launcher/output/test_events.py runs real jobs)."""
 import os
 import re
 import subprocess

@@ -142,7 +142,7 @@ def test_version_detection(text, expected):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("HYDRA build details:\n    Version: 3.2.1\n", "mpirun: MPICH 3.2.1 is too old"),  # newer: tests/launcher/test_hydra.py
+    ("HYDRA build details:\n    Version: 3.2.1\n", "mpirun: MPICH 3.2.1 is too old"),  # newer: tests/launcher/backends/test_hydra.py
     ("something else\n", "mpirun: not a recognised mpirun ('something else')"),
 ])
 def test_unsupported_mpi(text, message):
