@@ -101,7 +101,7 @@ def _explain_launch(sec, meta, sections) -> List[str]:
                 f"(it imports certifi at every start): {tax * 1e3:.0f} ms per interpreter. " if tax is not None else "")
             + ("mpilaunch starts 2N+2 interpreters (front-end, N adapters, N workers, scheduler) where bare mpirun "
                "starts N; its adapters already skip site (`python -S`), so the front-end and rank 0's scheduler are "
-               "the taxed extras. " if _grep("plan.py", r"_boot\.py") else
+               "the taxed extras. " if _grep("backends/rankcmd.py", r"_boot\.py") else
                "mpilaunch starts 2N+2 interpreters (front-end, N adapters, N workers, scheduler) where bare mpirun "
                "starts N, so the tax lands mostly on mpilaunch's side. ")
             + "Measured in the same rounds with the clean-site interpreter (same Python, same packages, only that "
@@ -334,10 +334,10 @@ def _launch_proposals(imp_ad, imp_fe) -> List[str]:
     L = ["**What to change in mpilaunch** (proposals read from the mpilaunch source as it was when this run "
          "started):", ""]
     n = 1
-    boot = _grep("plan.py", r"_boot\.py")
+    boot = _grep("backends/rankcmd.py", r"_boot\.py")
     if boot:
         L.append(f"- Already done: the adapter starts with `python -S rank/_boot.py` (no site/.pth processing; "
-                 f"`mpilaunch/plan.py:{boot[0][0]}`) when it uses the launcher's interpreter.")
+                 f"`mpilaunch/backends/rankcmd.py:{boot[0][0]}`) when it uses the launcher's interpreter.")
     dc_rank = _where(RANK_PATH, r"^(from dataclasses|import dataclasses)")
     if not dc_rank:
         L.append("- Already done: no `dataclasses` on the rank path (namedtuples).")

@@ -3,7 +3,7 @@
 The bare baseline is the exact argv mpilaunch builds (same mpirun, np, normalised hostfile,
 tune file, bind/map/mca/-x args, ``--allow-run-as-root``, same interpreter) with the rank
 command ``python -m mpilaunch.rank ... -- SCRIPT`` replaced by ``python SCRIPT``: it is taken
-from mpilaunch's own planner (``launchconfig.build`` -> ``plan.make_plan`` -> ``plan.argv``), so the
+from mpilaunch's own planner (``launchconfig.build`` -> ``backend.plan`` -> ``openmpi.argv``), so the
 flags cannot drift apart. Variants, interleaved in this order every round:
 
 * ``bare mpirun``: the baseline;
@@ -285,7 +285,7 @@ def summarize(results, shown_cmds, profile, sizes, mpis, pys, versions, opts, np
         "method": [
             "Wall time from spawning the launcher to its exit (`os.wait4`), stdout/stderr to /dev/null, "
             "run from a scratch directory. Baseline: bare mpirun with **the argv mpilaunch builds** "
-            "(taken from `mpilaunch.plan.argv`: identical hostfile `localhost slots=N`, tune file, "
+            "(taken from `mpilaunch.backends.openmpi.argv`: identical hostfile `localhost slots=N`, tune file, "
             "`--bind-to none --map-by slot`, the ModelArts `--mca`/`-x` args, `--allow-run-as-root`, same "
             "interpreter) with the rank command replaced by `python exit_at_once.py`.",
             "mpilaunch runs as `python -m mpilaunch --mpirun M -np N --master_port 48199 --log_dir D SCRIPT` "

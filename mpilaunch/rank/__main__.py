@@ -81,7 +81,7 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
         info = agree.node_from_plan(info, span.parse(opts.longrun.expect))
     ag = agree.agree(info, opts.master_addr, opts.master_port)
     info = ag.info
-    if user_env.get("MPILAUNCH_DEBUG_AGREE"):   # tests/bench: did this adapter load MPI?
+    if user_env.get("MPILAUNCH_DEBUG_AGREE"):   # tests and bench/: did this adapter load MPI?
         sys.stderr.write(f"{PROG}: rank {info.rank} node {info.node_index} agreement: used_mpi="
                          f"{ag.used_mpi} mpi4py_loaded={'mpi4py' in sys.modules} "
                          f"at {ag.sched_addr}:{ag.sched_port}\n")

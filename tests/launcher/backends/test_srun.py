@@ -1,4 +1,4 @@
-"""``--launcher srun`` decided without Slurm running (mpilaunch/srun.py is pure but for
+"""``--launcher srun`` decided without Slurm running (mpilaunch/backends/srun.py is pure but for
 ``srun --mpi=list``): the plugin choice, the mpirun options' meaning under srun, the argv."""
 import os
 

@@ -1,0 +1,201 @@
+"""Every repository path the code, the tests and the docs name exists.
+
+What counts as a cited path (decided here, one place):
+
+- a token that starts with one of the repository's top-level folders (``mpilaunch/``,
+  ``tests/``, ``docs/``, ``scripts/``, ``bench/``, ``examples/``, ``hostfiles/``), not preceded
+  by a word character, ``/``, ``.`` or ``$`` (so ``/opt/mpilaunch/ms-venv``,
+  ``~/.cache/mpilaunch/...`` and ``<pkg>/rank/_boot.py`` are not this repository's paths);
+  trailing punctuation and a pytest node id (``::test_x``) are cut off; a token holding a
+  placeholder (``<package>``, ``{rank}``, ``*``, ``...``, ``$``) is skipped;
+- a dotted module name ``mpilaunch.x.y`` (``python3 -m mpilaunch.config.options``,
+  ``mpilaunch.check.run_checks``): its longest prefix that is a module must exist and, when
+  a name follows, that module must define it at its top level (``mpilaunch.launch()`` is the
+  package's own ``launch``);
+- in README.md and docs/*.md, a Markdown link or image target that is not a URL or an anchor,
+  relative to the page.
+
+Scanned: mpilaunch/, tests/, docs/, README.md, scripts/, bench/ (not bench/report/: historical
+measurement records, left as they were written) and examples/. The other rule about citations,
+that nothing names the documents outside this repository, lives here too (it was
+test_layout.py's ``test_code_and_docs_cite_only_this_repository``)."""
+import ast
+import functools
+import os
+import re
+
+from helpers import REPO as ROOT
+
+TOPS = ("mpilaunch", "tests", "docs", "scripts", "bench", "examples", "hostfiles")
+SCANNED = ("mpilaunch", "tests", "docs", "scripts", "bench", "examples", "README.md")
+NOT_SCANNED = (os.path.join("bench", "report"),)
+# What the code writes at run time, not part of the repository (.gitignore: /bench/out/).
+GENERATED = ("bench/out/",)
+SUFFIXES = (".py", ".md", ".sh", ".txt", ".cfg", ".toml")
+
+PATH = re.compile(r"(?<![\w/.$~-])(?:" + "|".join(TOPS) + r")/[\w./<>{}*$+-]*")
+MODULE = re.compile(r"(?<![\w/.$-])mpilaunch(?:\.[A-Za-z_]\w*)+")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+PLACEHOLDER = re.compile(r"[<>{}*$]|\.\.\.|/\.\.?(?:/|$)")
+# The names of the documents outside this repository, spelled in pieces so that this file,
+# which looks for them, does not itself cite them.
+OUTSIDE = re.compile("|".join(["FIELD" + "_NOTES", "shared" + "/docs", "shared" + "/seeds"]))
+
+
+def _clean(token):
+    return token.rstrip(".")
+
+
+def paths_in(text):
+    """The repository paths ``text`` names, as written (placeholders left out)."""
+    out = []
+    for m in PATH.finditer(text):
+        token = _clean(m.group(0))
+        if PLACEHOLDER.search(token) or token.startswith(GENERATED):
+            continue
+        out.append(token)
+    return out
+
+
+def links_in(text):
+    """Markdown link targets of ``text`` that name a file (no URL, no anchor, no mail)."""
+    out = []
+    for m in LINK.finditer(text):
+        target = m.group(1).split("#", 1)[0]
+        if not target or re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue
+        out.append(target)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _top_names(path):
+    """Names a module defines at its top level (defs, classes, assignments, imports)."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        names.add(n.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.If, ast.Try)):
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.FunctionDef, ast.ClassDef)):
+                    names.add(sub.name)
+                elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    names.add(sub.id)
+                elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+                    names.update((a.asname or a.name).split(".")[0] for a in sub.names)
+    if "__getattr__" in names:      # a lazy attribute is named as a string (mpilaunch._API)
+        names.update(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                     and isinstance(n.value, str) and n.value.isidentifier())
+    return names
+
+
+def _module_file(root, dotted):
+    base = os.path.join(root, *dotted.split("."))
+    for path in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def module_problem(root, dotted):
+    """Why the dotted name ``mpilaunch.x.y...`` names nothing in ``root`` (None: it does)."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        path = _module_file(root, ".".join(parts[:n]))
+        if path is None:
+            continue
+        if n == len(parts) or parts[n] in _top_names(path) or os.path.isdir(
+                os.path.join(root, *parts[:n + 1])):
+            return None
+        return f"{'.'.join(parts[:n])} has no {parts[n]}"
+    return "no such module"
+
+
+def scanned_files(root):
+    for top in SCANNED:
+        base = os.path.join(root, top)
+        if os.path.isfile(base):
+            yield base
+            continue
+        for dirpath, dirs, files in os.walk(base):
+            rel = os.path.relpath(dirpath, root)
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.endswith(".egg-info")
+                             and os.path.join(rel, d) not in NOT_SCANNED)
+            for f in sorted(files):
+                if f.endswith(SUFFIXES):
+                    yield os.path.join(dirpath, f)
+
+
+def stale_citations(root, files=None):
+    """``file:line: what`` for every cited path, module or link that does not exist."""
+    bad = []
+    for path in files if files is not None else scanned_files(root):
+        rel = os.path.relpath(path, root)
+        text = open(path, encoding="utf-8", errors="replace").read()
+        lines = text.splitlines()
+        for no, line in enumerate(lines, 1):
+            for token in paths_in(line):
+                if not os.path.exists(os.path.join(root, token)):
+                    bad.append(f"{rel}:{no}: {token}")
+            for dotted in MODULE.findall(line):
+                why = module_problem(root, dotted)
+                if why:
+                    bad.append(f"{rel}:{no}: {dotted} ({why})")
+            if rel.endswith(".md"):
+                for target in links_in(line):
+                    if not os.path.exists(os.path.join(os.path.dirname(path), target)):
+                        bad.append(f"{rel}:{no}: link {target}")
+    return bad
+
+
+def test_the_scanner_reports_a_planted_stale_path(tmp_path):
+    (tmp_path / "mpilaunch" / "launch").mkdir(parents=True)
+    (tmp_path / "mpilaunch" / "__init__.py").write_text("def launch():\n    pass\n")
+    (tmp_path / "mpilaunch" / "launch" / "__init__.py").write_text("")
+    (tmp_path / "mpilaunch" / "launch" / "starter.py").write_text("def run():\n    pass\n")
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "PAGE.md"
+    page.write_text(
+        "the starter: mpilaunch/launch/starter.py, `mpilaunch/launch/starter.py::run`.\n"
+        "stale: (mpilaunch/launcher.py), mpilaunch/stall.py: and docs/GONE.md\n"
+        "placeholders: mpilaunch/<package>/x.py, tests/launcher/test_{name}.py, "
+        "/opt/mpilaunch/ms-venv, <pkg>/rank/_boot.py\n"
+        "modules: mpilaunch.launch.starter.run, mpilaunch.launch(), mpilaunch.launch.starter.gone,"
+        " mpilaunch.tune\n"
+        "links: [ok](PAGE.md), [web](https://example.org/x.md), [anchor](#top), [gone](OLD.md)\n")
+    assert stale_citations(str(tmp_path), [str(page)]) == [
+        "docs/PAGE.md:2: mpilaunch/launcher.py",
+        "docs/PAGE.md:2: mpilaunch/stall.py",
+        "docs/PAGE.md:2: docs/GONE.md",
+        "docs/PAGE.md:4: mpilaunch.launch.starter.gone (mpilaunch.launch.starter has no gone)",
+        "docs/PAGE.md:4: mpilaunch.tune (mpilaunch has no tune)",
+        "docs/PAGE.md:5: link OLD.md",
+    ]
+
+
+def test_every_cited_path_exists():
+    # this file is left out: it plants stale paths on purpose
+    files = [f for f in scanned_files(ROOT) if os.path.abspath(f) != os.path.abspath(__file__)]
+    assert any(f.endswith(os.path.join("docs", "ARCHITECTURE.md")) for f in files)
+    assert not any(os.sep + os.path.join("bench", "report") + os.sep in f for f in files)
+    bad = stale_citations(ROOT, files)
+    assert bad == [], "stale paths (point each at the file that now holds it):\n" + "\n".join(bad)
+
+
+def test_nothing_cites_the_documents_outside_this_repository():
+    bad = []
+    for path in scanned_files(ROOT):
+        if os.path.abspath(path) == os.path.abspath(__file__):
+            continue
+        text = open(path, encoding="utf-8", errors="replace").read()
+        bad += [f"{os.path.relpath(path, ROOT)}: {m.group(0)}" for m in OUTSIDE.finditer(text)]
+    assert bad == []
