@@ -120,15 +120,17 @@ class Control:
             if word != "hello" or not rank.isdigit() or not nonce.isalnum():
                 raise ValueError(buf)
             conn.settimeout(SEND_TIMEOUT)       # sends come from the launcher's main thread
-            conn.sendall(f"ok {mac(self.token, nonce, 0, 'ok')}\n".encode())
+            # the answer and the registration under one lock: an adapter that has read its ok
+            # is already a peer (ranks(), send()), and no command can go out before that ok
+            with self.lock:
+                conn.sendall(f"ok {mac(self.token, nonce, 0, 'ok')}\n".encode())
+                old = self.peers.pop(int(rank), None)
+                self.peers[int(rank)] = (conn, nonce)
         except (OSError, ValueError, UnicodeDecodeError):
             self.sel.unregister(conn)
             conn.close()
             return
         self.sel.modify(conn, selectors.EVENT_READ, ("peer", int(rank)))
-        with self.lock:
-            old = self.peers.pop(int(rank), None)
-            self.peers[int(rank)] = (conn, nonce)
         if old is not None:
             self._drop(old[0], None)
 
