@@ -4,9 +4,10 @@ declared once.
 One row per option: its flags, the ModelArts/platform variable that stands in for it, the
 default, the help text, and the commands that take it. The table drives the argparse parsers
 (:func:`parser`), the precedence flag > variable > default (:func:`setting`, used by
-``config.build`` and ``job``), ``--help`` and the README's table (:func:`markdown_table`; a
-test keeps the README equal to it). Validation of each value lives in ``config.py`` /
-``contract.py``; argparse only collects strings, so that a bad value names where it came from.
+``launchconfig.build`` and ``job``), ``--help`` and the tables of docs/OPTIONS.md
+(:func:`markdown_table`; a test keeps the page equal to it). Validation of each value lives in
+``launchconfig.py`` / ``contract.py``; argparse only collects strings, so that a bad value
+names where it came from.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ GROUPS = {
 
 
 class Opt(namedtuple("Opt", "flags dest var default shown help group kind metavar commands")):
-    """flags: spellings (the first long one is shown in the README); dest: argparse name;
+    """flags: spellings (the first long one names the option in messages); dest: argparse name;
     var: the variable standing in for the flag (None: flag only); default: the value used when
     neither is given (None: decided elsewhere, described by ``shown``); kind: ``value`` |
     ``switch`` (store_true) | ``hidden`` (accepted, not shown); commands: where it applies."""
@@ -366,7 +367,7 @@ def flag_names(commands) -> tuple:
 
 
 def markdown_table(command: str = RUN, only_own: bool = False) -> str:
-    """The README's table of ``command``'s options: flag, variable, default, what it does
+    """docs/OPTIONS.md's table of ``command``'s options: flag, variable, default, what it does
     (``only_own``: just the options no other command takes)."""
     rows = ["| flag | variable | default | what |", "|---|---|---|---|"]
     group = None
@@ -392,7 +393,7 @@ def markdown_table(command: str = RUN, only_own: bool = False) -> str:
     return "\n".join(rows) + "\n"
 
 
-if __name__ == "__main__":  # python3 -m mpilaunch.config.options > table (README's option table)
+if __name__ == "__main__":  # python3 -m mpilaunch.config.options run check job report (docs/OPTIONS.md)
     import sys
 
     for cmd in sys.argv[1:] or [RUN]:

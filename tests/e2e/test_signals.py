@@ -1,4 +1,4 @@
-"""Signals keep a bare launcher's contract (README, "Signals"), on Open MPI 5 and 4.1, MPICH and
+"""Signals keep a bare launcher's contract (docs/SIGNALS.md), on Open MPI 5 and 4.1, MPICH and
 Intel MPI, 2 ranks on this machine, each worker tests/helpers/sigworker.py: SIGUSR1 and SIGUSR2
 to the launcher or to the starter reach every worker once, a worker with a handler goes on and
 the job ends 0, one without dies of it (128+N, the summary saying where the signal came from);

@@ -1,5 +1,5 @@
 """The small habits of a command-line tool: ``--version`` on every command (and as the first
-line of ``--dry-run``), ``--help`` grouped as the README's table is, its epilogue listing the
+line of ``--dry-run``), ``--help`` grouped as docs/OPTIONS.md's table is, its epilogue listing the
 exit statuses that outcome.py decides."""
 import configparser
 import os

@@ -4,7 +4,7 @@ set that must show no outlier, run after run.
 
 CI uses the session's 3 hosts. With MPILAUNCH_BENCH=1 the same runs go over a set of 8
 hosts (and 32 where the test hosts can make that many), 3 times each, timed, written to
-$MPILAUNCH_BENCH_OUT/mpilaunch-deep-bench.txt: the numbers the README quotes."""
+$MPILAUNCH_BENCH_OUT/mpilaunch-deep-bench.txt: the numbers docs/CHECK.md quotes."""
 import os
 import re
 import subprocess

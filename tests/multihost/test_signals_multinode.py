@@ -1,4 +1,4 @@
-"""The workers' signals and the graceful stop across hosts (README, "Signals"): the launcher in
+"""The workers' signals and the graceful stop across hosts (docs/SIGNALS.md): the launcher in
 test host 1, one rank of tests/helpers/sigworker.py there and one on host 2, through Open MPI 5
 (every signal forwarded by mpirun and its remote daemon; the graceful stop over the launcher's
 control channel: the remote adapter connects back to host 1's address, as Open MPI's daemon

@@ -1,4 +1,5 @@
-"""The option table (mpilaunch/config/options.py) drives argparse, precedence and the README."""
+"""The option table (mpilaunch/config/options.py) drives argparse, precedence and the option
+tables of docs/OPTIONS.md."""
 import os
 import re
 
@@ -10,12 +11,12 @@ from helpers import REPO as ROOT
 
 
 @pytest.mark.parametrize("command", ["run", "check", "job"])
-def test_readme_table_is_the_option_table(command):
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+def test_the_options_page_table_is_the_option_table(command):
+    text = open(os.path.join(ROOT, "docs", "OPTIONS.md"), encoding="utf-8").read()
     m = re.search(rf"<!-- options:{command} -->\n(.*?)<!-- /options:{command} -->", text, re.S)
-    assert m, f"README.md has no options:{command} block"
+    assert m, f"docs/OPTIONS.md has no options:{command} block"
     assert m.group(1) == options.markdown_table(command, only_own=command != "run"), (
-        "README's option table is stale: python3 -m mpilaunch.config.options run check job")
+        "docs/OPTIONS.md's option table is stale: python3 -m mpilaunch.config.options run check job")
 
 
 def test_every_flag_of_every_parser_is_in_the_table():

@@ -173,12 +173,13 @@ def test_a_png_without_matplotlib_names_the_extra(tmp_path, monkeypatch):
     assert os.path.exists(os.path.join(log_dir, "report.html"))   # the HTML needs nothing
 
 
-def test_the_readme_lists_the_report_options_from_the_table():
+def test_the_docs_list_the_report_options_from_the_table_and_show_a_report():
     from helpers import REPO
     from mpilaunch.config import options
 
-    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    text = open(os.path.join(REPO, "docs", "OPTIONS.md"), encoding="utf-8").read()
     block = re.search(r"<!-- options:report -->\n(.*?)<!-- /options:report -->", text, re.S)
     assert block and block.group(1) == options.markdown_table("report", only_own=True)
-    assert "docs/report-screenshot.png" in text
+    events = open(os.path.join(REPO, "docs", "EVENTS.md"), encoding="utf-8").read()
+    assert "](report-screenshot.png)" in events          # the page shows a real report
     assert os.path.getsize(os.path.join(REPO, "docs", "report-screenshot.png")) > 20000
