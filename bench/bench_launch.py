@@ -34,7 +34,7 @@ import common as C
 SCRIPT = os.path.join(C.EXAMPLES, "exit_at_once.py")
 MIN_INTERPOSER = os.path.join(C.WORKLOADS, "min_interposer.py")
 TARGET_N = 4
-# issue 13 goal 1: added time over bare mpirun, default options (the first round's target was +0.3 s
+# the launch target: added time over bare mpirun, default options (the first round's target was +0.3 s
 # at N=4); N=16 and 64 oversubscribe this 2-core machine (each rank's share is reported as growth)
 TARGETS = {4: 0.08, 16: 0.10, 64: 0.10}
 TARGET_ADDED = TARGETS[TARGET_N]
@@ -44,7 +44,7 @@ V_LEAN = "mpilaunch --no-scheduler --tail_worker_log none"
 V_ADAPTER = "mpirun + adapter (no front-end)"
 V_MIN = "mpirun + minimal interposer (floor)"
 VARIANTS = (V_BARE, V_DEFAULT, V_LEAN, V_ADAPTER, V_MIN)
-V_PORT0 = "mpilaunch --master_port 0"   # N=4 only: the launcher picks the port (issue 13 goal 2)
+V_PORT0 = "mpilaunch --master_port 0"   # N=4 only: the launcher picks the port
 CLEAN = " [clean-site]"
 CLEAN_VARIANTS = (V_BARE, V_DEFAULT, V_LEAN)
 

@@ -1,4 +1,4 @@
-"""8. Multi-host launch (issue 13 goal 3): mpilaunch over 2 and 3 hosts against bare mpirun
+"""8. Multi-host launch: mpilaunch over 2 and 3 hosts against bare mpirun
 over the same hosts, Open MPI 5 and 4.1, on the namespace test hosts (tests/helpers/hosts: network
 namespaces in 10.231.0.0/24, each with its own sshd; root needed, else the section is skipped).
 

@@ -1,4 +1,4 @@
-"""Stall watchdog (issue 11 part 3): a job whose workers all stop showing progress is ended
+"""Stall watchdog (docs/LONG_JOBS.md): a job whose workers all stop showing progress is ended
 (or restarted) after --stall-timeout, with every worker's stacks in the log dir."""
 import os
 import shutil

@@ -1,5 +1,5 @@
-"""Issue 12, rank side: every descendant of every process we start ends (item 2); a log dir
-the adapter cannot write, or a log name leaving it, is a clean exit 2 (items 9, 10)."""
+"""Hardening, rank side: every descendant of every process we start ends; a log dir the
+adapter cannot write, or a log name leaving it, is a clean exit 2."""
 import os
 import signal
 import subprocess
