@@ -4,7 +4,8 @@ KillWait=5 s), 2 ranks of tests/helpers/sigworker.py, through mpirun (Open MPI 5
 it differs) and ``--launcher srun``; the jobs of one test run side by side:
 
 * ``sbatch --signal=B:USR1@N`` (the batch shell, i.e. mpilaunch) and ``--signal=USR1@N`` (the
-  job's steps only: srun's tasks, and under mpirun on one node no process at all, as bare);
+  job's steps only: srun's tasks, and under mpirun on one node no process at all, as bare),
+  made due once every worker's handler is in place (``_Jobs.make_due``);
 * ``scancel --signal=USR1 --full``: every worker's handler once;
 * ``scancel`` (SIGTERM to every process, SIGKILL KillWait later) with ``--term-grace`` shorter
   than KillWait: every save completes (Open MPI 4.1's own mpirun, signalled too, kills its
@@ -50,6 +51,23 @@ def _launch(name):
 
 _SUBMITTED = []     # every _Jobs of the running test, for _no_job_outlives_its_test
 
+# ``--signal=[B:]SIG@W`` is not sent at a time a test can choose: slurmctld looks at the time
+# limits every 30 s and sends the warning (SIGCONT first, then SIG) at the first look that finds
+# the job's end within W + 30 s, so up to 60 s before it is due (sbatch(1)). Due 10 s after the
+# start it came anywhere 0-30 s after it, and once, in a loaded full run, before the workers had
+# their handlers; moved to 40 s, anywhere 10-40 s, and again before the step's adapters were
+# up. So the jobs are submitted with a limit that keeps the warning far off (due 270 s after
+# the start), and once every worker's handler is in place (and every adapter is on the control
+# channel, which SIGCONT takes under srun) the limit is shortened so that the next look sends it.
+WARN_LIMIT = ("-t", "10")
+WARN_AT = 300           # s before the end
+DUE_LIMIT = "5"         # min: the end 300 s after the start, WARN_AT before it: due at once
+
+
+def _warning(sig):
+    """sbatch options: a ``--signal`` warning that only :meth:`_Jobs.make_due` makes due."""
+    return (*WARN_LIMIT, f"--signal={sig}@{WARN_AT}")
+
 
 class _Jobs:
     """Jobs submitted side by side; each has its out dir and its output file."""
@@ -76,11 +94,13 @@ class _Jobs:
                 assert time.monotonic() < deadline, (name, self.text(name))
                 time.sleep(0.1)
 
-    def wait_channel(self, timeout=10):
-        """Until each job's mpilaunch has both adapters on its control channel: a stop before
-        that reaches the adapters only as Slurm's own signal."""
+    def wait_channel(self, *names, timeout=10):
+        """Until each job's (or each of ``names``') mpilaunch has both adapters on its control
+        channel: a stop before that reaches the adapters only as Slurm's own signal."""
         deadline = time.monotonic() + timeout
         for name, (job, out, log) in self.jobs.items():
+            if names and name not in names:
+                continue
             pids = _pids(self.cluster, lambda a: a[1:3] == ["-m", "mpilaunch"] and
                          any(str(out) in x for x in a))
             while not pids or sigworker.channel_peers(pids[0]) < 2:
@@ -88,6 +108,13 @@ class _Jobs:
                 time.sleep(0.1)
                 pids = pids or _pids(self.cluster, lambda a: a[1:3] == ["-m", "mpilaunch"] and
                                      any(str(out) in x for x in a))
+
+    def make_due(self, *names):
+        """Shorten the time limit of each of ``names`` (submitted with :func:`_warning`) so that
+        its warning is due: slurmctld sends it at its next look, within 30 s. In this order: a
+        look that sends the last one's has found the others' due too."""
+        for name in names:
+            self.run(name, "scontrol", "update", "JobId=JOB", "TimeLimit=" + DUE_LIMIT)
 
     def run(self, name, *argv):
         job = self.jobs[name][0]
@@ -141,32 +168,38 @@ def _left(cluster, timeout=10):
 
 
 def test_batch_signal_reaches_every_worker_once(slurm_cluster, tmp_path):
-    """``--signal=B:USR1@110`` with ``-t 2``: due 10 s after the start, sent to the batch shell
-    (mpilaunch, exec'd by it), which gives it to every worker; the job then completes."""
+    """``--signal=B:USR1@N``, made due once the workers are up: sent to the batch shell
+    (mpilaunch, exec'd by it), SIGCONT first, which gives both to every worker; the job then
+    completes."""
     jobs = _Jobs(slurm_cluster, tmp_path)
     for name in ("ompi5", "srun"):
-        jobs.submit(name, "handle", 900, opts=("-t", "2", "--signal=B:USR1@110"),
-                    END_AFTER="SIGUSR1")
+        jobs.submit(name, "handle", 900, opts=_warning("B:USR1"), END_AFTER="SIGUSR1")
+    jobs.wait_up()
+    jobs.wait_channel("srun")
+    jobs.make_due("ompi5", "srun")
     jobs.wait_all(timeout=150)
     for name, program in (("ompi5", "mpirun"), ("srun", "srun")):
         text = jobs.text(name)
         assert sigworker.counts(jobs.out(name), "SIGUSR1", 2) == [1, 1], text
+        assert sigworker.counts(jobs.out(name), "SIGCONT", 2) == [1, 1], text
         assert jobs.record(name) == ("COMPLETED", "0:0"), text
         assert f"mpilaunch: SIGUSR1 received: forwarded to every rank by {program}" in text
     assert _left(slurm_cluster) == []
 
 
 def test_step_signal_reaches_srun_tasks_and_under_mpirun_no_one(slurm_cluster, tmp_path):
-    """``--signal=USR1@110`` (no ``B:``) signals the job's steps only, when slurmctld's
-    periodic check gets to it (measured: 10-30 s after it is due): every process of srun's step,
-    so each worker once, and the adapters survive it; under mpirun on one node there is no
-    step, and no worker gets it (bare mpirun's ranks neither). The mpirun job is ended (a file
-    its workers look for) 3 s after the srun job's workers got it."""
+    """``--signal=USR1@N`` (no ``B:``), made due once the workers are up, signals the job's
+    steps only: every process of srun's step, so each worker once, and the adapters survive it;
+    under mpirun on one node there is no step, and no worker gets it (bare mpirun's ranks
+    neither). Both jobs' warnings are sent by the same look of slurmctld's (``make_due``); the
+    mpirun job is ended (a file its workers look for) 3 s after the srun job's workers got it,
+    time for a wrong delivery to show."""
     jobs = _Jobs(slurm_cluster, tmp_path)
-    opts = ("-t", "2", "--signal=USR1@110")
+    opts = _warning("USR1")
     jobs.submit("srun", "handle", 0, opts=opts, END_AFTER="SIGUSR1")
     jobs.submit("ompi5", "handle", 0, opts=opts)
     jobs.wait_up()
+    jobs.make_due("ompi5", "srun")
     deadline = time.monotonic() + 120
     while sigworker.counts(jobs.out("srun"), "SIGUSR1", 2) != [1, 1]:
         assert time.monotonic() < deadline, jobs.text("srun")
@@ -391,21 +424,25 @@ TWO_NODES = ("-N2", "--ntasks-per-node=1")
 @pytest.mark.multinode
 def test_two_nodes_batch_signal_and_scancel_with_a_grace(slurm_nodes, tmp_path):
     """On 2 nodes (one rank each; tests/helpers/slurm/multinode.py), both launch paths side by
-    side: ``--signal=B:USR1@110`` reaches the worker on each node once (srun's tasks directly by
-    srun, mpirun's through its daemon on the other node); then, with ``--term-grace 4`` and 3 s
+    side: ``--signal=B:USR1@N``, made due once every worker's handler is in place and srun's
+    adapters are on the control channel, reaches the worker on each node once, SIGCONT first
+    (USR1: srun's tasks directly by srun, mpirun's through its daemon on the other node; SIGCONT:
+    srun's over the control channel); then, with ``--term-grace 4`` and 3 s
     saves, ``scancel`` (srun) and ``scancel --batch --signal=TERM`` (mpirun): every save on
     both nodes completes; a plain ``scancel`` under mpirun cuts a save (prted, signalled too,
     ends). Nothing is left on either node."""
     jobs = _Jobs(slurm_nodes, tmp_path)
     for name in ("ompi5", "srun"):
-        # USR1 some 40 s after the start: at 10 s it once reached srun's steps before their
-        # workers had their handlers (a full run, loaded: neither worker counted it)
-        jobs.submit(name, "handle", 900, tasks=TWO_NODES, opts=("-t", "3", "--signal=B:USR1@140"),
+        jobs.submit(name, "handle", 900, tasks=TWO_NODES, opts=_warning("B:USR1"),
                     END_AFTER="SIGUSR1")
+    jobs.wait_up()
+    jobs.wait_channel("srun")
+    jobs.make_due("ompi5", "srun")
     jobs.wait_all(timeout=150)
     for name in ("ompi5", "srun"):
         text = jobs.text(name)
         assert sigworker.counts(jobs.out(name), "SIGUSR1", 2) == [1, 1], text
+        assert sigworker.counts(jobs.out(name), "SIGCONT", 2) == [1, 1], text
         assert jobs.record(name) == ("COMPLETED", "0:0"), text
     jobs = _Jobs(slurm_nodes, tmp_path / "grace")
     (tmp_path / "grace").mkdir()
