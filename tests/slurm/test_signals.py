@@ -1,5 +1,5 @@
 """Slurm's signals and stop sequence reach mpilaunch's workers as they reach a bare launcher's
-(README, "Signals"), inside a real Slurm (tests/helpers/slurm/: one node, 4 task slots,
+(docs/SIGNALS.md), inside a real Slurm (tests/helpers/slurm/: one node, 4 task slots,
 KillWait=5 s), 2 ranks of tests/helpers/sigworker.py, through mpirun (Open MPI 5, and 4.1 where
 it differs) and ``--launcher srun``; the jobs of one test run side by side:
 
