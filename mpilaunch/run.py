@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Sequence
 
+from mpilaunch.config import mpiargs
 from mpilaunch.output import events
 
 
@@ -37,11 +38,8 @@ class _NotStarted(Exception):
 
 def _ssh_args_in_mca(cfg) -> bool:
     """The user's MCA/extra args carry the ssh options (ModelArts' -mca plm_rsh_args): the
-    launcher adds none of its own (plan.make_plan refuses ssh options given twice)."""
-    text = " ".join(str(s.value) for s in (cfg.mca_args, cfg.extra_args))
-    if cfg.tune_import is not None:
-        text += " " + " ".join(cfg.tune_import.mca_tokens)
-    return "plm_rsh_args" in text or "plm_ssh_args" in text
+    launcher adds none of its own (the configuration refuses ssh options given twice)."""
+    return mpiargs.ssh_params_given(cfg.mpi_pieces)
 
 
 def _ssh_checks(cfg, backend, run_dir):
@@ -82,16 +80,7 @@ _TRUE = ("1", "true", "yes", "on", "t", "y")
 def _flat_ssh(cfg) -> bool:
     """The user's MCA args forbid tree spawn (plm_rsh_no_tree_spawn true: ModelArts' default), so
     mpirun itself starts the daemon on every host."""
-    import shlex
-
-    tokens = []
-    for s in (cfg.mca_args, cfg.extra_args):
-        try:
-            tokens += shlex.split(str(s.value))
-        except ValueError:
-            pass
-    if cfg.tune_import is not None:
-        tokens += list(cfg.tune_import.mca_tokens)
+    tokens = mpiargs.words(cfg.mpi_pieces)
     return any(t.endswith("_no_tree_spawn") and i + 1 < len(tokens) and tokens[i + 1].lower() in _TRUE
                for i, t in enumerate(tokens))
 

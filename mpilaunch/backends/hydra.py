@@ -305,12 +305,7 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     moved: Dict[str, str] = {}
     ssh_found: List[str] = []
     dropped: List[str] = []
-    imported = cfg.tune_import
-    pieces = [(mpiargs.split_arg_string(str(s.value), s.source), s.source, s.source == "default")
-              for s in (cfg.bind_args, cfg.x_args, cfg.mca_args, cfg.extra_args)]
-    if imported is not None:
-        pieces.append((list(imported.x_tokens) + list(imported.mca_tokens), imported.path, False))
-    for raw, source, default in pieces:
+    for raw, source, default in cfg.mpi_pieces:
         canon, more = mpiargs.drop_unset_x(_canonical(raw, source), env)
         dropped += more
         canon, secret_env = mpiargs.route_secret_x(canon)
@@ -321,10 +316,8 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
         names += t.genv_names
         ssh_found += t.ssh_args
 
+    # given twice (here and in the pieces) is refused where the configuration is built
     ssh_args = ([] if cfg.ssh_port is None else ["-p", str(cfg.ssh_port)]) + list(cfg.ssh_extra)
-    if ssh_args and ssh_found:
-        raise UsageError("the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
-                         "plm_rsh_args in the MCA/extra args; keep one")
     if not net.all_here(cfg.hosts):   # a proxy's ssh ends when its host's link dies (no control master)
         from mpilaunch.ssh import keepalive_options
 
@@ -336,14 +329,8 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     if mpi.dialect == IMPI and "-iface" not in args and not env.get("I_MPI_HYDRA_IFACE"):
         args += intel_iface(cfg.hosts)
 
-    selected = dict(broadcast.select(env, cfg.env_prefixes))
-    if imported is not None:
-        from mpilaunch.config import tuneimport
-
-        for name, value in tuneimport.selected(imported, env):
-            selected[name] = value
-            if name not in env:
-                moved[name] = value
+    selected, only_in_file = broadcast.selection(env, cfg.env_prefixes, cfg.tune_import)
+    moved.update(only_in_file)
     routed = tuple(dict.fromkeys(sorted(selected) + [n for n in names if n not in selected]))
     return dict(
         mpi=mpi, hosts=cfg.hosts, np=cfg.np, oversubscribe=cfg.oversubscribe, run_as_root=False,

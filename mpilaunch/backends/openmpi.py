@@ -17,7 +17,6 @@ from mpilaunch import contract
 from mpilaunch.config import mpiargs, broadcast
 from mpilaunch.config import hostfile as hf
 from mpilaunch.backends.base import SSH_CLOSED, Backend, LaunchPlan, show_files, with_routed
-from mpilaunch.errors import UsageError
 from mpilaunch.config.mpi import OMPI4, MpiInfo
 from mpilaunch.backends.rankcmd import rank_command
 
@@ -115,39 +114,21 @@ def make_plan(cfg, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int
     """LaunchConfig + environment -> the plan of an Open MPI launch (pure)."""
     dialect = mpi.dialect
     tokens: List[str] = []
-    for setting in (cfg.bind_args, cfg.x_args, cfg.mca_args, cfg.extra_args):
-        raw = mpiargs.split_arg_string(str(setting.value), setting.source)
-        tokens += mpiargs.normalize(raw, dialect, setting.source)
-    imported = cfg.tune_import
-    if imported is not None:
-        tokens += mpiargs.normalize(list(imported.x_tokens) + list(imported.mca_tokens), dialect,
-                                   imported.path)
+    for piece in cfg.mpi_pieces:
+        tokens += mpiargs.normalize(piece.tokens, dialect, piece.source)
     tokens, dropped = mpiargs.drop_unset_x(tokens, env)
     tokens, moved = mpiargs.route_secret_x(tokens)
 
-    ssh_args: List[str] = []
-    if cfg.ssh_port is not None:
-        ssh_args += ["-p", str(cfg.ssh_port)]
-    ssh_args += list(cfg.ssh_extra)
-    if ssh_args and mpiargs.has_param(tokens, ("plm_rsh_args", "plm_ssh_args")):
-        raise UsageError(
-            "the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
-            "plm_rsh_args in the MCA/extra args; keep one"
-        )
+    # given twice (here and in the pieces) is refused where the configuration is built
+    ssh_args = ([] if cfg.ssh_port is None else ["-p", str(cfg.ssh_port)]) + list(cfg.ssh_extra)
 
     from mpilaunch import net
 
     if not net.all_here(cfg.hosts):   # daemons on other hosts
         tokens += mpiargs.keepalive_tokens(dialect, tokens)
 
-    selected = dict(broadcast.select(env, cfg.env_prefixes))
-    if imported is not None:
-        from mpilaunch.config import tuneimport
-
-        for name, value in tuneimport.selected(imported, env):
-            selected[name] = value
-            if name not in env:   # only in the file: mpirun's env must carry it for -x NAME
-                moved = {**moved, name: value}
+    selected, only_in_file = broadcast.selection(env, cfg.env_prefixes, cfg.tune_import)
+    moved = {**moved, **only_in_file}
     bcast = broadcast.split(sorted(selected.items()))
     tune_path = cfg.tune_path or os.path.join(run_dir, "tune.env")
     return LaunchPlan(

@@ -10,23 +10,14 @@ size: ``size``.
 """
 from __future__ import annotations
 
-import shlex
-from typing import Iterable, List, Optional
+from typing import List, Optional
+
+from mpilaunch.config import mpiargs
 
 # mpirun options that decide the placement themselves (Open MPI 4/5 and Hydra spellings)
 PLACEMENT = ("host", "h", "rankfile", "rf", "npernode", "pernode", "ppr", "npersocket",
              "bynode", "byslot", "ppn", "rr", "hosts", "hostlist", "f", "machinefile",
              "configfile", "mapall")
-
-
-def _tokens(settings: Iterable) -> List[str]:
-    out: List[str] = []
-    for s in settings:
-        try:
-            out += shlex.split(str(s.value))
-        except ValueError:
-            pass
-    return out
 
 
 def mode(tokens: List[str], oversubscribed: bool) -> str:
@@ -49,7 +40,7 @@ def expect_spec(cfg) -> Optional[str]:
     """``N;MODE;host:count,...`` for ``--expect-ranks``; None when there is nothing to check."""
     if not cfg.hosts:
         return None
-    tokens = _tokens((cfg.bind_args, cfg.extra_args, cfg.mca_args))
+    tokens = mpiargs.words(cfg.mpi_pieces)
     slots = sum(h.slots for h in cfg.hosts)
     m = mode(tokens, cfg.np > slots)
     if m == "exact":

@@ -169,23 +169,14 @@ def make_plan(cfg, env: Mapping[str, str], srun: str, plugin: str, run_dir: str)
 
     extra: Dict[str, str] = {}
     unused: List[str] = []
-    sources = [(str(s.value), s.source) for s in (cfg.bind_args, cfg.x_args, cfg.mca_args,
-                                                  cfg.extra_args)]
     imported = cfg.tune_import
-    for text, source in sources:
-        tokens = mpiargs.normalize(mpiargs.split_arg_string(text, source), OMPI5, source)
-        more, ignored = translate(tokens, source)
+    for piece in cfg.mpi_pieces:
+        more, ignored = translate(mpiargs.normalize(piece.tokens, OMPI5, piece.source), piece.source)
         extra.update(more)
-        unused += ignored
-    if imported is not None:
-        tokens = mpiargs.normalize(list(imported.x_tokens) + list(imported.mca_tokens), OMPI5,
-                                  imported.path)
-        extra.update(translate(tokens, imported.path)[0])
-        from mpilaunch.config import tuneimport
-
-        extra.update(dict(tuneimport.selected(imported, env)))
+        if imported is None or piece.source != imported.path:   # a tune file's lines are not reported
+            unused += ignored
     # what the prefixes select is already in env (exported as is); keep them explicit
-    extra.update(dict(broadcast.select(env, cfg.env_prefixes)))
+    extra.update(broadcast.selection(env, cfg.env_prefixes, imported)[0])
     extra = {k: v for k, v in extra.items() if env.get(k) != v}
     return SrunPlan(srun=srun, plugin=plugin, np=cfg.np, hosts=cfg.hosts,
                     hosts_source=cfg.hosts_source, rank_command=tuple(rankcmd.rank_command(cfg)),

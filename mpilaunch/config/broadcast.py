@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import re
 from collections import namedtuple
-from typing import Iterable, List, Mapping, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Sequence, Tuple
 
+from mpilaunch.config import tuneimport
 from mpilaunch.contract import is_secret
 
 DEFAULT_PREFIXES: Tuple[str, ...] = ("MA_", "AWS_", "S3_", "PATH", "VC_WORKER_", "SCC", "CRED")
@@ -44,6 +45,22 @@ def select(env: Mapping[str, str], prefixes: Sequence[str]) -> List[Tuple[str, s
         if any(name.startswith(p) for p in prefixes):
             out.append((name, value))
     return out
+
+
+def selection(env: Mapping[str, str], prefixes: Sequence[str],
+              imported=None) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """What every rank gets: the variables ``prefixes`` select, then those of a tune file the
+    user wrote (``imported``: this environment's value when set, else the file's).
+    -> (selected, only_in_file): the second are the file's variables this environment lacks,
+    which the starter's own environment must carry for a ``-x NAME`` (or ``-genvlist``)."""
+    selected = dict(select(env, prefixes))
+    only_in_file: Dict[str, str] = {}
+    if imported is not None:
+        for name, value in tuneimport.selected(imported, env):
+            selected[name] = value
+            if name not in env:
+                only_in_file[name] = value
+    return selected, only_in_file
 
 
 class Broadcast(namedtuple("Broadcast", "in_file routed", defaults=((), ()))):

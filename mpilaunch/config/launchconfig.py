@@ -11,7 +11,7 @@ from collections import namedtuple
 from typing import Mapping, Optional, Tuple
 
 from mpilaunch import contract
-from mpilaunch.config import allocation, options
+from mpilaunch.config import allocation, mpiargs, options
 from mpilaunch.config import hostfile as hf
 from mpilaunch.errors import UsageError
 from mpilaunch.config.broadcast import DEFAULT_PREFIXES
@@ -46,7 +46,10 @@ _CONFIG_FIELDS = (
     "rank_extra "
     # msrun's: --bind_numa (a file's content inlined), DryRun's level / rank / simulated size,
     # the rank table's absolute path
-    "bind_numa sim_level sim_rank_id sim_world rank_table_file"
+    "bind_numa sim_level sim_rank_id sim_world rank_table_file "
+    # the user's mpirun pieces (bind, x, mca, extra, a tune file's lines), split once:
+    # mpiargs.pieces; every backend reads these
+    "mpi_pieces"
 )
 
 # Where the hosts of a launch came from (LaunchConfig.hosts_from), in the order they are
@@ -58,12 +61,13 @@ HOSTS_FROM = (FROM_H, FROM_HOSTFILE, FROM_VC_WORKER_HOSTS, allocation.SLURM,
 
 
 class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None, "mpirun", None, None, "", True, (),
-                                                                   None, None, None, None, None))):
+                                                                   None, None, None, None, None, ()))):
     """Everything the user asked for, validated. Notable fields: ``hosts`` (tuple of Host),
     ``hosts_from`` (where the hosts came from, one of :data:`HOSTS_FROM`: decisions test
     this), ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
     (TUNE_ENV_FILE / --tune-file; None = the private run dir), ``bind_args``..``extra_args``
-    (Setting: the OPENMPI_* strings as given), ``cluster_time_out`` (None: the rank keeps the
+    (Setting: the OPENMPI_* strings as given; ``mpi_pieces`` holds their words),
+    ``cluster_time_out`` (None: the rank keeps the
     user's MS_TOPO_TIMEOUT, else 600). A namedtuple (docs/ARCHITECTURE.md, start-up)."""
 
     __slots__ = ()
@@ -88,9 +92,7 @@ def ssh_port(args, env: Mapping[str, str]) -> Optional[int]:
 
 
 def ssh_extra(args) -> Tuple[str, ...]:
-    from mpilaunch.config.mpiargs import split_arg_string
-
-    return tuple(split_arg_string(args.ssh_args, "--ssh-args")) if args.ssh_args else ()
+    return tuple(mpiargs.split_arg_string(args.ssh_args, "--ssh-args")) if args.ssh_args else ()
 
 
 def _is_pseudo_fs(path: str) -> bool:
@@ -212,6 +214,14 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     if sim_rank_id is not None:   # msrun: one process, simulating that rank of the job
         np, sim_world = 1, np
     msrun.node_rank_note(args, hosts)
+    bind_args, x_args = _layer(args, env, "bind_args"), _layer(args, env, "x_args")
+    mca_args, extra_args = _layer(args, env, "mca_args"), _layer(args, env, "extra_args")
+    pieces = mpiargs.pieces((bind_args, x_args, mca_args, extra_args), tune_import)
+    port, extra = ssh_port(args, env), ssh_extra(args)
+    launcher = _launcher(args, env)
+    if launcher == "mpirun" and (port is not None or extra) and mpiargs.ssh_params_given(pieces):
+        raise UsageError("the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
+                         "plm_rsh_args in the MCA/extra args; keep one")
     return LaunchConfig(
         bind_numa=msrun.bind_numa(args.bind_numa),
         sim_level=sim_level,
@@ -230,16 +240,17 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         np=np,
         np_source=np_source,
         oversubscribe=bool(args.oversubscribe),
-        ssh_port=ssh_port(args, env),
-        ssh_extra=ssh_extra(args),
+        ssh_port=port,
+        ssh_extra=extra,
         tune_path=tune_path,
         tune_import=tune_import,
         keep_tune_file=bool(args.keep_tune_file),
         env_prefixes=prefixes,
-        bind_args=_layer(args, env, "bind_args"),
-        x_args=_layer(args, env, "x_args"),
-        mca_args=_layer(args, env, "mca_args"),
-        extra_args=_layer(args, env, "extra_args"),
+        bind_args=bind_args,
+        x_args=x_args,
+        mca_args=mca_args,
+        extra_args=extra_args,
+        mpi_pieces=pieces,
         mpirun=args.mpirun,   # MPILAUNCH_MPIRUN is read by mpi.detect (with PATH)
         python=python,
         dry_run=bool(args.dry_run),
@@ -255,7 +266,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         exec_mode=bool(args.exec_mode),
         no_python=bool(args.no_python),
         visible_devices=args.visible_devices,
-        launcher=_launcher(args, env),
+        launcher=launcher,
     )
 
 

@@ -10,10 +10,11 @@ sections 3-5.
 from __future__ import annotations
 
 import shlex
+from collections import namedtuple
 from typing import List, Mapping, Sequence, Tuple
 
+from mpilaunch.config.mpi import OMPI4, OMPI5
 from mpilaunch.errors import UsageError
-from mpilaunch.config.mpi import OMPI5
 
 # Options that may legitimately be written with one dash in Open MPI (no translation).
 _SINGLE_DASH_OK = {"-np", "-n", "-c", "-H", "-x", "-q", "-v", "-V", "-h", "-d"}
@@ -34,6 +35,43 @@ def split_arg_string(value: str, source: str) -> List[str]:
         return shlex.split(value, comments=False, posix=True)
     except ValueError as exc:
         raise UsageError(f"{source}: cannot split {value!r}: {exc}") from None
+
+
+class Piece(namedtuple("Piece", "tokens source default")):
+    """One piece of the user's mpirun arguments, split into words once: tokens (as written),
+    source (the variable, flag or tune file it came from, for messages), default (the
+    ModelArts default, not the user's own words)."""
+
+    __slots__ = ()
+
+
+def pieces(settings: Sequence, imported=None) -> Tuple[Piece, ...]:
+    """The user's mpirun pieces in the order mpirun reads them: OPENMPI_BIND_ARGS, _X_ARGS,
+    _MCA_ARGS, _EXTRA_ARGS (``settings``: their Settings), then the ``-x``/``-mca`` lines of a
+    tune file the user wrote (``imported``: a TuneImport). Every error in them (an unbalanced
+    quote, an option without its value) is raised here, while the configuration is built:
+    before a log dir or any file exists. Every backend, the preflight and the placement read
+    these, never the strings again."""
+    out = [Piece(tuple(split_arg_string(str(s.value), s.source)), s.source, s.source == "default")
+           for s in settings]
+    if imported is not None:
+        out.append(Piece(tuple(imported.x_tokens) + tuple(imported.mca_tokens), imported.path, False))
+    for p in out:
+        normalize(p.tokens, OMPI4, p.source)   # the arity of every option, in any dialect
+    return tuple(out)
+
+
+def words(all_pieces: Sequence[Piece]) -> List[str]:
+    """Every token of the pieces, in order."""
+    return [tok for p in all_pieces for tok in p.tokens]
+
+
+SSH_PARAMS = ("plm_rsh_args", "plm_ssh_args")
+
+
+def ssh_params_given(all_pieces: Sequence[Piece]) -> bool:
+    """The user's pieces carry the ssh options themselves (ModelArts' ``-mca plm_rsh_args``)."""
+    return any(has_param(normalize(p.tokens, OMPI4, p.source), SSH_PARAMS) for p in all_pieces)
 
 
 def _canonical_option(token: str) -> Tuple[str, str]:

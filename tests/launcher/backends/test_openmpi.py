@@ -115,24 +115,6 @@ def test_rank_options_passed_through(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("argv, env, message", [
-    (["-np", "5", "-H", "a:2,b:2"], {}, "--np=5 is more than the 4 slot(s) of -H; add slots or pass --oversubscribe"),
-    ([], {"OPENMPI_NP": "zero"}, "OPENMPI_NP='zero': not a whole number; give a whole number between 1 and 10000000"),
-    ([], {"OPENMPI_NP": "0"}, "OPENMPI_NP='0': out of range; give a whole number between 1 and 10000000"),
-    (["-np", "1"], {"SSHD_PORT": "70000"}, "SSHD_PORT='70000': out of range; give a port between 1 and 65535"),
-    (["-np", "1", "--master_port", "80"], {}, "--master_port=80: a privileged port; give 0 (pick a free port) or a port between 1024 and 65535"),
-    (["-np", "1"], {"OPENMPI_BIND_ARGS": "-bind-to 'none"}, "OPENMPI_BIND_ARGS: cannot split \"-bind-to 'none\": No closing quotation"),
-    (["-np", "1"], {"OPENMPI_MCA_ARGS": "-mca btl"}, "OPENMPI_MCA_ARGS: option -mca needs 2 value(s)"),
-    (["-np", "1", "--ssh-port", "22"], {"OPENMPI_MCA_ARGS": "-mca plm_rsh_args -p22"},
-     "the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a plm_rsh_args in the MCA/extra args; keep one"),
-    (["-np", "1", "--tail_worker_log", "x"], {}, "--tail_worker_log='x': not a rank list; give -1 (every rank), none, or a comma list of ranks such as 0,3"),
-])
-def test_bad_input_is_one_clear_line(argv, env, message, tmp_path):
-    with pytest.raises(UsageError) as err:
-        make(argv, env, M5, tmp_path)
-    assert str(err.value) == message
-
-
 @pytest.mark.parametrize("text, expected", [
     ("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n", ((5, 0, 11), OMPI5)),
     ("mpirun (Open MPI) 4.1.4\n", ((4, 1, 4), OMPI4)),

@@ -61,10 +61,13 @@ def test_rank_side_rule(spec, rank, size, local, bad):
 def test_plan_side_spec():
     from collections import namedtuple
 
+    from mpilaunch.config import mpiargs
     from mpilaunch.config.launchconfig import Setting
     from mpilaunch.config.hostfile import Host
 
-    C = namedtuple("C", "hosts np bind_args extra_args mca_args")
+    def C(hosts, np, *settings):   # the configuration's fields the placement reads
+        return namedtuple("C", "hosts np mpi_pieces")(hosts, np, mpiargs.pieces(settings))
+
     slot = Setting("-bind-to none -map-by slot", "default")
     none = Setting("", "default")
     hosts = (Host("a", 2), Host("b", 2))
