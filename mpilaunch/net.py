@@ -63,6 +63,16 @@ def is_ipv4(text) -> bool:
         return False
 
 
+def is_ipv6(text) -> bool:
+    """``text`` is an IPv6 address (no brackets, no zone index)."""
+    import _socket
+
+    try:
+        return bool(text) and "%" not in text and bool(_socket.inet_pton(_socket.AF_INET6, text))
+    except (OSError, TypeError, ValueError):
+        return False
+
+
 def ipv4s(name: str) -> List[str]:
     """``name``'s IPv4 addresses in the resolver's order (``/etc/gai.conf`` preference), an
     address given as text being its own; ``[]`` when it does not resolve."""
@@ -266,7 +276,11 @@ def is_here(host, addrs: Iterable[str] = ()) -> bool:
     """The one rule for "is this host this machine": ``host`` (a name, or anything with a
     ``name``, such as hostfile.Host) is ``localhost`` or the like, this machine's host name
     (full or short), or an address of it (loopback or an interface's); so is any of ``addrs``
-    (the name's addresses, when the caller has resolved it). No DNS look-up here."""
+    (the name's addresses, when the caller has resolved it). No DNS look-up here. An entry
+    with an ssh port of its own never is: one address may stand for several containers, each
+    with its sshd on its own port (config/sshconfig.py), so it is reached over ssh."""
+    if getattr(host, "port", None) is not None:
+        return False
     name = getattr(host, "name", host)
     low = name.lower()
     if low in LOCAL_NAMES:

@@ -21,7 +21,7 @@ SSH_CLOSED = re.compile(r"Connection to (\S+) closed by remote host")
 
 class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_root ssh broadcast args "
                             "dropped_x hostfile_path tune_path rank_command extra_env noprefix stdin "
-                            "scheduler", defaults=({}, False, None, None))):
+                            "scheduler ssh_config", defaults=({}, False, None, None, None))):
     """mpi: MpiInfo;
     hosts: Tuple[hf.Host, ...];
     np: int;
@@ -38,7 +38,8 @@ class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_roo
     noprefix: bool # Open MPI 4 by absolute path acts as --prefix: PATH gets its bin first.
     stdin: the --stdin target: a rank, all, none; None: rank 0, or none when the launcher's
         stdin is closed or /dev/null (launcher.stdin_target; neither is written);
-    scheduler: (started on rank 0: bool, why: str) or None, for the failure summary.
+    scheduler: (started on rank 0: bool, why: str) or None, for the failure summary;
+    ssh_config: (path, text) of the job's ssh configuration (config/sshconfig.py) or None.
     (A namedtuple: see docs/ARCHITECTURE.md, "How the adapter starts".)"""
 
     __slots__ = ()

@@ -36,6 +36,7 @@ from mpilaunch.backends.base import Backend, LaunchPlan, show_files, with_routed
 from mpilaunch.contract import is_secret
 from mpilaunch.errors import UsageError
 from mpilaunch.config.mpi import IMPI, MPICH
+from mpilaunch.config import sshconfig
 
 # Hydra options a user may write in OPENMPI_EXTRA_ARGS as they are, with their arity.
 HYDRA_OPTIONS = {
@@ -103,7 +104,8 @@ class Hydra(Backend):
         return {**plan.extra_env, ENV_END: "1"}
 
     def files(self, plan):
-        return [(plan.hostfile_path, render_hostfile(plan.hosts))]   # no tune file: -genvlist
+        # no tune file: -genvlist
+        return [(plan.hostfile_path, render_hostfile(plan.hosts))] + ([plan.ssh_config] if plan.ssh_config else [])
 
     def show(self, plan, env) -> None:
         from mpilaunch.config import mpiargs
@@ -261,7 +263,7 @@ def intel_iface(hosts) -> List[str]:
 
 def render_hostfile(hosts) -> str:
     """Hydra's hostfile: ``host:N`` per line (Open MPI's ``slots=`` form is not read)."""
-    return "".join(f"{h.name}:{h.slots}\n" for h in hosts)
+    return "".join(f"{sshconfig.alias(h)}:{h.slots}\n" for h in hosts)
 
 
 def genv_tokens(names: Sequence[str]) -> List[str]:
@@ -317,7 +319,7 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
         ssh_found += t.ssh_args
 
     # given twice (here and in the pieces) is refused where the configuration is built
-    ssh_args = ([] if cfg.ssh_port is None else ["-p", str(cfg.ssh_port)]) + list(cfg.ssh_extra)
+    ssh_args = sshconfig.mpi_ssh_args(cfg, run_dir)   # a port per host: the job's ssh config
     if not net.all_here(cfg.hosts):   # a proxy's ssh ends when its host's link dies (no control master)
         from mpilaunch.ssh import keepalive_options
 
@@ -328,6 +330,11 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     ssh, ssh_env = ssh_tokens(ssh_args or ssh_found, mpi.dialect)
     if mpi.dialect == IMPI and "-iface" not in args and not env.get("I_MPI_HYDRA_IFACE"):
         args += intel_iface(cfg.hosts)
+    elif (mpi.dialect == MPICH and sshconfig.needed(cfg.hosts) and "-iface" not in args
+          and not env.get("HYDRA_IFACE")):
+        # with the job's aliases no hostfile entry is this host, and MPICH's proxies then
+        # connect back to this host's name as Intel's do (measured: "unable to get host address")
+        args += intel_iface(cfg.hosts)
 
     selected, only_in_file = broadcast.selection(env, cfg.env_prefixes, cfg.tune_import)
     moved.update(only_in_file)
@@ -337,7 +344,7 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
         ssh=tuple(ssh), broadcast=broadcast.Broadcast((), routed), args=tuple(args),
         dropped_x=tuple(dict.fromkeys(dropped)), hostfile_path=os.path.join(run_dir, "hostfile"),
         tune_path=cfg.tune_path or os.path.join(run_dir, "tune.env"),
-        extra_env={**ssh_env, **moved}, noprefix=False)
+        extra_env={**ssh_env, **moved}, noprefix=False, ssh_config=sshconfig.job_file(cfg, run_dir))
 
 
 def _canonical(raw: Sequence[str], source: str) -> List[str]:

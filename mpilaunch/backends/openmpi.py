@@ -16,6 +16,7 @@ from typing import List, Mapping
 from mpilaunch import contract
 from mpilaunch.config import mpiargs, broadcast
 from mpilaunch.config import hostfile as hf
+from mpilaunch.config import sshconfig
 from mpilaunch.backends.base import SSH_CLOSED, Backend, LaunchPlan, show_files, with_routed
 from mpilaunch.config.mpi import OMPI4, MpiInfo
 from mpilaunch.backends.rankcmd import rank_command
@@ -72,7 +73,7 @@ class OpenMpi(Backend):
 
     def files(self, plan):
         return [(plan.hostfile_path, hf.render_hostfile(plan.hosts)),
-                (plan.tune_path, broadcast.render(plan.broadcast))]
+                (plan.tune_path, broadcast.render(plan.broadcast))] + ([plan.ssh_config] if plan.ssh_config else [])
 
     def show(self, plan, env) -> None:
         show(plan, env, self.files(plan))
@@ -120,7 +121,7 @@ def make_plan(cfg, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int
     tokens, moved = mpiargs.route_secret_x(tokens)
 
     # given twice (here and in the pieces) is refused where the configuration is built
-    ssh_args = ([] if cfg.ssh_port is None else ["-p", str(cfg.ssh_port)]) + list(cfg.ssh_extra)
+    ssh_args = sshconfig.mpi_ssh_args(cfg, run_dir)   # a port per host: the job's ssh config
 
     from mpilaunch import net
 
@@ -150,6 +151,7 @@ def make_plan(cfg, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int
         noprefix=(dialect == OMPI4 and os.path.dirname(mpi.path) in SYSTEM_BIN_DIRS),
         stdin=cfg.stdin,
         scheduler=(cfg.scheduler, cfg.scheduler_why),
+        ssh_config=sshconfig.job_file(cfg, run_dir),
     )
 
 

@@ -28,6 +28,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from mpilaunch import ssh
 from mpilaunch.check import outliers
+from mpilaunch.config import hostfile as hf
 from mpilaunch.check.schedule import (GEMM_MAX_SHARED, ROUNDS, Windows, combine, link_waves,
                                       retest_links, ring_links, windows)
 from mpilaunch.check.results import FAIL, OK, CheckResult, Params
@@ -208,8 +209,8 @@ def passed_hosts(p: Params, results: Sequence[CheckResult]) -> List[tuple]:
     """(index, name, addr, slots) of the hosts with no failed check, in hostfile order."""
     failed = {r.host for r in results if r.status == FAIL and r.host}
     addr = {r.host: r.addr for r in results if r.host and r.addr}
-    return [(i, h.name, addr.get(h.name, h.name), h.slots) for i, h in enumerate(p.hosts)
-            if h.name not in failed]
+    return [(i, hf.label(h), addr.get(hf.label(h), h.name), h.slots) for i, h in enumerate(p.hosts)
+            if hf.label(h) not in failed]
 
 
 def agent_ports(results: Sequence[CheckResult]) -> Dict[str, int]:
@@ -258,8 +259,8 @@ def run_deep(p: Params, results: Sequence[CheckResult], dp: DeepParams, token: s
     good = passed_hosts(p, results)
     names = {h[1] for h in good}
     addr = {r.host: r.addr for r in results if r.host and r.addr}
-    dismiss([(i, h.name, addr.get(h.name, ""), h.slots) for i, h in enumerate(p.hosts)
-             if h.name not in names], ports, token, timeout, parallel)
+    dismiss([(i, hf.label(h), addr.get(hf.label(h), ""), h.slots) for i, h in enumerate(p.hosts)
+             if hf.label(h) not in names], ports, token, timeout, parallel)
     agents, bad = start_agents(good, ports, token, timeout, parallel)
     _phase("agents connected", t0)
     try:
@@ -364,13 +365,13 @@ def gate_fails(cfg, env) -> bool:
     import sys
     from types import SimpleNamespace
 
-    from mpilaunch.config import launchconfig, mpi
+    from mpilaunch.config import mpi, preflight
     from mpilaunch.check.results import DEFAULT_PARALLEL, DEFAULT_TIMEOUT, LEVEL_FULL, failed
     from mpilaunch.check.results import params_from_config
 
     p = params_from_config(cfg, level=LEVEL_FULL, mpi_info=mpi.detect(cfg.mpirun, env),
                            check_script=True)
-    results, report = check_deep(p, launchconfig.deep_settings(SimpleNamespace(), env), cfg.log_dir,
+    results, report = check_deep(p, cfg.deep or preflight.deep_settings(SimpleNamespace(), env), cfg.log_dir,
                                  DEFAULT_TIMEOUT, DEFAULT_PARALLEL)
     bad = failed(results)
     for r in bad:

@@ -14,6 +14,7 @@ from typing import List, Optional, Sequence
 
 from mpilaunch import contract, net, ssh
 from mpilaunch.config import hostfile as hf
+from mpilaunch.config import sshconfig
 from mpilaunch.check.probe import evaluate_probe, parse_probe_output, probe_argv
 from mpilaunch.check.results import (
     DEFAULT_PARALLEL, DEFAULT_TIMEOUT, FAIL, LEVEL_FULL, LEVEL_SSH, OK, SKIP, CheckResult, Params,
@@ -43,11 +44,15 @@ def _local_probe(name: str, addr: str, p: Params, rank0: bool, timeout: float) -
 def check_host(index: int, host: hf.Host, p: Params, timeout: float) -> List[CheckResult]:
     """Every check for one host; each step bounded by ``timeout`` (the ssh step by 2x: log in,
     then run)."""
-    name = host.name
+    # ssh goes to the real name with the entry's port (config/sshconfig.py: the same sshd as the
+    # MPI's alias); results name the entry (address:port when one address has several)
+    name, port = host.name, sshconfig.port_of(host, p.ssh_port)
     rank0 = index == 0
     out: List[CheckResult] = []
     t0 = time.monotonic()
-    target = ssh.ssh_target(name, p.ssh_port, p.ssh_extra, timeout=max(2.0, min(timeout, 10.0)))
+    target = ssh.ssh_target(name, port, p.ssh_extra, timeout=max(2.0, min(timeout, 10.0)))
+    name = hf.label(host)
+    psrc = p.port_source if host.port is None else f"the port given in {p.hosts_source}"
     addrs, why = net.resolve(target.hostname, timeout)
     if addrs is None:
         via = f" (ssh HostName {target.hostname})" if target.hostname != name else ""
@@ -58,7 +63,7 @@ def check_host(index: int, host: hf.Host, p: Params, timeout: float) -> List[Che
     addr = addrs[0]
     out.append(CheckResult(name, addr, "resolve", OK, ", ".join(addrs[:3]), time.monotonic() - t0))
 
-    if net.is_here(name, addrs) or net.is_here(target.hostname, addrs):
+    if host.port is None and (net.is_here(host.name, addrs) or net.is_here(target.hostname, addrs)):
         out.append(CheckResult(name, addr, "ssh-port", SKIP, "local host"))
         out.append(CheckResult(name, addr, "ssh", SKIP, "local host"))
         if p.level != LEVEL_FULL:
@@ -73,7 +78,7 @@ def check_host(index: int, host: hf.Host, p: Params, timeout: float) -> List[Che
     err = ssh.tcp_probe(addr, target.port, timeout)
     if err is not None:
         out.append(CheckResult(name, addr, "ssh-port", FAIL,
-                               ssh.port_message(err, target.port, timeout, p.port_source),
+                               ssh.port_message(err, target.port, timeout, psrc),
                                time.monotonic() - t1))
         return out + skip_rest(name, addr, "ssh-port", p.level)
     out.append(CheckResult(name, addr, "ssh-port", OK, f"port {target.port}", time.monotonic() - t1))
@@ -84,7 +89,7 @@ def check_host(index: int, host: hf.Host, p: Params, timeout: float) -> List[Che
         remote = None   # the launch preflight: authenticate, leave the master for mpirun's ssh
     try:
         extra = list(p.ssh_extra) + ssh.mux_master_options(p.ssh_mux)
-        proc = _run(ssh.ssh_argv(name, p.ssh_port, extra, timeout, remote), 2 * timeout)
+        proc = _run(ssh.ssh_argv(host.name, port, extra, timeout, remote), 2 * timeout)
     except FileNotFoundError:
         out.append(CheckResult(name, addr, "ssh", FAIL, ssh.NO_SSH))
         return out + skip_rest(name, addr, "ssh", p.level)
@@ -95,7 +100,7 @@ def check_host(index: int, host: hf.Host, p: Params, timeout: float) -> List[Che
         return out + skip_rest(name, addr, "ssh", p.level)
     if proc.returncode == 255:
         out.append(CheckResult(name, addr, "ssh", FAIL,
-                               ssh.classify_ssh_error(proc.stderr, target.port, timeout, p.port_source),
+                               ssh.classify_ssh_error(proc.stderr, target.port, timeout, psrc),
                                time.monotonic() - t2))
         return out + skip_rest(name, addr, "ssh", p.level)
     out.append(CheckResult(name, addr, "ssh", OK, "login ok", time.monotonic() - t2))
@@ -144,7 +149,7 @@ def run_checks(cfg_or_params, timeout: float = DEFAULT_TIMEOUT, *, level: Option
     per_host = ssh.parallel_map(lambda item: check_host(item[0], item[1], p, timeout), hosts, parallel)
     for (_, host), res in zip(hosts, per_host):
         if isinstance(res, BaseException):
-            results.append(CheckResult(host.name, "", "ssh", FAIL, f"internal error: {res!r}"))
+            results.append(CheckResult(hf.label(host), "", "ssh", FAIL, f"internal error: {res!r}"))
         else:
             results.extend(res)
     return results

@@ -222,6 +222,10 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     if launcher == "mpirun" and (port is not None or extra) and mpiargs.ssh_params_given(pieces):
         raise UsageError("the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
                          "plm_rsh_args in the MCA/extra args; keep one")
+    from mpilaunch.config import sshconfig   # a port per host: every ssh of the launch can use it
+
+    sshconfig.validate(hosts, hosts_source, extra, launcher, allocation.in_slurm(env),
+                       mpiargs.ssh_params_given(pieces))
     return LaunchConfig(
         bind_numa=msrun.bind_numa(args.bind_numa),
         sim_level=sim_level,

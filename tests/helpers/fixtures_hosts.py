@@ -40,7 +40,8 @@ import pytest
 
 from helpers import hosts
 
-__all__ = ["testhosts", "testhosts_healthy", "scalehosts", "scalehosts_healthy", "TestHosts",
+__all__ = ["testhosts", "testhosts_healthy", "scalehosts", "scalehosts_healthy", "porthosts",
+           "sharedhosts", "v6hosts", "TestHosts",
            "TestHost", "N_TEST_HOSTS", "SESSION_PREFIXES", "SCALE_PREFIXES", "scale_hosts_wanted"]
 
 N_TEST_HOSTS = 3
@@ -65,6 +66,7 @@ class TestHost:
         self.veth = d["veth"]            # root-namespace end of its link
         self.sshd_pid = d["sshd_pid"]
         self.sshd_log = d["sshd_log"]
+        self.port = d.get("port", hosts.SSH_PORT)   # its sshd's port
 
     def __repr__(self):
         return "TestHost(%d, %s, %s)" % (self.index, self.addr, self.hostname)
@@ -224,6 +226,27 @@ def testhosts_healthy(testhosts):
     testhosts.restore_all()
 
 
+# Networks as clusters have them (tests/multihost/test_ports.py, test_ipv6.py): three hosts
+# with sshd on ports 2201-2203 at their own addresses; three behind one address (one namespace,
+# a UTS and mount namespace per sshd: containers sharing a machine); two IPv6-only hosts.
+PORTS = [2201, 2202, 2203]
+
+
+@pytest.fixture(scope="session")
+def porthosts(request):
+    return _session_set(request, 3, ("mlpa", "mlpb"), wide=False, ports=PORTS)
+
+
+@pytest.fixture(scope="session")
+def sharedhosts(request):
+    return _session_set(request, 3, ("mlsa", "mlsb"), wide=False, ports=PORTS, shared=True)
+
+
+@pytest.fixture(scope="session")
+def v6hosts(request):
+    return _session_set(request, 2, ("mlsix", "mlsev"), wide=False, ipv6=True)
+
+
 @pytest.fixture(scope="session")
 def scalehosts(request):
     """``MPILAUNCH_SCALE_HOSTS`` (16) namespace hosts in a wide set; torn down at session end."""
@@ -237,7 +260,7 @@ def scalehosts_healthy(scalehosts):
     scalehosts.restore_all()
 
 
-def _session_set(request, n, prefixes, wide):
+def _session_set(request, n, prefixes, wide, **layout):
     why = hosts.missing_prereqs()
     if why:
         pytest.skip(why)
@@ -257,7 +280,7 @@ def _session_set(request, n, prefixes, wide):
         atexit.register(teardown)
         request.addfinalizer(teardown)
         try:
-            desc = hosts.up(n, prefix=prefix, owner_pid=os.getpid(), wide=wide)
+            desc = hosts.up(n, prefix=prefix, owner_pid=os.getpid(), wide=wide, **layout)
             break
         except hosts.PrefixInUse:
             done.append(True)        # not ours: never tear it down

@@ -38,11 +38,11 @@ def start_sshd(prefix, i):
         if proc.alive(rec["pid"], rec.get("starttime")):
             return rec["pid"]
         sd = st["state_dir"]
-        p = sshd.spawn_sshd(prefix, i, sd, netns.host_name(prefix, i))
+        ns, addr, port = sshd.layout(st, i)
+        p = sshd.spawn_sshd(prefix, i, sd, netns.host_name(prefix, i), ns)
         rec.update(pid=p.pid, starttime=proc.starttime(p.pid))
         state.write_json(state.state_path(prefix), st)
-        sshd.wait_listening(netns.host_addr(st["block"], i), sshd.SSH_PORT, p,
-                            os.path.join(sd, "sshd-%d.log" % i))
+        sshd.wait_listening(addr, port, p, os.path.join(sd, "sshd-%d.log" % i))
         rec["starttime"] = proc.starttime(p.pid)
         state.write_json(state.state_path(prefix), st)
         state.update_hosts_json(st, i, p.pid)

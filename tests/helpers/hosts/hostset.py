@@ -48,10 +48,17 @@ def prefix_in_use(prefix):
     return state.owner_alive(st)
 
 
-def up(n, prefix="mlt", block=None, owner_pid=None, verify=True, quiet=True, wide=None):
+def up(n, prefix="mlt", block=None, owner_pid=None, verify=True, quiet=True, wide=None,
+       ports=None, shared=False, ipv6=False):
     """Bring up n hosts; return the hosts.json dict.  On any failure, tears down.
     ``wide``: take a /24 of its own (blocks 8..23: the scale sets, up to 240 hosts) instead
-    of a /27 of 10.231.0.0/24; default: wide when n does not fit a /27."""
+    of a /27 of 10.231.0.0/24; default: wide when n does not fit a /27. ``ports``: each host's
+    sshd port (default 2222 each); ``shared``: every host's sshd in host 1's namespace (one
+    address; give distinct ports); ``ipv6``: IPv6-only hosts (sshd.layout)."""
+    if ports is not None and len(ports) != n:
+        raise TestHostsError("give one port per host")
+    if shared and len(set(ports or ())) != n:
+        raise TestHostsError("hosts sharing one address need a port each")
     state.check_prefix(prefix)
     if wide is None:
         wide = n > netns.MAX_HOSTS if block is None else netns.is_wide(block)
@@ -89,6 +96,7 @@ def up(n, prefix="mlt", block=None, owner_pid=None, verify=True, quiet=True, wid
             "v": 1, "prefix": prefix, "block": block, "n": n, "state_dir": sd,
             "bridge": None, "netns": [], "veths": [], "pids": [],
             "auth_line": None,
+            "ports": list(ports) if ports else None, "shared": bool(shared), "ipv6": bool(ipv6),
             "owner_pid": owner_pid,
             "owner_starttime": proc.starttime(owner_pid) if owner_pid else None,
         }
@@ -110,7 +118,7 @@ def _build(st, verify):
     def save():
         state.write_json(state.state_path(prefix), st)
 
-    key, auth_line = sshd.make_keys(prefix, sd, block)
+    key, auth_line = sshd.make_keys(prefix, sd, block, st.get("ipv6"))
     st["auth_line"] = auth_line
     save()
     sshd.add_auth_line(auth_line)
@@ -118,29 +126,31 @@ def _build(st, verify):
     br = netns.bridge_name(prefix)
     st["bridge"] = br
     save()
-    netns.add_bridge(prefix, block)
+    netns.add_bridge(prefix, block, st.get("ipv6"))
 
     # recorded first: down() removes whichever of them the batches managed to create
-    st["netns"] = [netns.netns_name(prefix, i) for i in range(1, n + 1)]
-    st["veths"] = [netns.veth_root(prefix, i) for i in range(1, n + 1)]
+    n_ns = 1 if st.get("shared") else n
+    st["netns"] = [netns.netns_name(prefix, i) for i in range(1, n_ns + 1)]
+    st["veths"] = [netns.veth_root(prefix, i) for i in range(1, n_ns + 1)]
     save()
-    netns.add_host_links(prefix, 1, n, block)
+    netns.add_host_links(prefix, 1, n_ns, block, st.get("ipv6"))
 
     with open(os.path.join(sd, "ssh_config"), "w") as f:
-        f.write(sshd.ssh_config(prefix, block, n, key))
+        f.write(sshd.ssh_config(prefix, block, n, key, st))
 
     procs = []
     for i in range(1, n + 1):
+        ns = sshd.layout(st, i)[0]
         with open(os.path.join(sd, "sshd-%d.conf" % i), "w") as f:
-            f.write(sshd.sshd_config(prefix, i, block, sd))
-        p = sshd.spawn_sshd(prefix, i, sd, netns.host_name(prefix, i))
+            f.write(sshd.sshd_config(prefix, i, block, sd, st))
+        p = sshd.spawn_sshd(prefix, i, sd, netns.host_name(prefix, i), ns)
         procs.append(p)
-        st["pids"].append({"pid": p.pid, "host": i, "netns": netns.netns_name(prefix, i),
+        st["pids"].append({"pid": p.pid, "host": i, "netns": ns,
                            "starttime": proc.starttime(p.pid)})
         save()
     for i, p in enumerate(procs, 1):
-        sshd.wait_listening(netns.host_addr(block, i), sshd.SSH_PORT, p,
-                            os.path.join(sd, "sshd-%d.log" % i))
+        _, addr, port = sshd.layout(st, i)
+        sshd.wait_listening(addr, port, p, os.path.join(sd, "sshd-%d.log" % i))
         # the pid is sshd itself once it listens: record its exec'd start time (same)
         st["pids"][i - 1]["starttime"] = proc.starttime(p.pid)
     save()
@@ -150,16 +160,18 @@ def _build(st, verify):
         "block": block,
         "subnet": netns.set_cidr(block),
         "bridge": {"name": br, "addr": netns.bridge_addr(block)},
-        "port": sshd.SSH_PORT,
+        "port": sshd.SSH_PORT if not st.get("ports") else None,
+        "ipv6": bool(st.get("ipv6")), "shared": bool(st.get("shared")),
         "state_dir": sd,
         "ssh_config": os.path.join(sd, "ssh_config"),
         "key": key,
         "hosts": [{
             "index": i,
-            "addr": netns.host_addr(block, i),
+            "addr": sshd.layout(st, i)[1],
+            "port": sshd.layout(st, i)[2],
             "hostname": netns.host_name(prefix, i),
-            "netns": netns.netns_name(prefix, i),
-            "veth": netns.veth_root(prefix, i),
+            "netns": sshd.layout(st, i)[0],
+            "veth": netns.veth_root(prefix, 1 if st.get("shared") else i),
             "sshd_pid": procs[i - 1].pid,
             "sshd_config": os.path.join(sd, "sshd-%d.conf" % i),
             "sshd_log": os.path.join(sd, "sshd-%d.log" % i),
@@ -226,7 +238,9 @@ def processes(prefix):
     set except its listening sshd: after a job, what the job left behind there."""
     st = state.load(prefix)
     listeners = {rec["pid"] for rec in st.get("pids") or []}
-    index = {netns.netns_name(prefix, i): i for i in range(1, int(st["n"]) + 1)}
+    index = {}
+    for i in range(1, int(st["n"]) + 1):   # hosts sharing one namespace: counted as the first
+        index.setdefault(sshd.layout(st, i)[0], i)
     out = {}
     for ns, pids in scan.pids_by_netns(list(index)).items():
         out[index[ns]] = [(pid, scan.cmdline(pid)) for pid in pids

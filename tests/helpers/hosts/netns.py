@@ -70,6 +70,23 @@ def host_addr(block, i):
     return "%s.%d.%d" % (RANGE, _octet(block), block_base(block) + 10 + i)
 
 
+# IPv6-only sets (``ipv6=True``): a ULA /64 per block inside fd00:231::/32, on the bridge and in
+# each namespace (``nodad``: usable at once), and no IPv4 address in the namespaces.
+V6_RANGE = "fd00:231"
+
+
+def bridge_addr6(block):
+    return "%s:%d::1" % (V6_RANGE, block)
+
+
+def host_addr6(block, i):
+    return "%s:%d::%d" % (V6_RANGE, block, 10 + i)
+
+
+def set_cidr6(block):
+    return "%s:%d::/64" % (V6_RANGE, block)
+
+
 def block_of(addr):
     """The block an address of ours lies in, or None (not in a block of ours)."""
     m = re.match(r"^10\.231\.(\d+)\.(\d+)$", addr)
@@ -141,11 +158,14 @@ def probe_netns(prefix):
     return None
 
 
-def add_bridge(prefix, block):
+def add_bridge(prefix, block, ipv6=False):
     br = bridge_name(prefix)
     proc.run(["ip", "link", "add", "name", br, "type", "bridge"])
     proc.quiet(["ip", "link", "set", "dev", br, "addrgenmode", "none"])  # no IPv6 chatter
+    # the IPv4 address also marks the block as taken (blocks_with_addresses), in IPv6 sets too
     proc.run(["ip", "addr", "add", "%s/%d" % (bridge_addr(block), mask_len(block)), "dev", br])
+    if ipv6:
+        proc.run(["ip", "-6", "addr", "add", bridge_addr6(block) + "/64", "dev", br, "nodad"])
     proc.run(["ip", "link", "set", "dev", br, "up"])
 
 
@@ -162,9 +182,10 @@ def batch(lines, ns=None, optional=()):
             p.stderr.strip()))
 
 
-def add_host_links(prefix, first, last, block):
+def add_host_links(prefix, first, last, block, ipv6=False):
     """Hosts first..last at once: their namespaces and veths (one root-side batch), then
-    inside each namespace its address and links (one batch per namespace)."""
+    inside each namespace its address (IPv6 only with ``ipv6``) and links (one batch per
+    namespace)."""
     root, optional = [], set()
     for i in range(first, last + 1):
         ns, vr = netns_name(prefix, i), veth_root(prefix, i)
@@ -176,8 +197,9 @@ def add_host_links(prefix, first, last, block):
                  "link set dev %s up" % vr]
     batch(root, optional=optional)
     for i in range(first, last + 1):
-        batch(["link set dev eth0 addrgenmode none",
-               "addr add %s/%d dev eth0" % (host_addr(block, i), mask_len(block)),
+        addr = ("addr add %s/64 dev eth0 nodad" % host_addr6(block, i) if ipv6 else
+                "addr add %s/%d dev eth0" % (host_addr(block, i), mask_len(block)))
+        batch(["link set dev eth0 addrgenmode none", addr,
                "link set dev eth0 up", "link set dev lo up"],
               ns=netns_name(prefix, i), optional={0})
 

@@ -20,13 +20,27 @@ CREATED_SSH_DIR_MARKER = os.path.join(BASE_DIR, ".created-root-ssh-dir")
 NSINIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nsinit.py")
 
 
-def sshd_config(prefix, i, block, sd):
-    addr = netns.host_addr(block, i)
+def layout(st, i):
+    """(netns, address, sshd port) of host i of the set whose state is ``st``: by default its
+    own namespace, 10.231.x address and port 2222; ``ports`` gives each host its own port,
+    ``shared`` puts every host's sshd into host 1's namespace (one address, a UTS and mount
+    namespace each: containers sharing a machine), ``ipv6`` uses the set's fd00:231::/32 ULA."""
+    ports = st.get("ports") or []
+    port = ports[i - 1] if len(ports) >= i else SSH_PORT
+    j = 1 if st.get("shared") else i
+    addr = netns.host_addr6(st["block"], j) if st.get("ipv6") else netns.host_addr(st["block"], j)
+    return netns.netns_name(st["prefix"], j), addr, port
+
+
+def sshd_config(prefix, i, block, sd, st=None):
+    st = st or {"prefix": prefix, "block": block}
+    _, addr, port = layout(st, i)
+    v6 = ":" in addr
     return "\n".join([
         "# sshd for test host %s (%s) -- written by tests/helpers/hosts (scripts/testhosts.py)" % (
             netns.host_name(prefix, i), addr),
-        "ListenAddress %s:%d" % (addr, SSH_PORT),
-        "AddressFamily inet",
+        ("ListenAddress [%s]:%d" if v6 else "ListenAddress %s:%d") % (addr, port),
+        "AddressFamily %s" % ("inet6" if v6 else "inet"),
         "HostKey %s" % os.path.join(sd, "ssh_host_ed25519_key"),
         "PidFile %s" % os.path.join(sd, "sshd-%d.pid" % i),
         "PermitRootLogin prohibit-password",
@@ -48,15 +62,25 @@ def sshd_config(prefix, i, block, sd):
     ])
 
 
-def ssh_config(prefix, block, n, key):
+def ssh_config(prefix, block, n, key, st=None):
+    """Host blocks for every host (by name; by address too when each has its own); a set with
+    ports of its own gives them per name only (one address may have several): ssh to an
+    address then needs ``-p``, as a hostfile's ``port=`` gives it."""
+    st = st or {"prefix": prefix, "block": block}
+    own_ports = bool(st.get("ports"))
     lines = ["# ssh client config for test hosts '%s' -- use: ssh -F <this file> <addr>"
              % prefix]
     for i in range(1, n + 1):
-        lines.append("Host %s %s" % (netns.host_addr(block, i), netns.host_name(prefix, i)))
-        lines.append("    HostName %s" % netns.host_addr(block, i))
-    lines.append("Host %s %s-host*" % (netns.host_glob(block), prefix))
-    lines += [
-        "    Port %d" % SSH_PORT,
+        _, addr, port = layout(st, i)
+        names = netns.host_name(prefix, i) if (own_ports or st.get("shared")) else (
+            "%s %s" % (addr, netns.host_name(prefix, i)))
+        lines.append("Host %s" % names)
+        lines.append("    HostName %s" % addr)
+        if own_ports:
+            lines.append("    Port %d" % port)
+    v6 = "%s:%d::*" % (netns.V6_RANGE, block) if st.get("ipv6") else netns.host_glob(block)
+    lines.append("Host %s %s-host*" % (v6, prefix))
+    lines += ([] if own_ports else ["    Port %d" % SSH_PORT]) + [
         "    User root",
         "    IdentityFile %s" % key,
         "    IdentitiesOnly yes",
@@ -73,13 +97,13 @@ def ssh_config(prefix, block, n, key):
         "    ForwardX11 no",
         "    ControlMaster no",
         "    ControlPath none",
-        "    AddressFamily inet",
+        "    AddressFamily %s" % ("inet6" if st.get("ipv6") else "inet"),
         "",
     ]
     return "\n".join(lines)
 
 
-def make_keys(prefix, sd, block=0):
+def make_keys(prefix, sd, block=0, ipv6=False):
     """A client key (to be authorized for root) and one host key shared by the sshds.
     Returns (client key path, the authorized_keys line for it)."""
     key = os.path.join(sd, "id_ed25519")
@@ -90,8 +114,8 @@ def make_keys(prefix, sd, block=0):
               "-f", os.path.join(sd, "ssh_host_ed25519_key")])
     with open(key + ".pub") as f:
         pub = f.read().split()
-    auth_line = 'from="%s" %s %s %s:%s:%s' % (netns.set_cidr(block), pub[0], pub[1],
-                                              MARKER, prefix, nonce)
+    cidr = netns.set_cidr(block) + ("," + netns.set_cidr6(block) if ipv6 else "")
+    auth_line = 'from="%s" %s %s %s:%s:%s' % (cidr, pub[0], pub[1], MARKER, prefix, nonce)
     return key, auth_line
 
 
@@ -163,11 +187,11 @@ def remove_auth_lines(prefix, exact_line=None):
     os.replace(tmp, AUTH_KEYS)
 
 
-def spawn_sshd(prefix, i, sd, hostname):
-    """Start sshd -D inside netns <prefix>i with its own UTS + mount ns. Returns Popen."""
+def spawn_sshd(prefix, i, sd, hostname, ns=None):
+    """Start sshd -D inside netns ``ns`` (<prefix>i) with its own UTS + mount ns. Returns Popen."""
     cfg = os.path.join(sd, "sshd-%d.conf" % i)
     log = os.path.join(sd, "sshd-%d.log" % i)
-    argv = ["ip", "netns", "exec", netns.netns_name(prefix, i),
+    argv = ["ip", "netns", "exec", ns or netns.netns_name(prefix, i),
             "unshare", "--uts", "--mount", "--propagation", "private",
             sys.executable, "-S", NSINIT, "--hostname", hostname, "--",
             SSHD, "-D", "-f", cfg, "-E", log]
@@ -212,8 +236,8 @@ def verify_ssh(desc):
 
     def one(h):
         try:
-            p = proc.run(["ssh", "-F", desc["ssh_config"], h["addr"], "hostname"],
-                         check=False, timeout=20)
+            p = proc.run(["ssh", "-F", desc["ssh_config"], "-p", str(h["port"]), h["addr"],
+                          "hostname"], check=False, timeout=20)
         except subprocess.TimeoutExpired:
             errors.append("%s: ssh timed out" % h["addr"])
             return

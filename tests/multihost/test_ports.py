@@ -1,0 +1,101 @@
+"""An ssh port per host: three namespace hosts whose sshds listen on ports 2201, 2202 and 2203,
+at their own three addresses (``porthosts``) and behind one address (``sharedhosts``: one network
+namespace, a UTS and mount namespace per sshd, as containers sharing a machine). The fixture's
+ssh config gives those ports by host *name* only, so ssh to an address reaches the right sshd
+only through the hostfile's ``port=``: a job whose every rank runs on its own host proves the
+port reached the ssh that started it (mpilaunch/config/sshconfig.py), on both Open MPIs, MPICH
+and Intel MPI. ``check --deep`` measures all three hosts behind one address.
+
+The launcher runs inside host 1 (its UTS and network namespace), as
+tests/multihost/test_hydra_multinode.py runs it: Hydra's proxies connect back to it there.
+"""
+import subprocess
+
+import pytest
+
+from helpers import REPO
+from helpers.launch import clean_env
+from helpers.mpis import ALL, OMPI5
+
+pytestmark = [pytest.mark.multinode, pytest.mark.slow]
+
+WHERE = """import os, socket, time
+print("WHERE", os.environ["RANK"], socket.gethostname(), os.environ["MASTER_ADDR"], flush=True)
+time.sleep(0.3)
+"""
+
+
+def _in_host1(th, argv, timeout=180):
+    h1 = th.host(0)
+    return subprocess.run(["nsenter", "-t", str(h1.sshd_pid), "-u", "--", "ip", "netns", "exec",
+                           h1.netns, *argv], env=clean_env(), cwd=REPO, timeout=timeout,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True)
+
+
+def _hostfile(th, tmp_path, form="openmpi"):
+    lines = [f"{h.addr} slots=1 port={h.port}" if form == "openmpi" else f"{h.addr}:1@{h.port}"
+             for h in th.hosts]
+    path = tmp_path / f"hosts-{form}"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _ranks(p):
+    out = {}
+    for ln in p.stdout.splitlines():
+        words = ln.split()
+        if "WHERE" in words:
+            i = words.index("WHERE")
+            out[int(words[i + 1])] = (words[i + 2], words[i + 3])
+    return out
+
+
+def _check_placement(th, p):
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    ranks = _ranks(p)
+    # rank r on host r+1 (its own UTS namespace's name), every rank told host 1's real address
+    assert ranks == {r: (h.hostname, th.hosts[0].addr) for r, h in enumerate(th.hosts)}, p.stdout
+
+
+@pytest.mark.parametrize("mpi", ALL)
+@pytest.mark.parametrize("layout", ["porthosts", "sharedhosts"])
+def test_three_hosts_three_ports(request, layout, mpi, tmp_path):
+    th = request.getfixturevalue(layout)
+    script = tmp_path / "where.py"
+    script.write_text(WHERE)
+    p = _in_host1(th, [mpi.python, "-m", "mpilaunch", "--mpirun", mpi.mpirun,
+                       "--hostfile", _hostfile(th, tmp_path), "--ssh-args", f"-F {th.ssh_config}",
+                       str(script)])
+    _check_placement(th, p)
+
+
+@pytest.mark.parametrize("form", ["hydra", "-H"])
+def test_port_forms_hydra_file_and_host_list(sharedhosts, form, tmp_path):
+    """``addr:N@port`` in a Hydra-form hostfile and in ``-H``, given to Open MPI 5."""
+    th = sharedhosts
+    script = tmp_path / "where.py"
+    script.write_text(WHERE)
+    hosts = (["--hostfile", _hostfile(th, tmp_path, "hydra")] if form == "hydra" else
+             ["-H", ",".join(f"{h.addr}:1@{h.port}" for h in th.hosts)])
+    p = _in_host1(th, [OMPI5.python, "-m", "mpilaunch", "--mpirun", OMPI5.mpirun, *hosts,
+                       "--ssh-args", f"-F {th.ssh_config}", str(script)])
+    _check_placement(th, p)
+
+
+def test_check_deep_measures_three_hosts_behind_one_address(sharedhosts, tmp_path):
+    th = sharedhosts
+    before = [open(h.sshd_log, errors="replace").read().count("Accepted ") for h in th.hosts]
+    p = subprocess.run([OMPI5.python, "-m", "mpilaunch", "check", "--hostfile", _hostfile(th, tmp_path),
+                        "--ssh-args", f"-F {th.ssh_config}", "--deep"], env=clean_env(), cwd=REPO,
+                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    head = [ln for ln in lines if ln.startswith("HOST ")][0].split()
+    rows = {ln.split()[0]: dict(zip(head, ln.split())) for ln in lines
+            if ln.startswith(th.hosts[0].addr + ":")}
+    assert sorted(rows) == sorted(f"{h.addr}:{h.port}" for h in th.hosts), p.stdout
+    for row in rows.values():
+        assert row["SSH"] == "ok" and row["COMPUTE"].endswith("GF/s"), p.stdout
+        assert row["NET"] not in ("-", "fail"), p.stdout
+    after = [open(h.sshd_log, errors="replace").read().count("Accepted ") for h in th.hosts]
+    assert all(a > b for a, b in zip(after, before)), (before, after)   # each sshd was used
