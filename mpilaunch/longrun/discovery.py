@@ -66,18 +66,19 @@ def parse(text: str, script: str) -> Tuple[hf.Host, ...]:
         item = line.strip()
         if not item:
             continue
-        name, sep, count = item.partition(":")
-        slots = 1
-        if sep:
-            slots = int(count) if count.isdigit() and count.isascii() else 0
-        if (not hf._HOST_RE.match(name) or name.startswith("-") or name.startswith("[")
-                or slots < 1 or slots > hf.MAX_SLOTS):
+        try:   # hostfile.split_item: host, host:slots, host:slots@port ([v6]:slots@port)
+            name, count, port = hf.split_item(item, "line") if " " not in item else (None, 0, 0)
+        except UsageError:
+            name, count = None, 0
+        if name is None:
             raise DiscoveryError(f"{script} printed line {n} {item!r}: give host or host:slots "
                                  f"(slots a whole number from 1 to {hf.MAX_SLOTS})")
-        if name in seen:
-            raise DiscoveryError(f"{script} printed line {n} {item!r}: host {name} listed twice")
-        seen.add(name)
-        hosts.append(hf.Host(name, slots))
+        host = hf.Host(name, count or 1, None, port)
+        if (name.lower(), port) in seen:
+            raise DiscoveryError(f"{script} printed line {n} {item!r}: host {hf.label(host)} "
+                                 "listed twice")
+        seen.add((name.lower(), port))
+        hosts.append(host)
     return tuple(hosts)
 
 
@@ -173,7 +174,7 @@ class Discovery:
             raise UsageError(f"{FLAG}: {exc}") from None
         if not hosts:
             raise UsageError(f"{FLAG}: {self.script} listed no host")
-        self.seen.update(h.name for h in hosts)
+        self.seen.update(hf.label(h) for h in hosts)
         return cfg._replace(hosts=hosts, np=world_size(hosts, self.user_np),
                             hosts_source=f"{FLAG} {self.script}")
 
@@ -203,21 +204,21 @@ class Discovery:
                 del self.cooled[name]
         out: Dict[str, str] = {}
         hosts = []
-        for h in listed:
-            if h.name in self.cooled:
-                out[h.name] = f"cooling down ({self.cooled[h.name] - now:.0f} s left)"
+        for h in listed:   # a host is its label: one address may be listed once per ssh port
+            if hf.label(h) in self.cooled:
+                out[hf.label(h)] = f"cooling down ({self.cooled[hf.label(h)] - now:.0f} s left)"
             else:
                 hosts.append(h)
-        fresh = [h for h in hosts if h.name not in self.seen or h.name in lost]
-        self.last_checked = [h.name for h in fresh]
+        fresh = [h for h in hosts if hf.label(h) not in self.seen or hf.label(h) in lost]
+        self.last_checked = [hf.label(h) for h in fresh]
         if fresh:
             bad = self.preflight(cfg, fresh)
             for name, why in bad.items():
                 out[name] = f"preflight: {why}"
                 warn(f"host {name} left out of attempt {k}: preflight: {why}")
             self.charge(list(bad), warn)
-            hosts = [h for h in hosts if h.name not in bad]
-        self.seen.update(h.name for h in hosts)
+            hosts = [h for h in hosts if hf.label(h) not in bad]
+        self.seen.update(hf.label(h) for h in hosts)
         return tuple(hosts), out
 
 
@@ -261,7 +262,7 @@ def between(disc: Discovery, cfg, base, lr, att, k: int):
         print(f"mpilaunch: host discovery: {text}", file=sys.stderr, flush=True)
 
     previous = tuple(cfg.hosts)
-    lost = [previous[i].name for i in sorted(shrink.lost_indices(cfg, att) or ())]
+    lost = [hf.label(previous[i]) for i in sorted(shrink.lost_indices(cfg, att) or ())]
     hosts, out = disc.next_hosts(k, previous, lost, cfg, warn)
     need = lr.min_hosts or 1
     if len(hosts) < need:

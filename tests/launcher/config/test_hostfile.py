@@ -147,3 +147,13 @@ def test_bad_network_input_is_one_line_exit_2(tmp_path, text, args, env, message
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mpilaunch: error: ") and message in lines[0], p.stderr
+
+
+def test_a_discovery_scripts_lines_take_the_same_forms():
+    from mpilaunch.longrun import discovery
+
+    assert discovery.parse("10.0.0.5:2@2201\n10.0.0.5:2@2202\n[fd00::1]:1\nb\n", "/d.sh") == (
+        hf.Host("10.0.0.5", 2, None, 2201), hf.Host("10.0.0.5", 2, None, 2202),
+        hf.Host("fd00::1", 1), hf.Host("b", 1))
+    with pytest.raises(discovery.DiscoveryError, match=r"host 10.0.0.5:2201 listed twice"):
+        discovery.parse("10.0.0.5@2201\n10.0.0.5:3@2201\n", "/d.sh")
