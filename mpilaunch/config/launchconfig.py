@@ -37,7 +37,7 @@ _CONFIG_FIELDS = (
     "bind_core scheduler exec_mode no_python visible_devices "
     # a tune file the user already wrote (ModelArts recipe), read, never overwritten
     "tune_import "
-    # what starts the ranks: "mpirun" or "srun" (mpilaunch/srun.py)
+    # what starts the ranks: "mpirun" or "srun" (mpilaunch/backends/srun.py)
     "launcher "
     # -m MODULE (script is then None); mpirun's --stdin target; why the scheduler is (not)
     # started; whether rank 0 checks the port (--exec: only a --master_port the user gave)
