@@ -99,13 +99,18 @@ class Srun(Backend):
         """srun's own words for a task that ended non-zero (when its adapter could not say)."""
         from mpilaunch.output.summary import Event
 
-        return [Event(int(m.group(2)), m.group(1), "rank", "exit", int(m.group(3)), None, "self",
-                      None, [], float("inf"), message="srun's report")
-                for m in _TASK_EXIT.finditer(text)]
+        out = [Event(int(m.group(2)), m.group(1), "rank", "exit", int(m.group(3)), None, "self",
+                     None, [], float("inf"), message="srun's report")
+               for m in _TASK_EXIT.finditer(text)]
+        return out + [Event(int(m.group(2)), m.group(1), "rank", "exit", 128 + signal.SIGKILL,
+                            signal.SIGKILL, "self", None, [], float("inf"), message="srun's report")
+                      for m in _TASK_KILLED.finditer(text)]
 
 
 # srun: error: node-a: task 1: Exited with exit code 5
 _TASK_EXIT = re.compile(r"srun: error: (\S+): task (\d+): Exited with exit code (\d+)")
+# srun: error: node-a: task 1: Killed   (a task that died of SIGKILL, measured on Slurm 22.05)
+_TASK_KILLED = re.compile(r"srun: error: (\S+): task (\d+): Killed$", re.M)
 
 
 def pick_plugin(listing: str) -> str:

@@ -3,8 +3,10 @@ adapter connects back to; the launcher's graceful stop and the signals its start
 forward go to the adapters over it (protocol and reasons: ``mpilaunch/rank/control.py``;
 why it works across hosts: docs/ARCHITECTURE.md, "Signals").
 
-Opened by ``launcher.run`` only when the attempt needs it (--term-grace, or a backend that
-does not forward one of SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT); a plain Open MPI launch has none.
+Opened by ``starter.run`` for every supervised launch (not ``--exec``): besides the graceful
+stop and the signals, it is how the launcher learns that an adapter died (its connection
+closed without its last word, ``bye``: ``on_dead``) and how ``mpilaunch stacks`` reaches every
+rank (:meth:`Control.stacks`; docs/HANGS.md).
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ class Control:
 
     names = (ENDPOINT_VAR, TOKEN_VAR)
 
-    def __init__(self, hosts: Sequence, np: int = 0):
+    def __init__(self, hosts: Sequence, np: int = 0, on_dead=None):
         import secrets
         import selectors
 
@@ -60,6 +62,11 @@ class Control:
         self.sock.setblocking(False)
         self.port = self.sock.getsockname()[1]
         self.peers: Dict[int, Tuple[socket.socket, str]] = {}
+        self.info: Dict[int, Tuple[int, str]] = {}     # rank -> (adapter pid, its host)
+        self.bufs: Dict[int, bytearray] = {}
+        self.said_bye: set = set()
+        self.on_dead = on_dead      # (rank, pid, host): its connection closed without its bye
+        self.answers: Dict[str, Dict[int, str]] = {}    # stacks request id -> rank -> text
         self.seq = 0
         self.lock = threading.Condition()
         self.closed = False
@@ -84,7 +91,7 @@ class Control:
                 elif kind == "hello":
                     self._hello(conn, key.data[1])
                 elif kind == "peer":
-                    self._maybe_gone(conn, key.data[1])
+                    self._read(conn, key.data[1])
         for key in list(self.sel.get_map().values()):
             key.fileobj.close()
         self.sel.close()
@@ -116,8 +123,10 @@ class Control:
         if more and b"\n" not in buf and len(buf) < MAX_LINE:
             return
         try:
-            word, rank, nonce = bytes(buf).split(b"\n", 1)[0].decode("ascii").split(" ")
-            if word != "hello" or not rank.isdigit() or not nonce.isalnum():
+            word, rank, nonce, pid, host, tag = (
+                bytes(buf).split(b"\n", 1)[0].decode("ascii").split(" "))
+            if (word != "hello" or not rank.isdigit() or not nonce.isalnum() or not pid.isdigit()
+                    or tag != mac(self.token, nonce, 0, f"hello {rank} {pid} {host}")):
                 raise ValueError(buf)
             conn.settimeout(SEND_TIMEOUT)       # sends come from the launcher's main thread
             # the answer and the registration under one lock: an adapter that has read its ok
@@ -126,6 +135,9 @@ class Control:
                 conn.sendall(f"ok {mac(self.token, nonce, 0, 'ok')}\n".encode())
                 old = self.peers.pop(int(rank), None)
                 self.peers[int(rank)] = (conn, nonce)
+                self.info[int(rank)] = (int(pid), host)
+                self.bufs[int(rank)] = bytearray()
+                self.said_bye.discard(int(rank))
         except (OSError, ValueError, UnicodeDecodeError):
             self.sel.unregister(conn)
             conn.close()
@@ -134,15 +146,50 @@ class Control:
         if old is not None:
             self._drop(old[0], None)
 
-    def _maybe_gone(self, conn: socket.socket, rank: int) -> None:
+    def _read(self, conn: socket.socket, rank: int) -> None:
+        """What an adapter says after its hello: ``bye MAC`` (its last word), ``stacks ID LEN
+        MAC`` and LEN bytes (an answer); its connection's end, with or without its bye."""
         try:
-            if conn.recv(MAX_LINE, socket.MSG_DONTWAIT):
-                return          # an adapter says nothing after its hello: ignored
+            data = conn.recv(65536, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return
         except OSError:
-            pass
-        self._drop(conn, rank)
+            data = b""
+        if not data:
+            with self.lock:
+                dead = (not self.closed and self.peers.get(rank, (None,))[0] is conn
+                        and rank not in self.said_bye)
+                pid, host = self.info.get(rank, (None, "?"))
+            self._drop(conn, rank)
+            if dead and self.on_dead is not None:
+                self.on_dead(rank, pid, host)
+            return
+        with self.lock:
+            entry = self.peers.get(rank)
+            if entry is None or entry[0] is not conn:
+                return
+            nonce, buf = entry[1], self.bufs.setdefault(rank, bytearray())
+            buf += data
+            while b"\n" in buf:
+                head, _, rest = bytes(buf).partition(b"\n")
+                words = head.decode("ascii", "replace").split(" ")
+                if words[0] == "bye" and len(words) == 2:
+                    if words[1] == mac(self.token, nonce, 0, "bye"):
+                        self.said_bye.add(rank)
+                    buf[:] = rest
+                elif words[0] == "stacks" and len(words) == 4 and words[2].isdigit():
+                    size = int(words[2])
+                    if len(rest) < size:
+                        break       # the rest of the answer is on its way
+                    if words[3] == mac(self.token, nonce, 0, f"stacks {words[1]} {size}"):
+                        self.answers.setdefault(words[1], {})[rank] = rest[:size].decode(
+                            "utf-8", "replace")
+                        self.lock.notify_all()
+                    buf[:] = rest[size:]
+                else:
+                    buf[:] = rest     # garbled: skipped
+                if len(buf) > 64 * 1024 * 1024:
+                    buf.clear()
 
     def _drop(self, conn: socket.socket, rank) -> None:
         try:
@@ -179,6 +226,26 @@ class Control:
                 except OSError:
                     pass        # ending: the serve thread notices
         return sorted(reached)
+
+    def host_of(self, rank: int) -> str:
+        with self.lock:
+            return self.info.get(rank, (None, "?"))[1]
+
+    def stacks(self, timeout: float, native: bool = False) -> Tuple[Dict[int, str], List[int]]:
+        """Every connected adapter's stacks (``stacks ID``, answered by rank/stacks.py on its
+        own host): (rank -> text, the ranks asked), within ``timeout`` s."""
+        import secrets
+
+        ident = secrets.token_hex(6)
+        asked = self.send(f"stacks {ident}" + (" native" if native else ""))
+
+        def all_in() -> bool:     # every rank asked answered, or its adapter has gone
+            got = self.answers.get(ident, {})
+            return all(r in got or r not in self.peers for r in asked)
+
+        with self.lock:
+            self.lock.wait_for(all_in, timeout)
+            return dict(self.answers.pop(ident, {})), asked
 
     def signal(self, signum: int) -> List[int]:
         return self.send(f"sig {int(signum)}")

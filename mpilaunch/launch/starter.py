@@ -94,7 +94,6 @@ class Attempt:
     them; ``restart.LongRunAttempt`` fills the hooks in for the graceful stop and the stall
     watchdog). The defaults are a plain launch. In the order they are called:
 
-    wants_control()             -> True when the attempt needs the control channel
     linger()                    -> s to wait for adapters still running after the starter
     collector(backend)          -> the Collector the starter's output goes into
     started(job)                   the starter runs (:class:`Job`: kill, end, later)
@@ -111,9 +110,6 @@ class Attempt:
         self.stopped_by = None
         self.cause = ""
         self.usage_error = False
-
-    def wants_control(self) -> bool:
-        return False
 
     def linger(self) -> float:
         return LINGER
@@ -196,22 +192,39 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
     forwarder = usersignals.Forwarder(backend)
     forwarder.install()     # before any thread of this attempt starts (usersignals.py)
     control = None
+    stop = {"signals": 0, "first": None}
+    proc: Optional[subprocess.Popen] = None
+    job: Optional[Job] = None
+
+    def adapter_died(rank, pid, host):
+        """From the control thread: rank ``rank``'s adapter died (no last word) before the job
+        was ending: its failure, as a rank's own (docs/HANGS.md)."""
+        if stop["first"] is not None or stop.get("rank_failed") or (job is not None and job.ended):
+            return      # the teardown's victim, or one more after the first failure
+        stop["rank_failed"] = True
+        collector.adapter_died(rank, pid, host)
+        events.emit("adapter_dead", rank=rank, pid=pid, host=host)
+        print(f"mpilaunch: rank {rank}'s adapter (pid {pid} on host {host}) died: its connection "
+              "to the launcher closed without its last word; stopping the job",
+              file=sys.stderr, flush=True)
+        if job is not None:
+            backend.on_rank_failure(plan, job)
+        else:
+            stop["dead_early"] = True
+
     try:
-        control = forwarder.control = _open_control(backend, plan, attempt)
+        collector = attempt.collector(backend)
+        control = forwarder.control = _open_control(backend, plan, attempt, adapter_died)
         if control is not None:     # its two variables reach every rank as the starter exports them
             plan = backend.with_control(plan, control.names)
         plan = relays.stdin_target(backend, plan)
         events.attempt_start(attempt.index, plan)   # the event record (docs/EVENTS.md)
         cmd: List[str] = list(backend.argv(plan))
-        collector = attempt.collector(backend)
     except BaseException:   # nothing started: the launcher's own signal state as it was
         forwarder.uninstall()
         if control is not None:
             control.close()
         raise
-    stop = {"signals": 0, "first": None}
-    proc: Optional[subprocess.Popen] = None
-    job: Optional[Job] = None
 
     def on_signal(signum, _frame):
         events.stop_signal(signum)   # the event record (docs/EVENTS.md)
@@ -264,6 +277,8 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
         forwarder.started(job, job.np)
         if stop["first"] is not None and not stop.get("forwarded") and not stop.get("graceful"):
             act(stop["first"])   # the stop came while Popen ran (the handler saw no job yet)
+        elif stop.get("dead_early"):
+            backend.on_rank_failure(plan, job)   # an adapter died before the job object existed
         progress = relays.startup_line(plan)   # a terminal only: how far the start-up got
         streams = [relays.ErrRelay(proc.stderr, collector, rank_failed, progress),
                    relays.OutRelay(proc.stdout, collector, progress)]
@@ -297,6 +312,9 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
         if proc is not None and proc.returncode is not None:
             backend.cleanup(proc.pid, proc.returncode)
     events.emit("teardown_end")   # the starter gone, the run files removed
+    if rc < 0 and (job is None or not job.ended or -rc not in (signal.SIGTERM, signal.SIGKILL)):
+        collector.dead.clear()  # the starter died of a signal we did not send and took its
+                                # ranks with it (Hydra's of SIGUSR2): they are its victims
 
     if stop["first"] is None and rc != 0:
         backend.after(plan, collector, rc)
@@ -352,17 +370,17 @@ def _supervised(plan) -> bool:
     return "--exec" not in (cmd[:cmd.index("--")] if "--" in cmd else cmd)
 
 
-def _open_control(backend, plan, attempt):
-    """The control channel, when the attempt needs it: the graceful stop, or a user signal
-    the starter does not forward (docs/ARCHITECTURE.md, "Signals")."""
+def _open_control(backend, plan, attempt, on_dead=None):
+    """The control channel, for every supervised launch: a dead adapter is seen on it (its
+    connection closes without its last word), ``mpilaunch stacks`` asks the ranks over it
+    (docs/HANGS.md), the graceful stop and the signals the starter does not forward travel on
+    it (docs/ARCHITECTURE.md, "Signals"). Not for ``--exec``: the program replaces the adapter."""
     if not _supervised(plan):
-        return None
-    if not attempt.wants_control() and set(usersignals.SIGNALS) <= set(backend.forwards):
         return None
     from mpilaunch.launch import control
 
     try:
-        return control.Control(getattr(plan, "hosts", ()), getattr(plan, "np", 0))
+        return control.Control(getattr(plan, "hosts", ()), getattr(plan, "np", 0), on_dead)
     except OSError as exc:
         control.warn(f"no control channel ({exc}): the graceful stop and the signals "
                      f"{backend.program} does not forward cannot reach the ranks")

@@ -46,6 +46,6 @@ def decide(returncode: int, collector, stopped_by: Optional[int] = None, stalled
         return LOST_HOST_STATUS
     if status != 0:
         root = collector.root_cause()
-        if root is not None:
+        if root is not None and (root.code or root.signal):   # a dead adapter's may be unknown
             return event_status(root)
     return status

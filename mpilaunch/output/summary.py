@@ -89,6 +89,7 @@ class Collector:
         self.unreachable: List[str] = []   # hosts a backend found unreachable (Hydra)
         self.not_started: list = []        # check results of hosts where no daemon started
         self.ranks_seen: set = set()       # ranks that sent any status line: the job had started
+        self.dead: List[Event] = []        # adapters whose control connection closed without a bye
         self._streams = {"stdout": _Tail(self.TAIL), "stderr": _Tail(self.TAIL)}
 
     def feed_status(self, event: Event) -> None:
@@ -116,15 +117,49 @@ class Collector:
                 out.append(host)
         return out
 
+    def adapter_died(self, rank: int, pid: Optional[int], host: str, t: Optional[float] = None) -> None:
+        """Rank ``rank``'s adapter died: its control connection closed without its last word
+        (launch/control.py). How it ended is read from the starter's report (:meth:`root_cause`)."""
+        import time
+
+        self.dead.append(Event(rank, host, "adapter", "exit", None, None, "self", None, [],
+                               time.time() if t is None else t, message=DEAD_MESSAGE, pid=pid))
+
     def root_cause(self) -> Optional[Event]:
-        """The earliest failure of a process on its own, else the starter's own report of a
-        failed rank. A process stopped by the teardown (``cause == "terminated"``) is a
-        victim, never the root cause."""
+        """The earliest failure of a process on its own (a dead adapter's, with its signal from
+        the starter's report), else the starter's own report of a failed rank. A process
+        stopped by the teardown (``cause == "terminated"``) is a victim, never the root cause."""
         own = [e for e in self.events if e.cause == "self" and (e.code or e.signal)]
+        notices = self.notices
+        own += [how_it_ended(e, notices) for e in self.dead]
         if own:
             return min(own, key=lambda e: e.t)
-        notices = self.notices
         return notices[0] if notices else None
+
+
+DEAD_MESSAGE = "its connection to the launcher closed without its last word (the adapter died)"
+# What ends a process without its own last word: only these, and an interpreter crash's exit 1.
+# MPICH's Hydra prints a killed process's signal as its "EXIT CODE" (backends/hydra_report.py):
+# for an adapter that said no last word, a code among these is that signal.
+_SILENT_DEATHS = (signal.SIGKILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL,
+                  signal.SIGFPE)
+
+
+def how_it_ended(dead: Event, notices: List[Event]) -> Event:
+    """``dead`` (a dead adapter) with its code or signal from the starter's report of the same
+    rank, or from a report that names no rank (MPICH's: its PID is not always the dead
+    process's, measured: rank 0's pid for rank 1's SIGKILLed adapter); unchanged when no
+    report names it."""
+    for n in notices:
+        if n.rank == dead.rank or n.rank is None:
+            sig = n.signal
+            if sig is None and n.code in _SILENT_DEATHS:
+                sig = n.code
+            if sig:
+                return dead._replace(signal=sig, code=128 + sig)
+            if n.code:
+                return dead._replace(code=n.code)
+    return dead
 
 
 def describe_status(code: Optional[int], sig: Optional[int]) -> str:

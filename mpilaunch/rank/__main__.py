@@ -221,7 +221,11 @@ def leave(code: int) -> None:
     """Exit with ``code``; after a success through ``pdeathsig.exit_now`` (no finalisation).
     Any other status exits the usual way: torn down by the starter, Open MPI's daemon can drop
     the rank's last output (its status line) when the process is gone at once (seen 1 in 6 on
-    a 3-rank teardown), and the finalisation's milliseconds keep that race as it always was."""
+    a 3-rank teardown), and the finalisation's milliseconds keep that race as it always was.
+    First the adapter's last word to the launcher (rank/control.py: without it, a dead adapter)."""
+    link = sys.modules.get("mpilaunch.rank.control")
+    if link is not None:
+        link.bye()
     if code != 0:
         sys.exit(code)
     from mpilaunch.pdeathsig import exit_now

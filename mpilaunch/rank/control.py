@@ -13,17 +13,24 @@ in the ranks' environment (through the starter's environment, never a file or an
   ``contract.is_secret``: masked everywhere).
 
 The adapter takes both out of its workers' environment, connects, and says ``hello RANK
-NONCE``; the launcher answers ``ok MAC`` (proof that it holds the key, so a stranger
-listening at one of the addresses is skipped). Each command after that is ``SEQ CMD MAC``
-with MAC = HMAC-SHA256(key, "NONCE SEQ CMD") and SEQ increasing: a command cannot be forged,
-replayed or moved to another connection. Commands: ``stop`` (the graceful stop) and ``sig
-N`` (signal N to every descendant of this adapter: the workers, the scheduler and what they
-started; the adapter itself is not signalled, so it can still take the next command).
+NONCE PID HOST MAC`` (MAC over "hello RANK PID HOST": a stranger cannot speak for a rank);
+the launcher answers ``ok MAC`` (proof that it holds the key, so a stranger listening at one
+of the addresses is skipped). Each command after that is ``SEQ CMD MAC`` with MAC =
+HMAC-SHA256(key, "NONCE SEQ CMD") and SEQ increasing: a command cannot be forged, replayed or
+moved to another connection. Commands: ``stop`` (the graceful stop), ``sig N`` (signal N to
+every descendant of this adapter: the workers, the scheduler and what they started; the
+adapter itself is not signalled, so it can still take the next command) and ``stacks ID``
+(py-spy on this rank's worker and scheduler, ``rank/stacks.py``; the answer is ``stacks ID
+LEN MAC`` and LEN bytes of text).
+
+The adapter's last word is ``bye MAC``, sent as it leaves (:func:`bye`): a connection that
+closes without it is an adapter that died (SIGKILL, a crash), which the launcher then ends
+the job for, as for a failed rank (docs/HANGS.md).
 
 Everything runs in one daemon thread started with the teardown signals blocked (the main
-thread must get them); socket, hmac and hashlib are imported there, only when the launch has
-a channel (the launcher opens one for --term-grace and for a starter that does not forward a
-signal: docs/ARCHITECTURE.md, "Signals").
+thread must get them); it uses ``_socket`` and ``_sha256`` themselves (``socket.py`` and
+``hmac`` cost every rank ~3-5 ms of imports, and hmac's import of warnings once held a lock
+across a fork: rank/spawn.py).
 """
 from __future__ import annotations
 
@@ -39,12 +46,26 @@ MAX_LINE = 512
 _MAIN_THREADS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
 
 
-def mac(token: str, nonce: str, seq: int, command: str) -> str:
-    import hashlib
-    import hmac
+def _sha256():
+    try:
+        from _sha256 import sha256      # Python 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256    # 3.12 and later
+        except ImportError:
+            from hashlib import sha256
+    return sha256
 
-    return hmac.new(token.encode(), f"{nonce} {seq} {command}".encode(),
-                    hashlib.sha256).hexdigest()
+
+def mac(token: str, nonce: str, seq: int, command: str) -> str:
+    """HMAC-SHA256(token, "NONCE SEQ COMMAND") in hex (RFC 2104, as ``hmac.new`` computes it)."""
+    sha256 = _sha256()
+    key = token.encode()
+    if len(key) > 64:
+        key = sha256(key).digest()
+    key = key.ljust(64, b"\0")
+    inner = sha256(bytes(k ^ 0x36 for k in key) + f"{nonce} {seq} {command}".encode()).digest()
+    return sha256(bytes(k ^ 0x5C for k in key) + inner).hexdigest()
 
 
 def parse_endpoint(text: str):
@@ -83,16 +104,33 @@ def _readline(sock, buf: bytearray):
     return line.decode("ascii", "replace")
 
 
+_LINK = None      # this adapter's Link, for bye()
+
+
+def bye() -> None:
+    """The adapter's last word, as it leaves: without it the launcher takes the closed
+    connection for a dead adapter. Waits up to 1 s for a connection still being made."""
+    link = _LINK
+    if link is not None:
+        link.say_bye()
+
+
 class Link(threading.Thread):
     """The adapter's end of the channel. ``on_stop()``: the launcher asked for the graceful
-    stop; every ``sig N`` is delivered to this adapter's descendants here."""
+    stop; every ``sig N`` is delivered to this adapter's descendants here; ``stacks ID`` is
+    answered with this rank's stacks (``stacks()`` -> text, run in a thread of its own)."""
 
-    def __init__(self, channel, rank, on_stop, warn):
+    def __init__(self, channel, rank, on_stop, warn, stacks=None):
+        global _LINK
         super().__init__(name="control", daemon=True)
         self.endpoint, self.token = channel
-        self.rank, self.on_stop, self.warn = rank, on_stop, warn
+        self.rank, self.on_stop, self.warn, self.stacks = rank, on_stop, warn, stacks
         self.pid = os.getpid()      # whose descendants get the signals
         self.connected = threading.Event()
+        self.done = threading.Event()    # connected, or given up
+        self.sock = self.nonce = None
+        self.send_lock = threading.Lock()
+        _LINK = self
 
     def start(self) -> None:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, _MAIN_THREADS)
@@ -102,7 +140,7 @@ class Link(threading.Thread):
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def _connect(self):
-        import socket
+        import _socket
 
         try:
             addrs, port = parse_endpoint(self.endpoint)
@@ -110,13 +148,15 @@ class Link(threading.Thread):
             self.warn(f"{ENDPOINT_VAR}={self.endpoint!r} is not ADDR[,ADDR...]:PORT")
             return None
         nonce = os.urandom(16).hex()
+        host = os.uname().nodename
+        said = f"hello {self.rank} {self.pid} {host}"
+        hello = f"hello {self.rank} {nonce} {self.pid} {host} {mac(self.token, nonce, 0, said)}\n"
         for addr in addrs:
+            sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
             try:
-                sock = socket.create_connection((addr, port), timeout=CONNECT_TIMEOUT)
-            except OSError:
-                continue
-            try:
-                sock.sendall(f"hello {self.rank} {nonce}\n".encode())
+                sock.settimeout(CONNECT_TIMEOUT)
+                sock.connect((addr, port))
+                sock.sendall(hello.encode())
                 buf = bytearray()
                 line = _readline(sock, buf)
                 if line == f"ok {mac(self.token, nonce, 0, 'ok')}":
@@ -129,12 +169,33 @@ class Link(threading.Thread):
                   "stop and the signals it delivers itself will not reach this rank")
         return None
 
+    def send(self, data: bytes) -> bool:
+        with self.send_lock:
+            if self.sock is None:
+                return False
+            try:
+                self.sock.sendall(data)
+                return True
+            except OSError:
+                return False
+
+    def say_bye(self) -> None:
+        self.done.wait(1.0)
+        if self.nonce is not None:
+            self.send(f"bye {mac(self.token, self.nonce, 0, 'bye')}\n".encode())
+
     def run(self) -> None:
-        got = self._connect()
+        try:
+            got = self._connect()
+        finally:
+            if self.sock is None:
+                self.done.set()
         if got is None:
             return
         sock, nonce, buf = got
+        self.sock, self.nonce = sock, nonce
         self.connected.set()
+        self.done.set()
         last = 0
         try:
             while True:
@@ -150,6 +211,8 @@ class Link(threading.Thread):
         except OSError:
             return
         finally:
+            with self.send_lock:
+                self.sock = None
             sock.close()
 
     def act(self, command: str) -> None:
@@ -157,6 +220,25 @@ class Link(threading.Thread):
             self.on_stop()
         elif command.startswith("sig ") and command[4:].isdigit():
             deliver(self.pid, int(command[4:]))
+        elif command.startswith("stacks "):
+            words = command.split(" ")
+            if len(words) in (2, 3) and words[1].isalnum():
+                threading.Thread(target=self._answer_stacks, args=(words[1], words[2:] == ["native"]),
+                                 name="stacks", daemon=True).start()   # py-spy takes a while
+
+    def _answer_stacks(self, ident: str, native: bool) -> None:
+        try:
+            if self.stacks is not None:
+                text = self.stacks()
+            else:
+                from mpilaunch.rank import stacks
+
+                text = stacks.dump_rank(self.pid, native)
+        except Exception as exc:    # said in the answer: the launcher writes it to the file
+            text = f"mpilaunch.rank: rank {self.rank}: no stacks: {exc}\n"
+        data = text.encode("utf-8", "replace")
+        head = f"stacks {ident} {len(data)} {mac(self.token, self.nonce, 0, f'stacks {ident} {len(data)}')}\n"
+        self.send(head.encode() + data)
 
 
 def _disposition(pid: int, sig: int) -> str:

@@ -69,17 +69,21 @@ def dump_stacks(pid: int, out_path: str, py_spy: str) -> str:
         note = "py-spy is not installed: no stacks (pip install py-spy)"
         _write(out_path, note + "\n")
         return note
-    texts = []
-    pids = [pid] + _children(pid)
-    for p in pids:
-        try:
-            r = subprocess.run([py_spy, "dump", "--pid", str(p)], capture_output=True, text=True,
-                               timeout=DUMP_TIMEOUT, stdin=subprocess.DEVNULL)
-            texts.append(f"== py-spy dump --pid {p} (exit {r.returncode})\n{r.stdout}{r.stderr}")
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            texts.append(f"== py-spy dump --pid {p}: {exc}\n")
+    texts = [py_spy_dump(p, py_spy) for p in [pid] + _children(pid)]
     _write(out_path, "\n".join(texts))
     return f"stacks: {out_path}"
+
+
+def py_spy_dump(pid: int, py_spy: str, more=()) -> str:
+    """``py-spy dump --pid PID [more]``, headed by the command and its exit status (also what
+    ``mpilaunch stacks`` gathers: rank/stacks.py)."""
+    extra = "".join(f" {m}" for m in more)
+    try:
+        r = subprocess.run([py_spy, "dump", "--pid", str(pid), *more], capture_output=True,
+                           text=True, timeout=DUMP_TIMEOUT, stdin=subprocess.DEVNULL)
+        return f"== py-spy dump --pid {pid}{extra} (exit {r.returncode})\n{r.stdout}{r.stderr}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"== py-spy dump --pid {pid}{extra}: {exc}\n"
 
 
 def is_stopped(pid) -> bool:

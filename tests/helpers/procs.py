@@ -68,3 +68,21 @@ def wait_for(predicate, timeout=20.0, interval=0.05):
             return value
         time.sleep(interval)
     return predicate()
+
+
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+def adapter_of_rank(procs, rank):
+    """The rank adapter (the ``python -S .../rank/_boot.py`` process) among ``procs`` whose
+    environment gives it rank ``rank`` (Open MPI's, Hydra's or Slurm's variable), or None."""
+    for p in procs:
+        try:
+            if not any(a.endswith("/rank/_boot.py") for a in p.cmdline()):
+                continue
+            env = p.environ()
+        except psutil.Error:
+            continue
+        if any(env.get(name) == str(rank) for name in RANK_VARS):
+            return p
+    return None
