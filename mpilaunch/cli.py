@@ -1,5 +1,5 @@
 """Command line: ``mpilaunch [run] [options] SCRIPT [ARGS...]``, ``mpilaunch check``,
-``mpilaunch job``, ``mpilaunch report LOG_DIR``. Only dispatches: each command lives in its
+``mpilaunch job``, ``mpilaunch report LOG_DIR``, ``mpilaunch stacks LOG_DIR``. Only dispatches: each command lives in its
 own module, the options in ``options.py``.
 
 User errors print one line ``mpilaunch: error: ...`` and exit 2, before anything starts.
@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 from mpilaunch.errors import UsageError
 
-SUBCOMMANDS = ("run", "check", "job", "report")
+SUBCOMMANDS = ("run", "check", "job", "report", "stacks")
 
 
 def entry() -> None:
@@ -43,6 +43,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if command == "report":
             from mpilaunch.report.command import main as report_main
             return report_main(argv)
+        if command == "stacks":
+            from mpilaunch.hang.command import main as stacks_main
+            return stacks_main(argv)
         from mpilaunch.run import main as run_main
         return run_main(argv)
     except UsageError as exc:

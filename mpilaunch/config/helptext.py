@@ -36,4 +36,22 @@ def epilog(command: str) -> str:
         return "exit status: 0 every check passed, 1 a check failed, 2 a usage error."
     if command == "report":
         return "exit status: 0 report written, 2 no event record in LOG_DIR (or a usage error)."
+    if command == "stacks":
+        return ("exit status: 0 stacks written, 1 no rank could be read (no py-spy), 2 no "
+                "running job writes to LOG_DIR (or a usage error).")
     return _launch_statuses()
+
+
+# each command's --help description (options.parser)
+DESCRIPTIONS = {
+    "run": "Launch MindSpore 2.x / PyTorch training through one mpirun over a hostfile.",
+    "check": ("Preflight a multi-node launch: same options as a launch (SCRIPT optional); "
+              "exit 0 all passed, 1 a check failed, 2 usage error."),
+    "job": ("ModelArts-like entrypoint: run the same command on every host of a job "
+            "(VC_WORKER_HOSTS, VC_TASK_INDEX, MA_NUM_GPUS, SSHD_PORT); worker-0 launches."),
+    "report": ("Draw a finished (or running) job from its event record LOG_DIR/events.jsonl: "
+               "one self-contained HTML file, LOG_DIR/report.html (no network needed to view it)."),
+    "stacks": ("Every rank's Python stacks from a running job, without stopping it, into "
+               "LOG_DIR/stacks/TIME/rank_R.txt, and the odd rank out: the one not where the others "
+               "wait (needs py-spy: pip install 'mpilaunch[stall]')."),
+}

@@ -16,10 +16,10 @@ from collections import namedtuple
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
-from mpilaunch.config.helptext import epilog, version_text  # noqa: F401 (--dry-run prints it)
+from mpilaunch.config.helptext import DESCRIPTIONS, epilog, version_text  # noqa: F401 (--dry-run prints it)
 from mpilaunch.config.broadcast import DEFAULT_PREFIXES
 
-RUN, CHECK, JOB, REPORT = "run", "check", "job", "report"
+RUN, CHECK, JOB, REPORT, STACKS = "run", "check", "job", "report", "stacks"
 LAUNCH = (RUN, CHECK, JOB)   # every command that plans a launch takes these
 
 GROUPS = {
@@ -30,6 +30,7 @@ GROUPS = {
     "check": "check",
     "job": "job",
     "report": "report",
+    "stacks": "stacks",
 }
 
 
@@ -106,7 +107,7 @@ OPTIONS = (
     _o(("-v", "--verbose"), "verbose", "print the mpirun command before running it", "mpirun",
        kind="switch"),
     _o(("--version",), "version", "print mpilaunch's version and exit", "mpirun",
-       kind="version", commands=LAUNCH + (REPORT,)),
+       kind="version", commands=LAUNCH + (REPORT, STACKS)),
     # -- inside every rank
     _o(("--log_dir", "--log-dir"), "log_dir", "worker and scheduler logs", "rank",
        default=contract.DEFAULT_LOG_DIR, metavar="DIR"),
@@ -227,6 +228,11 @@ OPTIONS = (
        "'mpilaunch[report]')", "report", kind="switch", commands=(REPORT,)),
     _o(("-o", "--output"), "report_output", "where to write the HTML report", "report",
        shown="`LOG_DIR/report.html`", metavar="FILE", commands=(REPORT,)),
+    _o(("--native",), "stacks_native",
+       "also the C/C++ frames (py-spy dump --native: a collective's MPI or gloo call)", "stacks",
+       kind="switch", commands=(STACKS,)),
+    _o(("--timeout",), "stacks_timeout", "seconds to wait for every rank's answer", "stacks",
+       default="60", metavar="SECONDS", commands=(STACKS,)),
     # -- mpilaunch job
     _o(("--wait-hosts",), "wait_hosts", "worker-0: seconds to wait for every host to be ready",
        "job", default="300", metavar="SECONDS", commands=(JOB,)),
@@ -236,17 +242,6 @@ OPTIONS = (
 )
 
 BY_DEST = {o.dest: o for o in OPTIONS}
-
-DESCRIPTIONS = {
-    RUN: "Launch MindSpore 2.x / PyTorch training through one mpirun over a hostfile.",
-    CHECK: ("Preflight a multi-node launch: same options as a launch (SCRIPT optional); "
-            "exit 0 all passed, 1 a check failed, 2 usage error."),
-    JOB: ("ModelArts-like entrypoint: run the same command on every host of a job "
-          "(VC_WORKER_HOSTS, VC_TASK_INDEX, MA_NUM_GPUS, SSHD_PORT); worker-0 launches."),
-    REPORT: ("Draw a finished (or running) job from its event record LOG_DIR/events.jsonl: "
-             "one self-contained HTML file, LOG_DIR/report.html (no network needed to view it)."),
-}
-
 
 
 class _Parser(argparse.ArgumentParser):
@@ -275,7 +270,6 @@ class _Parser(argparse.ArgumentParser):
         ns, extra = super().parse_known_args(args[:cut], namespace)
         ns.module, ns.script, ns.script_args = module, None, rest
         return ns, extra
-
 
     def _parse_optional(self, arg_string):
         # With "-m" registered, argparse would read a value such as --mca-args "-mca btl tcp"
@@ -335,7 +329,7 @@ def parser(command: str = RUN) -> argparse.ArgumentParser:
             g.add_argument(*o.flags, dest=o.dest, default=None, help=argparse.SUPPRESS)
         else:
             g.add_argument(*o.flags, dest=o.dest, default=None, help=_help(o), metavar=o.metavar)
-    if command == REPORT:
+    if command in (REPORT, STACKS):
         p.add_argument("log_dir", metavar="LOG_DIR", help="the job's --log_dir")
         return p
     p.add_argument("script", nargs="?", default=None)
@@ -393,7 +387,7 @@ def markdown_table(command: str = RUN, only_own: bool = False) -> str:
     return "\n".join(rows) + "\n"
 
 
-if __name__ == "__main__":  # python3 -m mpilaunch.config.options run check job report (docs/OPTIONS.md)
+if __name__ == "__main__":  # python3 -m mpilaunch.config.options run check job report stacks (docs/OPTIONS.md)
     import sys
 
     for cmd in sys.argv[1:] or [RUN]:

@@ -187,6 +187,7 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
     """Start ``plan`` with ``backend`` and supervise it to its end; the job's exit status.
     ``attempt``: this attempt of the job (``mpilaunch/longrun/attempts.py``: ``Attempt`` for a plain
     launch; restart.py's ``LongRunAttempt`` for the graceful stop and the stall watchdog)."""
+    from mpilaunch.hang import server as hang_server
     from mpilaunch.output import outcome
 
     forwarder = usersignals.Forwarder(backend)
@@ -195,6 +196,7 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
     stop = {"signals": 0, "first": None}
     proc: Optional[subprocess.Popen] = None
     job: Optional[Job] = None
+    stacks_server = None
 
     def adapter_died(rank, pid, host):
         """From the control thread: rank ``rank``'s adapter died (no last word) before the job
@@ -274,6 +276,7 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
         events.emit("starter_start", program=backend.program, pid=proc.pid, argv=cmd)
         job = Job(proc, collector, backend.program)
         job.control, job.np = control, getattr(plan, "np", 0)
+        stacks_server = hang_server.open_for(run_dir, plan, control)   # mpilaunch stacks LOG_DIR
         forwarder.started(job, job.np)
         if stop["first"] is not None and not stop.get("forwarded") and not stop.get("graceful"):
             act(stop["first"])   # the stop came while Popen ran (the handler saw no job yet)
@@ -299,6 +302,7 @@ def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, at
     finally:
         if job is not None:
             job.cancel()
+        hang_server.close(stacks_server)
         if proc is not None and proc.poll() is None:  # an exception on our side: never leave it running
             proc.kill()
             proc.wait()

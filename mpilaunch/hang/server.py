@@ -1,0 +1,183 @@
+"""The running launcher's end of ``mpilaunch stacks``: a Unix socket in its private run dir
+(0700, the socket 0600: only its owner can ask), named in the log dir by a pointer file
+(``LOG_DIR/.mpilaunch-stacks``, 0600: a log dir is what a user knows of a running job).
+
+A request (one line, ``stacks`` or ``stacks native``) is answered by asking every adapter
+over the control channel the launcher already holds (``launch/control.py``: no new ssh login,
+the same across hosts); each answers with its py-spy dumps (``rank/stacks.py``). The texts go
+to ``LOG_DIR/stacks/TIME/rank_R.txt`` with the verdict (``verdict.py``) in ``verdict.txt``;
+the answer is one JSON line. The job is not touched: py-spy reads each process for a moment.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from typing import Dict, List, Optional, Sequence
+
+POINTER = ".mpilaunch-stacks"
+SOCKET = "stacks.sock"
+EXEC = "exec"       # the pointer of a job whose ranks run --exec: no adapter to ask
+ASK_TIMEOUT = 60.0
+
+
+def log_dirs_of(rank_command: Sequence[str]) -> List[str]:
+    """The ranks' log dir in the rank command (``--log-dir D``), and the job's own when that is
+    an attempt's (``D/attemptK``, restarts: docs/LONG_JOBS.md)."""
+    cmd = list(rank_command)
+    cut = cmd.index("--") if "--" in cmd else len(cmd)
+    for i, a in enumerate(cmd[:cut]):
+        if a == "--log-dir" and i + 1 < cut:
+            d = os.path.abspath(cmd[i + 1])
+            parent, name = os.path.split(d)
+            return [d, parent] if name.startswith("attempt") and name[7:].isdigit() else [d]
+    return []
+
+
+def write_pointer(log_dir: str, text: str) -> Optional[str]:
+    path = os.path.join(log_dir, POINTER)
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        return path
+    except OSError:
+        return None
+
+
+def remove_pointer(path: str, text: str) -> None:
+    """Only our own (a later job in the same log dir wrote its own)."""
+    try:
+        with open(path) as f:
+            if f.read() != text:
+                return
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def stamp() -> str:
+    t = time.time()
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}"
+
+
+def gather(control, np: int, log_dir: str, native: bool = False,
+           timeout: float = ASK_TIMEOUT) -> dict:
+    """Ask every adapter, write the files, judge: the answer's fields."""
+    from mpilaunch.hang import verdict
+
+    t0 = time.monotonic()
+    answers, asked = control.stacks(timeout, native)
+    hosts = {r: control.host_of(r) for r in range(np)}
+    missing = sorted(set(asked) - set(answers))
+    unreached = sorted(set(range(np)) - set(asked))
+    line, odd = verdict.verdict(answers, hosts, missing + unreached)
+    out_dir = os.path.join(log_dir, "stacks", stamp())
+    os.makedirs(out_dir, exist_ok=True)
+    for r, text in answers.items():
+        with open(os.path.join(out_dir, f"rank_{r}.txt"), "w") as f:
+            f.write(f"# rank {r} on host {hosts.get(r, '?')}\n{text}")
+    with open(os.path.join(out_dir, "verdict.txt"), "w") as f:
+        f.write(line + "\n")
+    read = sum(1 for t in answers.values() if verdict.parse(t).get("worker"))
+    return {"dir": out_dir, "verdict": line, "odd": odd, "ranks": len(answers), "read": read,
+            "np": np, "missing": missing, "unreached": unreached,
+            "seconds": round(time.monotonic() - t0, 3),
+            "hosts": {str(r): hosts[r] for r in odd}}
+
+
+class Server:
+    """Listens while one attempt runs; ``close()`` removes the socket and the pointers."""
+
+    def __init__(self, run_dir: str, log_dirs: Sequence[str], control, np: int):
+        self.control, self.np = control, np
+        self.log_dir = log_dirs[0]
+        self.path = os.path.join(run_dir, SOCKET)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self.sock.bind(self.path)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        self.sock.listen(8)
+        self.text = f"{self.path}\n{os.getpid()}\n"
+        self.pointers = [p for p in (write_pointer(d, self.text) for d in log_dirs) if p]
+        self.closed = False
+        self.thread = threading.Thread(target=self._serve, name="stacks-server", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        try:
+            conn.settimeout(5)
+            req = conn.recv(256).decode("ascii", "replace").split()
+            conn.settimeout(None)
+            if not req or req[0] != "stacks":
+                return
+            timeout = float(req[2]) if len(req) > 2 else ASK_TIMEOUT
+            try:
+                answer = gather(self.control, self.np, self.log_dir, req[1:2] == ["native"], timeout)
+                from mpilaunch.output import events
+
+                events.emit("stacks", dir=answer["dir"], verdict=answer["verdict"],
+                            odd=answer["odd"], seconds=answer["seconds"])
+            except OSError as exc:
+                answer = {"error": f"cannot write the stacks into {self.log_dir}: {exc.strerror}"}
+            conn.sendall((json.dumps(answer) + "\n").encode())
+        except (OSError, ValueError):
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.closed = True
+        for p in self.pointers:
+            remove_pointer(p, self.text)
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def open_for(run_dir: str, plan, control) -> "Server | List[str] | None":
+    """The server of an attempt with a control channel; for one without (``--exec``), the
+    pointers that say so; None when the plan names no log dir."""
+    dirs = log_dirs_of(getattr(plan, "rank_command", ()))
+    if not dirs:
+        return None
+    if control is None:
+        text = f"{EXEC}\n{os.getpid()}\n"
+        return [p for p in (write_pointer(d, text) for d in dirs) if p]
+    try:
+        return Server(run_dir, dirs, control, getattr(plan, "np", 0))
+    except OSError:
+        return None
+
+
+def close(opened) -> None:
+    if isinstance(opened, Server):
+        opened.close()
+    elif opened:
+        for p in opened:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass

@@ -1,0 +1,157 @@
+"""``mpilaunch stacks LOG_DIR`` on a running job (docs/HANGS.md): a 4-rank torch/gloo job whose
+rank 2 waits (in load_batch) before its all_reduce while the others block in it. The command,
+from a second process, names rank 2 and its frame; the job goes on and completes once the test
+releases rank 2. Open MPI 5, 4.1, MPICH and Intel MPI (their mpiexec, this interpreter's torch);
+without py-spy on the ranks' PATH, one line names the extra; a finished job's log dir and an
+--exec job are one line each, exit 2."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO, mpis
+from helpers.launch import clean_env, mpilaunch_argv
+from helpers.mpis import ALL
+from helpers.procs import alive, descendants, wait_for
+
+STUCK = r'''
+import datetime, os, sys, time
+import torch
+import torch.distributed as dist
+
+rank = int(os.environ["RANK"])
+out = sys.argv[1]
+dist.init_process_group("gloo", timeout=datetime.timedelta(hours=1))
+
+
+def load_batch(step):
+    if rank == 2 and step == 3:
+        open(os.path.join(out, "stuck"), "w").close()
+        while not os.path.exists(os.path.join(out, "release")):
+            time.sleep(0.05)
+    return torch.ones(4)
+
+
+def train():
+    for step in range(6):
+        x = load_batch(step)
+        if step == 3:
+            open(os.path.join(out, f"at3_{rank}"), "w").close()
+        dist.all_reduce(x)
+    open(os.path.join(out, f"done_{rank}"), "w").close()
+
+
+train()
+dist.destroy_process_group()
+'''
+LINE = "stuck.py:15 in load_batch"      # rank 2's sleep while it waits for the release
+
+needs_torch = pytest.mark.skipif(
+    subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0,
+    reason="torch not installed")
+
+
+def start(tmp_path, *launch, env=None):
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK)
+    argv = mpilaunch_argv(*launch, "-np", "4", "--oversubscribe", "--no-scheduler",
+                          "--master_port", "0", "--python", sys.executable,
+                          "--log_dir", str(tmp_path / "logs"), str(script), str(tmp_path))
+    return subprocess.Popen(argv, env=env or clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_stuck(proc, tmp_path):
+    """Rank 2 waits in load_batch, the others have entered step 3's all_reduce."""
+    ready = lambda: ((tmp_path / "stuck").exists() and all(   # noqa: E731
+        (tmp_path / f"at3_{r}").exists() for r in (0, 1, 3)))
+    assert wait_for(ready, 120), proc.stderr.read() if proc.poll() is not None else "not stuck"
+
+
+def stacks(log_dir, *more, env=None):
+    return subprocess.run(mpilaunch_argv("stacks", str(log_dir), *more), env=env or clean_env(),
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+def release_and_finish(proc, tmp_path):
+    kids = descendants(proc.pid)
+    (tmp_path / "release").touch()
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert all((tmp_path / f"done_{r}").exists() for r in range(4))
+    assert wait_for(lambda: not alive(kids), 10), alive(kids)
+    assert not (tmp_path / "logs" / ".mpilaunch-stacks").exists()
+    return err
+
+
+@needs_torch
+@pytest.mark.parametrize("mpi", ALL)
+def test_the_command_names_the_stuck_rank_and_the_job_goes_on(mpi, tmp_path):
+    proc = start(tmp_path, "--mpirun", mpi.mpirun)
+    try:
+        wait_stuck(proc, tmp_path)
+        got = stacks(tmp_path / "logs")
+    except BaseException:
+        proc.kill()
+        raise
+    host = os.uname().nodename
+    assert got.returncode == 0, got.stdout + got.stderr
+    want = f"verdict: rank 2 on host {host}: {LINE}; ranks 0, 1, 3 in all_reduce (torch.distributed)"
+    assert want in got.stdout.splitlines(), got.stdout
+    out_dir = got.stdout.split(" in ", 1)[1].split(" (")[0]
+    assert sorted(os.listdir(out_dir)) == [f"rank_{r}.txt" for r in range(4)] + ["verdict.txt"]
+    assert "> time.sleep(0.05)" in open(os.path.join(out_dir, "rank_2.txt")).read()
+    assert "all_reduce (" in open(os.path.join(out_dir, "rank_0.txt")).read()
+    assert os.path.dirname(out_dir) == str(tmp_path / "logs" / "stacks")
+    release_and_finish(proc, tmp_path)
+
+
+WAITER = r'''
+import os, sys, time
+open(os.path.join(sys.argv[1], "up_" + os.environ["RANK"]), "w").close()
+while not os.path.exists(os.path.join(sys.argv[1], "release")):
+    time.sleep(0.05)
+'''
+
+
+@pytest.mark.parametrize("mpi", [m for m in ALL if m.id == "mpich"])
+def test_without_py_spy_one_line_names_the_extra_and_a_finished_job_is_one_line(mpi, tmp_path):
+    """MPICH's venv has no py-spy beside its interpreter, and the ranks' PATH has none."""
+    script = tmp_path / "waiter.py"
+    script.write_text(WAITER)
+    bare = clean_env(PATH="/usr/bin:/bin")
+    proc = subprocess.Popen(mpis.mpilaunch_argv(mpi, "-np", "2", "--no-scheduler", "--master_port", "0",
+                                                "--log_dir", str(tmp_path / "logs"), str(script),
+                                                str(tmp_path)),
+                            env=bare, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: all((tmp_path / f"up_{r}").exists() for r in range(2)), 60)
+        assert wait_for(lambda: (tmp_path / "logs" / ".mpilaunch-stacks").exists(), 10)
+        got = stacks(tmp_path / "logs")
+    except BaseException:
+        proc.kill()
+        raise
+    kids = descendants(proc.pid)
+    (tmp_path / "release").touch()
+    assert proc.wait(60) == 0 and wait_for(lambda: not alive(kids), 10)
+    assert got.returncode == 1, got.stdout + got.stderr
+    assert got.stdout.splitlines()[1] == (
+        "verdict: no stacks from ranks 0, 1 (mpilaunch.rank: py-spy is not installed here: no "
+        "stacks (pip install 'mpilaunch[stall]', or pip install py-spy))")
+    ended = stacks(tmp_path / "logs")
+    assert ended.returncode == 2 and ended.stdout == ""
+    assert ended.stderr == (f"mpilaunch: error: no running mpilaunch job writes to {tmp_path / 'logs'} "
+                            "(no .mpilaunch-stacks there: the job has ended, or it was started "
+                            "with another --log_dir)\n")
+    missing = stacks(tmp_path / "nowhere")
+    assert missing.returncode == 2
+    assert missing.stderr == (f"mpilaunch: error: LOG_DIR {str(tmp_path / 'nowhere')!r}: no such "
+                              "directory; give the --log_dir of a running job\n")
