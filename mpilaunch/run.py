@@ -113,7 +113,7 @@ def open_file_limit(cfg, n_remote: int, n_local: int = 0) -> None:
 
 def main(argv: Sequence[str]) -> int:
     from mpilaunch import backends, net
-    from mpilaunch.config import allocation, launchconfig, options, rankcheck
+    from mpilaunch.config import allocation, launchconfig, longrun, options, rankcheck
     from mpilaunch.launch import starter
     from mpilaunch.longrun import restart
 
@@ -126,10 +126,9 @@ def main(argv: Sequence[str]) -> int:
     rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
     # --preflight deep is asked for by name: --no-preflight (which `mpilaunch job` adds once
     # it saw every host) skips the ssh preflight only
-    deep_gate = launchconfig.preflight_level(args, env) == "deep"
-    long_run = restart.settings(args, cfg)   # restarts, grace, watchdog, span
+    deep_gate = cfg.preflight == "deep"
     backend = backends.select(cfg, env)
-    long_run = restart.check(long_run, backend)
+    long_run = longrun.for_backend(cfg.long_run, backend)   # restarts, grace, watchdog, span
     if cfg.master_port == 0 and not cfg.dry_run and net.rank0_is_here(cfg.hosts):
         # rank 0 runs here: pick (and so prove) the port now; then no rank needs the MPI
         # agreement (MPI_Init in every adapter, +0.35 s) only to learn it

@@ -34,7 +34,7 @@ def main(argv: Sequence[str]) -> int:
     user_oversubscribe = bool(args.oversubscribe)
     args.oversubscribe = True  # np > slots is reported as the 'slots' check, not a usage error
     cfg = launchconfig.build(args, env)
-    deep = launchconfig.deep_settings(args, env) if args.check_deep else None
+    deep = cfg.deep
     if deep is not None and (args.check_ssh_only or allocation.from_slurm(cfg.hosts_from)):
         raise UsageError("--deep: not with --ssh-only, nor inside a Slurm allocation (its "
                          "agents are started over ssh); run it from a login to the hosts")

@@ -11,7 +11,7 @@ from collections import namedtuple
 from typing import Mapping, Optional, Tuple
 
 from mpilaunch import contract
-from mpilaunch.config import allocation, mpiargs, options
+from mpilaunch.config import allocation, longrun, mpiargs, options, preflight
 from mpilaunch.config import hostfile as hf
 from mpilaunch.errors import UsageError
 from mpilaunch.config.broadcast import DEFAULT_PREFIXES
@@ -49,7 +49,10 @@ _CONFIG_FIELDS = (
     "bind_numa sim_level sim_rank_id sim_world rank_table_file "
     # the user's mpirun pieces (bind, x, mca, extra, a tune file's lines), split once:
     # mpiargs.pieces; every backend reads these
-    "mpi_pieces"
+    "mpi_pieces "
+    # the run command's long-run settings (config/longrun.py: LongRun; None for check and job),
+    # --preflight's level and the deep check's settings (config/preflight.py; None: no deep check)
+    "long_run preflight deep"
 )
 
 # Where the hosts of a launch came from (LaunchConfig.hosts_from), in the order they are
@@ -61,7 +64,8 @@ HOSTS_FROM = (FROM_H, FROM_HOSTFILE, FROM_VC_WORKER_HOSTS, allocation.SLURM,
 
 
 class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None, "mpirun", None, None, "", True, (),
-                                                                   None, None, None, None, None, ()))):
+                                                                   None, None, None, None, None, (),
+                                                                   None, "ssh", None))):
     """Everything the user asked for, validated. Notable fields: ``hosts`` (tuple of Host),
     ``hosts_from`` (where the hosts came from, one of :data:`HOSTS_FROM`: decisions test
     this), ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
@@ -226,7 +230,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
 
     sshconfig.validate(hosts, hosts_source, extra, launcher, allocation.in_slurm(env),
                        mpiargs.ssh_params_given(pieces))
-    return LaunchConfig(
+    cfg = LaunchConfig(
         bind_numa=msrun.bind_numa(args.bind_numa),
         sim_level=sim_level,
         sim_rank_id=sim_rank_id,
@@ -272,6 +276,13 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         visible_devices=args.visible_devices,
         launcher=launcher,
     )
+    level = preflight.preflight_level(args, env) if hasattr(args, "preflight") else "ssh"
+    deep = (preflight.deep_settings(args, env)
+            if level == "deep" or getattr(args, "check_deep", False) else None)
+    cfg = cfg._replace(preflight=level, deep=deep)
+    if hasattr(args, "max_restarts"):   # the run command's (check's and job's own have none)
+        cfg = cfg._replace(long_run=longrun.settings(args, env, cfg))
+    return cfg
 
 
 def _launcher(args, env: Mapping[str, str]) -> str:
@@ -347,44 +358,3 @@ def _scheduler(args, env: Mapping[str, str], script, module, hosts, port) -> Tup
     if prog.entry is None:
         return False, f"{what or 'the program'} could not be read to look for mindspore"
     return False, f"{what} does not import mindspore"
-
-
-class DeepSettings(namedtuple("DeepSettings", "budget threshold min_free pairs collective")):
-    """``mpilaunch check --deep``'s settings: seconds, times the median, bytes free, links
-    per host besides the ring, the collective (None, gloo or nccl)."""
-
-    __slots__ = ()
-
-
-def _number(value, source: str, least: float, what: str) -> float:
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        number = None
-    if number is None or number != number or number in (float("inf"), float("-inf")):
-        raise UsageError(f"{source}={value!r}: not a number; give {what}")
-    if number < least:
-        raise UsageError(f"{source}={value!r}: out of range; give {what}")
-    return number
-
-
-def deep_settings(args, env: Mapping[str, str]) -> DeepSettings:
-    """The --deep options (defaults: the option table's), each checked in one line."""
-    budget = contract.seconds(*options.setting(args, env, "deep_budget"))
-    threshold = _number(*options.setting(args, env, "deep_threshold"), 1.1,
-                        "a factor of at least 1.1 (times slower than the median)")
-    min_free = _number(*options.setting(args, env, "deep_min_free"), 0.0,
-                       "a number of GB, 0 or more") * 1e9
-    pairs = contract.whole(*options.setting(args, env, "deep_pairs"), 0)
-    collective, source = options.setting(args, env, "deep_collective")
-    if collective is not None and collective not in ("gloo", "nccl"):
-        raise UsageError(f"{source}={collective!r}: give gloo or nccl")
-    return DeepSettings(budget, threshold, min_free, pairs, collective)
-
-
-def preflight_level(args, env: Mapping[str, str]) -> str:
-    """``--preflight``: ``ssh`` (resolve, port, login) or ``deep`` (``check --deep``)."""
-    value, source = options.setting(args, env, "preflight")
-    if value not in ("ssh", "deep"):
-        raise UsageError(f"{source}={value!r}: give ssh or deep")
-    return value

@@ -16,10 +16,11 @@ from mpilaunch.output import events
 
 def run(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> int:
     """Attempt 0 (``plan``/``run_dir`` made by run.main from ``restart.attempt_cfg(cfg, lr,
-    0)``), then as many restarts as the budget allows (``lr``: restart.LongRun). ``disc``:
+    0)``), then as many restarts as the budget allows (``lr``: config.longrun.LongRun). ``disc``:
     ``--host-discovery-script`` (discovery.Discovery), which gives each later attempt its hosts.
     ``base``: the config before ``attempt_cfg``, whose ``master_addr`` is the user's own (attempt
     0's may have been filled in from its first host, which a later attempt may not have)."""
+    from mpilaunch.config import longrun
     from mpilaunch.longrun import discovery, restart, shrink
     from mpilaunch.launch import starter
 
@@ -28,7 +29,7 @@ def run(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> int:
     base = cfg if base is None else base
     while True:
         att = (restart.LongRunAttempt(k, lr, plan.np)   # discovery: it learns the lost hosts
-               if restart.long_run_on(lr) or disc is not None else starter.Attempt(k))
+               if longrun.long_run_on(lr) or disc is not None else starter.Attempt(k))
         status = starter.run(backend, plan, env, run_dir, cfg.keep_tune_file, att)
         attempts += getattr(att, "in_place", [])   # restarted in place, inside this launch
         attempts.append(att)

@@ -35,9 +35,10 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from mpilaunch.config import hostfile as hf
+from mpilaunch.config.longrun import DISCOVERY_FLAG
 from mpilaunch.errors import UsageError
 
-FLAG = "--host-discovery-script"
+FLAG = DISCOVERY_FLAG
 TIMEOUT = 30.0          # seconds the script may take (a kubectl or API call, not a scan)
 FAILS_TO_COOL = 2       # failures of a host before it sits out (see the module's text)
 COOL_DOWN = 300.0       # seconds a host that failed FAILS_TO_COOL times is left out
@@ -46,14 +47,6 @@ STDERR_KEPT = 200       # characters of the script's last stderr line kept for t
 
 class DiscoveryError(Exception):
     """The script failed, timed out or printed a malformed line; str(): what, one line."""
-
-
-def script_path(raw: str, source: str = FLAG) -> str:
-    """The option's value -> an absolute path of an executable file, or one usage line."""
-    path = os.path.abspath(os.path.expanduser(str(raw).strip()))
-    if not str(raw).strip() or not os.path.isfile(path) or not os.access(path, os.X_OK):
-        raise UsageError(f"{source}={raw}: not an executable file")
-    return path
 
 
 def parse(text: str, script: str) -> Tuple[hf.Host, ...]:
@@ -238,16 +231,17 @@ def _preflight(cfg, hosts: Sequence[hf.Host]) -> Dict[str, str]:
 
 
 def setup(args, cfg, env):
-    """``--host-discovery-script``: -> (Discovery, the config of attempt 0), or (None, cfg)."""
-    from mpilaunch.config import options
+    """``--host-discovery-script`` (``cfg.long_run.discovery_script``): -> (Discovery, the
+    config of attempt 0, its hosts the script's first list), or (None, cfg)."""
+    from mpilaunch.config import longrun, options
 
-    raw, source = options.setting(args, env, "host_discovery_script")
-    if raw is None:
+    lr = cfg.long_run
+    if lr is None or lr.discovery_script is None:
         return None, cfg
-    script = script_path(raw, source)
     np_raw, _ = options.setting(args, env, "np")
-    disc = Discovery(script, cfg.np if np_raw is not None else None)
-    return disc, disc.first(cfg)
+    disc = Discovery(lr.discovery_script, cfg.np if np_raw is not None else None)
+    first = disc.first(cfg)
+    return disc, first._replace(long_run=longrun.for_hosts(lr, first.hosts, first.hosts_source))
 
 
 def between(disc: Discovery, cfg, base, lr, att, k: int):

@@ -34,83 +34,17 @@ import signal
 import sys
 import threading
 import time
-from collections import namedtuple
 
-from mpilaunch import contract, net
+from mpilaunch import net
 from mpilaunch.output import events
 from mpilaunch.launch import starter
 from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
 from mpilaunch.errors import UsageError
+from mpilaunch.config.longrun import LongRun
 from mpilaunch.output.summary import Collector
 
 PORT_WAIT = 60.0
-MODES = ("in-place", "relaunch")
 GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and exit
-
-
-class LongRun(namedtuple("LongRun", "max_restarts restart_delay term_grace stall_timeout "
-                         "span log_dir port_given rank0_here in_place min_hosts",
-                         defaults=(False, None))):
-    """The long-run settings, validated, plus what each attempt needs from the first;
-    ``in_place``: ``--restart-mode in-place`` (rank/inplace.py); ``min_hosts``: ``--min-hosts``
-    (None: off; see :func:`shrink`)."""
-
-    __slots__ = ()
-
-
-def settings(args, cfg) -> LongRun:
-    from mpilaunch.config import options
-    from mpilaunch.longrun import shrink
-
-    def value(dest, **kw):
-        raw, source = options.setting(args, {}, dest)
-        return None if raw is None else contract.seconds(raw, source, allow_zero=True)
-
-    raw, source = options.setting(args, {}, "max_restarts")
-    n = contract.whole(raw, source, 0, 1000)
-    mode, source = options.setting(args, {}, "restart_mode")
-    mode = str(mode or "relaunch").strip().replace("_", "-")
-    if mode not in MODES:
-        raise UsageError(f"{source}={mode}: give in-place or relaunch")
-    lr = LongRun(n, value("restart_delay") or 0.0, value("term_grace"), value("stall_timeout"),
-                 not getattr(args, "no_span_check", False), cfg.log_dir,
-                 str(getattr(args, "master_port", None) or "0").strip() != "0",  # 0: pick
-                 net.rank0_is_here(cfg.hosts), mode == "in-place" and n > 0,
-                 shrink.min_hosts(options, args, n, cfg))
-    if lr.stall_timeout == 0:
-        raise UsageError(f"{options.BY_DEST['stall_timeout'].name}=0: give a number of seconds > 0")
-    if cfg.exec_mode and lr.in_place:
-        raise UsageError("--restart-mode in-place needs the supervised mode: the adapters "
-                         "restart the workers (not --exec)")
-    if cfg.exec_mode and (lr.term_grace is not None or lr.stall_timeout):
-        raise UsageError("--term-grace and --stall-timeout need the supervised mode: the adapter "
-                         "signals and watches the worker (not --exec)")
-    return lr
-
-
-_WHY_NOT = {d: "measured with mpirun and mpiexec only" for d in ("max_restarts", "stall_timeout")}
-
-
-def check(lr: LongRun, backend) -> LongRun:
-    """A long-run setting the backend does not support: one line, before anything starts.
-    -> ``lr``, with the span check off where the backend places no ranks by a hostfile."""
-    asked = [d for d, on in (("max_restarts", lr.max_restarts), ("term_grace", lr.term_grace is not None),
-                             ("stall_timeout", lr.stall_timeout)) if on]
-    missing = [d for d in asked if d not in backend.long_run]
-    if missing:
-        from mpilaunch.config import options
-
-        names = " and ".join(options.BY_DEST[d].name for d in missing)
-        why = "; ".join(_WHY_NOT[d] for d in missing if d in _WHY_NOT)
-        raise UsageError(f"{names}: not available with {backend.name}" + (f" ({why})" if why else "")
-                         + "; use Open MPI's mpirun (--launcher mpirun) or leave it out")
-    return lr._replace(span=lr.span and backend.span_check)
-
-
-def long_run_on(lr: LongRun) -> bool:
-    """The launcher has a part in the graceful stop or the stall watchdog."""
-    return (lr.term_grace is not None or bool(lr.stall_timeout) or lr.in_place
-            or lr.min_hosts is not None)
 
 
 def attempt_cfg(cfg, lr: LongRun, k: int):
@@ -189,6 +123,7 @@ class LongRunAttempt(starter.Attempt):
         self.silent = {}        # rank -> its last stall event
         self.done = set()       # ranks whose worker exited 0
         self.stalled = None     # the silent ranks' events when the job was ended for it
+        self.stall_verdict = None   # the odd rank out, from every rank's stacks (docs/HANGS.md)
         self.graceful = False   # the launcher asked for a graceful stop
         self.grace_stops = []   # adapters that made one (asked or not: see finish)
         self.foreign = None     # the stop signal an adapter got when mpilaunch had not asked
@@ -290,6 +225,9 @@ class LongRunAttempt(starter.Attempt):
         if fire and self.job is not None:
             print(f"mpilaunch: no worker has shown progress for {self.lr.stall_timeout:g} s: "
                   "ending the job", file=sys.stderr, flush=True)
+            from mpilaunch.hang.server import stall_verdict
+
+            self.stall_verdict = stall_verdict(self.job, self.lr.log_dir)
             self.job.end()
 
     # -- the outcome
@@ -328,6 +266,8 @@ class LongRunAttempt(starter.Attempt):
             for rank in sorted(self.stalled):
                 ev = self.stalled[rank]
                 lines.append(f"  stalled: rank {rank} on host {ev.host}: {ev.message}")
+            if self.stall_verdict:
+                lines.append(f"  verdict: {self.stall_verdict}")
             return "\n".join(lines) + "\n"
         foreign = self.foreign and not self.graceful and self.status == 128 + self.foreign
         if foreign:

@@ -12,22 +12,7 @@ uses every host, as without the option.
 """
 from __future__ import annotations
 
-from mpilaunch import contract, net
-from mpilaunch.errors import UsageError
-
-
-def min_hosts(options, args, n: int, cfg):
-    """``--min-hosts``, checked against the budget and the hosts: M, or None (off)."""
-    raw, source = options.setting(args, {}, "min_hosts")
-    if raw is None:
-        return None
-    m = contract.whole(raw, source, 1)
-    if not n:
-        raise UsageError(f"{source} needs --max_restarts N: the hosts left run the next attempt")
-    if m > len(cfg.hosts):
-        raise UsageError(f"{source}={m} is more than the {len(cfg.hosts)} host(s) of "
-                         f"{cfg.hosts_source}")
-    return m
+from mpilaunch import net
 
 
 def shrink(cfg, base, lr, att):

@@ -15,6 +15,7 @@ from helpers.launch import clean_env, mpilaunch_argv
 from helpers.mpis import MPIRUNS
 from helpers.ports import free_port
 from helpers.restart import TRAIN
+from mpilaunch.config.longrun import LongRun
 
 from mpilaunch.longrun import restart
 from mpilaunch.backends import placement
@@ -144,7 +145,7 @@ def test_attempt_flags_and_log_dirs():
 
     class Cfg:
         pass
-    lr = restart.LongRun(2, 0.0, 3.0, None, False, "/logs", True, True)
+    lr = LongRun(2, 0.0, 3.0, None, False, "/logs", True, True)
 
     import collections
     C = collections.namedtuple("C", "log_dir master_port exec_mode rank_extra hosts")

@@ -30,7 +30,7 @@ def _cfg(*argv, env=None):
 
 def _attempt0(*argv):
     args, cfg = _cfg(*argv)
-    return restart.attempt_cfg(cfg, restart.settings(args, cfg), 0)
+    return restart.attempt_cfg(cfg, cfg.long_run, 0)
 
 
 def test_rank0_address_for_a_launcher_outside_the_hostfile():

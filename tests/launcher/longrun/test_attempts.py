@@ -1,10 +1,11 @@
 """The attempts' list printed after a job with --max_restarts (mpilaunch/longrun/attempts.py)."""
-from mpilaunch.longrun import attempts, restart
+from mpilaunch.config.longrun import LongRun
+from mpilaunch.longrun import attempts
 from mpilaunch.launch import starter
 
 
 def test_summary_lists_every_attempt_with_its_cause_and_logs():
-    lr = restart.LongRun(2, 0.0, None, None, False, "/logs", False, True)
+    lr = LongRun(2, 0.0, None, None, False, "/logs", False, True)
     first, second = starter.Attempt(0), starter.Attempt(1)
     first.status, first.cause = 137, "rank 1 (worker) on host a: killed by signal 9 (SIGKILL)"
     second.status = 0

@@ -10,6 +10,8 @@ import pytest
 
 from helpers.launch import run_cli
 from helpers.procs import wait_for
+from mpilaunch.config import longrun
+from mpilaunch.config.longrun import LongRun
 from mpilaunch.longrun import discovery, restart
 from mpilaunch.errors import UsageError
 from mpilaunch.config.hostfile import Host
@@ -83,12 +85,12 @@ def _gone(pid):
 
 def test_script_path(tmp_path):
     ok = executable(tmp_path, "#!/bin/sh\n")
-    assert discovery.script_path(ok) == ok
+    assert longrun.script_path(ok) == ok
     plain = tmp_path / "plain.sh"
     plain.write_text("echo a\n")
     for raw in (str(plain), str(tmp_path / "missing"), str(tmp_path), " "):
         with pytest.raises(UsageError) as e:
-            discovery.script_path(raw)
+            longrun.script_path(raw)
         assert str(e.value) == f"--host-discovery-script={raw}: not an executable file"
 
 
@@ -190,7 +192,7 @@ class Att:
 
 
 def lr(m=None):
-    return restart.LongRun(2, 0.0, None, None, True, "/logs", False, True, False, m)
+    return LongRun(2, 0.0, None, None, True, "/logs", False, True, False, m)
 
 
 def test_between_a_replacement_host(capsys):

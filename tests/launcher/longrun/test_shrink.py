@@ -1,9 +1,11 @@
 """--min-hosts (mpilaunch/longrun/shrink.py): which hosts the next attempt gets after a host
 was lost, and its world size; the option's refusals."""
 import collections
+import types
 
 import pytest
 
+from mpilaunch.config.longrun import LongRun
 from mpilaunch.longrun import restart, shrink
 from mpilaunch.errors import UsageError
 from mpilaunch.config.hostfile import Host
@@ -20,7 +22,7 @@ class Att:
 
 
 def lr(m):
-    return restart.LongRun(2, 0.0, None, None, True, "/logs", False, False, False, m)
+    return LongRun(2, 0.0, None, None, True, "/logs", False, False, False, m)
 
 
 def test_the_lost_host_is_dropped_and_the_world_is_the_slots_left():
@@ -63,10 +65,13 @@ def test_refusals():
     cfg = C(HOSTS, 6, None, "hostfile")
 
     def check(min_hosts, n):
+        from mpilaunch.config import longrun
         args = Opts()
-        args.min_hosts = min_hosts
-        from mpilaunch.config import options
-        return shrink.min_hosts(options, args, n, cfg)
+        args.min_hosts, args.max_restarts = min_hosts, n
+        launch = types.SimpleNamespace(hosts=cfg.hosts, hosts_source=cfg.hosts_source, log_dir="/logs",
+                                       exec_mode=False)
+        settings = longrun.settings(args, {}, launch)
+        return settings.min_hosts
     assert check(None, 0) is None and check("2", 1) == 2
     with pytest.raises(UsageError, match="needs --max_restarts"):
         check("2", 0)

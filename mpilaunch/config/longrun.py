@@ -1,0 +1,111 @@
+"""The long-run settings, checked where the configuration is built: ``--max_restarts``,
+``--restart-mode``, ``--restart-delay``, ``--term-grace``, ``--stall-timeout``, ``--min-hosts``,
+``--no-span-check`` and ``--host-discovery-script`` (what each does: docs/LONG_JOBS.md; the
+launcher's part: mpilaunch/longrun/). A setting the chosen backend cannot honour is refused by
+:func:`for_backend`, still before anything starts."""
+from __future__ import annotations
+
+import os
+from collections import namedtuple
+from typing import Optional
+
+from mpilaunch import contract, net
+from mpilaunch.config import options
+from mpilaunch.errors import UsageError
+
+MODES = ("in-place", "relaunch")
+DISCOVERY_FLAG = "--host-discovery-script"
+
+
+class LongRun(namedtuple("LongRun", "max_restarts restart_delay term_grace stall_timeout "
+                         "span log_dir port_given rank0_here in_place min_hosts discovery_script",
+                         defaults=(False, None, None))):
+    """The long-run settings, validated, plus what each attempt needs from the first;
+    ``in_place``: ``--restart-mode in-place`` (rank/inplace.py); ``min_hosts``: ``--min-hosts``
+    (None: off; mpilaunch/longrun/shrink.py); ``discovery_script``: the absolute path of
+    ``--host-discovery-script`` (None: off; mpilaunch/longrun/discovery.py)."""
+
+    __slots__ = ()
+
+
+def script_path(raw: str, source: str = DISCOVERY_FLAG) -> str:
+    """A discovery script's option value -> an absolute path of an executable file, or one
+    usage line."""
+    path = os.path.abspath(os.path.expanduser(str(raw).strip()))
+    if not str(raw).strip() or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise UsageError(f"{source}={raw}: not an executable file")
+    return path
+
+
+def settings(args, env, cfg) -> LongRun:
+    """The long-run options of ``args`` (the run command's) for the launch ``cfg`` describes."""
+    def seconds(dest):
+        raw, source = options.setting(args, {}, dest)
+        return None if raw is None else contract.seconds(raw, source, allow_zero=True)
+
+    raw, source = options.setting(args, {}, "max_restarts")
+    n = contract.whole(raw, source, 0, 1000)
+    mode, source = options.setting(args, {}, "restart_mode")
+    mode = str(mode or "relaunch").strip().replace("_", "-")
+    if mode not in MODES:
+        raise UsageError(f"{source}={mode}: give in-place or relaunch")
+    raw, source = options.setting(args, env, "host_discovery_script")
+    script = None if raw is None else script_path(raw, source)
+    lr = LongRun(n, seconds("restart_delay") or 0.0, seconds("term_grace"), seconds("stall_timeout"),
+                 not getattr(args, "no_span_check", False), cfg.log_dir,
+                 str(getattr(args, "master_port", None) or "0").strip() != "0",  # 0: pick
+                 net.rank0_is_here(cfg.hosts), mode == "in-place" and n > 0,
+                 _min_hosts(args, n), script)
+    if lr.stall_timeout == 0:
+        raise UsageError(f"{options.BY_DEST['stall_timeout'].name}=0: give a number of seconds > 0")
+    if cfg.exec_mode and lr.in_place:
+        raise UsageError("--restart-mode in-place needs the supervised mode: the adapters "
+                         "restart the workers (not --exec)")
+    if cfg.exec_mode and (lr.term_grace is not None or lr.stall_timeout):
+        raise UsageError("--term-grace and --stall-timeout need the supervised mode: the adapter "
+                         "signals and watches the worker (not --exec)")
+    if script is None:   # a discovery script's hosts are checked when it has listed them
+        for_hosts(lr, cfg.hosts, cfg.hosts_source)
+    return lr
+
+
+def _min_hosts(args, n: int) -> Optional[int]:
+    raw, source = options.setting(args, {}, "min_hosts")
+    if raw is None:
+        return None
+    m = contract.whole(raw, source, 1)
+    if not n:
+        raise UsageError(f"{source} needs --max_restarts N: the hosts left run the next attempt")
+    return m
+
+
+def for_hosts(lr: LongRun, hosts, hosts_source: str) -> LongRun:
+    """``lr`` for a launch on ``hosts`` (the user's, or a discovery script's first list):
+    ``--min-hosts`` checked against them, rank 0's place decided from them."""
+    if lr.min_hosts is not None and lr.min_hosts > len(hosts):
+        raise UsageError(f"{options.BY_DEST['min_hosts'].name}={lr.min_hosts} is more than the "
+                         f"{len(hosts)} host(s) of {hosts_source}")
+    return lr._replace(rank0_here=net.rank0_is_here(hosts))
+
+
+_WHY_NOT = {d: "measured with mpirun and mpiexec only" for d in ("max_restarts", "stall_timeout")}
+
+
+def for_backend(lr: LongRun, backend) -> LongRun:
+    """A long-run setting the backend does not support: one line, before anything starts.
+    -> ``lr``, with the span check off where the backend places no ranks by a hostfile."""
+    asked = [d for d, on in (("max_restarts", lr.max_restarts), ("term_grace", lr.term_grace is not None),
+                             ("stall_timeout", lr.stall_timeout)) if on]
+    missing = [d for d in asked if d not in backend.long_run]
+    if missing:
+        names = " and ".join(options.BY_DEST[d].name for d in missing)
+        why = "; ".join(_WHY_NOT[d] for d in missing if d in _WHY_NOT)
+        raise UsageError(f"{names}: not available with {backend.name}" + (f" ({why})" if why else "")
+                         + "; use Open MPI's mpirun (--launcher mpirun) or leave it out")
+    return lr._replace(span=lr.span and backend.span_check)
+
+
+def long_run_on(lr: LongRun) -> bool:
+    """The launcher has a part in the graceful stop, the stall watchdog or the hosts."""
+    return (lr.term_grace is not None or bool(lr.stall_timeout) or lr.in_place
+            or lr.min_hosts is not None)
