@@ -73,6 +73,18 @@ def is_ipv6(text) -> bool:
         return False
 
 
+def url_host(addr: str) -> str:
+    """``addr`` as the host part of a URL or ``host:port``: an IPv6 literal in brackets."""
+    return f"[{addr}]" if ":" in addr and not addr.startswith("[") else addr
+
+
+def family_of(addr: str) -> int:
+    """The socket family of an address literal (IPv6 when it has a colon)."""
+    import _socket
+
+    return _socket.AF_INET6 if ":" in addr else _socket.AF_INET
+
+
 def ipv4s(name: str) -> List[str]:
     """``name``'s IPv4 addresses in the resolver's order (``/etc/gai.conf`` preference), an
     address given as text being its own; ``[]`` when it does not resolve."""
@@ -86,23 +98,30 @@ def ipv4s(name: str) -> List[str]:
 
 
 def resolve_ipv4(name: str, flag: str = "--master-addr") -> str:
-    """The address rank 0's scheduler uses for ``--master-addr NAME``: the resolver's first
-    IPv4 answer, the one any other program connecting to NAME tries first. UsageError naming
-    ``flag`` when NAME has none."""
+    """The address rank 0's scheduler uses for ``--master-addr NAME``: an address given as
+    text is its own (IPv4 or IPv6, brackets dropped); else the resolver's first IPv4 answer,
+    the one any other program connecting to NAME tries first, or, for a name that has only
+    IPv6 addresses (an IPv6-only cluster), its first IPv6 answer. UsageError naming ``flag``
+    when NAME has none."""
     if is_ipv4(name):   # its own answer: no resolver, no socket module (every rank)
         return name
+    bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+    if is_ipv6(bare):
+        return bare
     import socket
 
-    try:
-        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
-        why = "no IPv4 address" if not infos else ""
-    except (OSError, UnicodeError) as exc:
-        infos, why = [], str(exc.args[1] if isinstance(exc, socket.gaierror)
+    why = ""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            infos = socket.getaddrinfo(name, None, family, socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            infos = []
+            why = why or str(exc.args[1] if isinstance(exc, socket.gaierror)
                              and len(exc.args) > 1 else exc)
-    if not infos:
-        raise UsageError(f"{flag}={name!r}: does not resolve to an IPv4 address ({why}); "
-                         f"{MASTER_ADDR_FIX}")
-    return infos[0][4][0]
+        if infos:
+            return infos[0][4][0]
+    raise UsageError(f"{flag}={name!r}: does not resolve to an address ({why or 'no address'}); "
+                     f"{MASTER_ADDR_FIX}")
 
 
 def resolve(name: str, timeout: float) -> Tuple[Optional[List[str]], Optional[str]]:
@@ -140,7 +159,7 @@ def route_source(dest: str) -> Optional[str]:
     """The local address the kernel would use to reach ``dest`` (UDP connect: sends nothing)."""
     import _socket as socket   # the socket module's enum set-up is not needed here
 
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s = socket.socket(family_of(dest), socket.SOCK_DGRAM)
     try:
         s.connect((dest, 9))
         return s.getsockname()[0]
@@ -156,6 +175,10 @@ def route_interface(dest: str, table: str = "/proc/net/route") -> Optional[str]:
     address, no route is up for it, or the table cannot be read. Policy rules (``ip rule``)
     are not seen here. A file read, where asking the kernel needs the socket and ctypes
     modules (every rank of a multi-host launch asks: docs/ARCHITECTURE.md, start-up)."""
+    if is_ipv6(dest):   # the IPv6 table: netif.py reads it
+        from mpilaunch import netif
+
+        return netif.route_interface6(dest, "/proc/net/ipv6_route" if table == "/proc/net/route" else table)
     if not is_ipv4(dest):
         return None
     import sys
@@ -193,7 +216,7 @@ def check_local_addr(addr: str, hostname: str) -> None:
     import errno
     import _socket as socket   # the socket module's enum set-up is not needed here
 
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s = socket.socket(family_of(addr), socket.SOCK_STREAM)
     try:
         s.bind((addr, 0))
     except OSError as exc:
@@ -215,11 +238,12 @@ def check_port(addr: str, port: int, hostname: str, check_addr: bool = True) -> 
 
     if check_addr:
         check_local_addr(addr, hostname)
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    v6 = ":" in addr   # an IPv6 scheduler binds an IPv6 socket (MindSpore's, torch's store)
+    s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_STREAM)
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("0.0.0.0", port))
+            s.bind(("::" if v6 else "0.0.0.0", port))
         except OSError as exc:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 kind = PORT_IN_USE if exc.errno == errno.EADDRINUSE else PORT_NOT_ALLOWED
@@ -267,6 +291,20 @@ def local_ipv4s() -> List[str]:
     out: List[str] = []
     for _, family, address in netif.addresses():
         if family == netif.AF_INET and not address.startswith(("127.", "169.254.")):
+            if address not in out:
+                out.append(address)
+    return out
+
+
+def local_ipv6s() -> List[str]:
+    """Non-loopback, non-link-local (fe80::/10) IPv6 addresses of this host, interface order:
+    the addresses of an IPv6-only host that another host can reach."""
+    from mpilaunch import netif
+
+    out: List[str] = []
+    for _, family, address in netif.addresses():
+        if (family == netif.AF_INET6 and address != "::1" and "%" not in address
+                and not address.lower().startswith(("fe8", "fe9", "fea", "feb"))):
             if address not in out:
                 out.append(address)
     return out
@@ -326,13 +364,16 @@ def rank0_address(hosts: Sequence, node_addr=None) -> Optional[str]:
     if not hosts:
         return None
     first = hosts[0]
+    def literal(addr):
+        return is_ipv4(addr) or is_ipv6(addr)
+
     if not is_here(first):
-        addr = first.name if is_ipv4(first.name) else node_addr(first.name) if node_addr else None
-        return addr if is_ipv4(addr) and not is_loopback(addr) else None
+        addr = first.name if literal(first.name) else node_addr(first.name) if node_addr else None
+        return addr if literal(addr) and not is_loopback(addr) else None
     for h in hosts[1:]:
         if is_here(h):
             continue
-        addr = h.name if is_ipv4(h.name) else node_addr(h.name) if node_addr else None
-        return route_source(addr) if is_ipv4(addr) else None
+        addr = h.name if literal(h.name) else node_addr(h.name) if node_addr else None
+        return route_source(addr) if literal(addr) else None
     return None
 

@@ -3,7 +3,8 @@
 What ``psutil.net_if_addrs()`` gives for IPv4/IPv6, without importing psutil (the launcher's
 "is this host here?", ``net.is_here``, and a multi-host rank's interface look-up would pay for
 that import: docs/ARCHITECTURE.md, start-up); ctypes is loaded only by what calls this.
-Linux only, as is every other part of mpilaunch that reads the machine.
+Linux only, as is every other part of mpilaunch that reads the machine. Also the IPv6 routing
+table's interface towards an address (:func:`route_interface6`; IPv4's is in net.py).
 """
 from __future__ import annotations
 
@@ -60,3 +61,33 @@ def addresses() -> List[Tuple[str, int, str]]:
     finally:
         libc.freeifaddrs(head)
     return [entry for entries in by_name.values() for entry in entries]
+
+
+def route_interface6(dest: str, table: str) -> Optional[str]:
+    """net.route_interface for an IPv6 ``dest``, from ``/proc/net/ipv6_route`` (per line:
+    destination, prefix length, source, its length, next hop, metric, refcount, use, flags,
+    interface; hex): the most specific route up, lowest metric among equals. The table holds
+    the local routes too: for one of this host's own addresses that is ``lo``."""
+    import _socket
+
+    want = int.from_bytes(_socket.inet_pton(_socket.AF_INET6, dest), "big")
+    best = None
+    try:
+        with open(table, encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                f = line.split()
+                if len(f) < 10:
+                    continue
+                try:
+                    dst, plen, metric, flags = int(f[0], 16), int(f[1], 16), int(f[5], 16), int(f[8], 16)
+                except ValueError:
+                    continue
+                mask = ((1 << 128) - 1) ^ ((1 << (128 - plen)) - 1) if plen else 0
+                if not flags & 1 or want & mask != dst or flags & 0x200:   # RTF_UP; RTF_REJECT
+                    continue
+                key = (plen, -metric)
+                if best is None or key > best[0]:
+                    best = (key, f[9])
+    except OSError:
+        return None
+    return best[1] if best else None

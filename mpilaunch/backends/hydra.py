@@ -292,6 +292,21 @@ def stdin_check(stdin, dialect: str) -> None:
                          "give --stdin 0 or none (Intel MPI and Open MPI take a rank or all)")
 
 
+def ipv6_check(hosts, mpi) -> None:
+    """Hydra cannot start proxies on IPv6-only hosts: UsageError before anything starts.
+    Measured on two IPv6-only namespace hosts (docs/NETWORKS.md): MPICH 5.0.2's proxies look
+    mpiexec's host up over IPv4 only ("unable to get host address" for a name with only an
+    IPv6 address; an IPv6 literal is split at its colons by host:N and -localhost), Intel MPI
+    2021's bootstrap proxies the same ("getaddrinfo returned error -3")."""
+    from mpilaunch import net
+
+    for h in hosts:
+        if ":" in h.name and not net.is_here(h):
+            raise UsageError(f"host {h.name}: {mpi.name} cannot launch on IPv6 hosts (Hydra's "
+                             "proxies reach mpiexec over IPv4 only); use Open MPI 4.1 or 5 "
+                             "(--mpirun), or give the hosts' IPv4 addresses")
+
+
 def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     """LaunchConfig + env -> the LaunchPlan fields of a Hydra launch (all but rank_command).
     ``broadcast.routed`` holds every broadcast name: each travels via -genvlist."""
@@ -301,6 +316,7 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     from mpilaunch.config import mpiargs, broadcast
 
     stdin_check(getattr(cfg, "stdin", None), mpi.dialect)
+    ipv6_check(cfg.hosts, mpi)
 
     args: List[str] = []
     names: List[str] = []

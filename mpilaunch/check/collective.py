@@ -17,7 +17,9 @@ CODE = (
     "import json,os,sys,time\n"
     "import torch, torch.distributed as dist\n"
     "c=json.loads(sys.argv[1])\n"
-    "dist.init_process_group(c['backend'], init_method='tcp://%s:%d' % (c['master'], c['mport']),"
+    # an IPv6 master goes into the URL in brackets (its colons would end the host part)
+    "m=c['master']; m='[%s]' % m if ':' in m else m\n"
+    "dist.init_process_group(c['backend'], init_method='tcp://%s:%d' % (m, c['mport']),"
     " rank=c['rank'], world_size=c['world'])\n"
     "dev='cuda' if c['backend']=='nccl' else 'cpu'\n"
     "x=torch.ones(c['bytes']//4, device=dev); dist.all_reduce(x); t=[]\n"

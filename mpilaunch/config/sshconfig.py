@@ -32,8 +32,9 @@ USER_DEFAULTS = ("~/.ssh/config", "/etc/ssh/ssh_config")   # what ssh reads with
 
 
 def needed(hosts: Sequence) -> bool:
-    """Some entry has an ssh port of its own: the MPI gets the job's ssh configuration."""
-    return any(getattr(h, "port", None) is not None for h in hosts)
+    """Some entry has an ssh port of its own, or is an IPv6 literal: the MPI gets the job's
+    ssh configuration."""
+    return any(getattr(h, "port", None) is not None or ":" in h.name for h in hosts)
 
 
 def alias(host) -> str:
@@ -41,11 +42,13 @@ def alias(host) -> str:
     it has no port of its own, else ``portP-NAME`` with NAME's dots and colons as dashes: one
     label starting with a letter (Open MPI reads a hostfile word that starts like an IPv4
     address as one and cuts a dotted name at its first dot; Hydra's ``host:N`` lines split at a
-    colon). A name that resolves nowhere: the MPIs start their daemons there through ssh, which
+    colon). An IPv6 literal is ``ipv6-NAME`` (Open MPI 4.1's node-name regex refuses a colon:
+    "illegal character in the following node name", measured; 5.0 takes either). A name that resolves nowhere: the MPIs start their daemons there through ssh, which
     the configuration brings to the real host."""
-    if host.port is None:
-        return host.name
-    return f"port{host.port}-" + host.name.replace(".", "-").replace(":", "-")
+    flat = host.name.replace(".", "-").replace(":", "-")
+    if host.port is not None:
+        return f"port{host.port}-{flat}"
+    return f"ipv6-{flat}" if ":" in host.name else host.name
 
 
 def label(host) -> str:

@@ -24,7 +24,9 @@ SEND_TIMEOUT = 2.0
 def addresses(hosts: Sequence) -> List[str]:
     """Where the adapters may find this host: loopback when every rank runs here; else this
     host's IPv4 addresses (the one routing to the first other host first, when it is given by
-    address), loopback last (for the ranks that run here)."""
+    address), loopback last (for the ranks that run here). Its global IPv6 addresses too when
+    the first other host is an IPv6 literal or this host has no IPv4 address (an IPv6-only
+    cluster): the socket is then dual-stack (:class:`Control`)."""
     from mpilaunch import net
 
     if net.all_here(hosts):
@@ -32,10 +34,13 @@ def addresses(hosts: Sequence) -> List[str]:
     first = []
     for h in hosts:
         if not net.is_here(h):
-            src = net.route_source(h.name) if net.is_ipv4(h.name) else None   # no DNS look-up
+            literal = net.is_ipv4(h.name) or net.is_ipv6(h.name)
+            src = net.route_source(h.name) if literal else None   # no DNS look-up
             first = [src] if src else []
             break
-    out = first + [a for a in net.local_ipv4s() if a not in first and not net.is_loopback(a)]
+    v4 = net.local_ipv4s()
+    v6 = net.local_ipv6s() if (first and ":" in first[0]) or not v4 else []
+    out = first + [a for a in v4 + v6 if a not in first and not net.is_loopback(a)]
     return out + [net.LOOPBACK]
 
 
@@ -56,7 +61,12 @@ class Control:
         self.token = secrets.token_hex(16)
         self.addresses = addresses(hosts)
         bind = net.LOOPBACK if self.addresses == [net.LOOPBACK] else "0.0.0.0"
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if any(":" in a for a in self.addresses):   # dual-stack: IPv6 peers and 127.0.0.1
+            self.sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            bind = "::"
+        else:
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind((bind, 0))
         self.sock.listen(min(max(np, 128), 4096))
         self.sock.setblocking(False)

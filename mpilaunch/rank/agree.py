@@ -4,8 +4,8 @@ MPI (mpi4py, imported lazily) is used only when the environment alone cannot ans
 ranks span nodes (node index or rank 0's address unknown), ``--master-port 0`` was asked
 (rank 0 picks, everyone must learn it), or the launcher gave only ``PMIX_RANK``.
 
-With MPI, every rank allgathers ``(hostname, non-loopback IPv4s, node leader, local rank,
-local size)``. A node is a hostname, checked against the launcher's local ranks; the node
+With MPI, every rank allgathers ``(hostname, non-loopback IPv4s then global IPv6s, node
+leader, local rank, local size)``. A node is a hostname, checked against the launcher's local ranks; the node
 leader (lowest world rank in the ``COMM_TYPE_SHARED`` communicator) only separates two
 hosts that share a hostname (see :func:`nodes_of`). Node index = order of nodes by their
 lowest rank, so node 0 is rank 0's node. Rank 0 then chooses the scheduler address and port and broadcasts the
@@ -14,9 +14,12 @@ exits after ``MPI_Init`` without finalising would otherwise make the job wait ~6
 (docs/OPENMPI_FACTS.md). Measured on Open MPI 5.0.11 and 4.1.4: after Finalize, one rank exiting
 non-zero still ends a 4-rank job in 2-3 s.
 
-Scheduler address (rank 0): ``--master-addr`` resolved to IPv4; else ``127.0.0.1`` when all
-ranks are on one node; else the local address the kernel would use to reach another node
-(UDP ``connect`` + ``getsockname``, nothing is sent), never loopback when ranks span nodes.
+Scheduler address (rank 0): ``--master-addr`` resolved (IPv4 first; a name with only IPv6
+addresses, or an IPv6 literal, gives IPv6); else ``127.0.0.1`` when all ranks are on one node;
+else the local address the kernel would use to reach another node (UDP ``connect`` +
+``getsockname``, nothing is sent; on IPv6-only hosts an IPv6 address), never loopback when ranks
+span nodes. The address is given bare (MindSpore 2.10 reads ``MS_SCHED_HOST`` only so, measured:
+a bracketed literal fails "Parse ip failed"); a URL built from it brackets it (net.url_host).
 Port: rank 0 checks it is free (bind test with ``SO_REUSEADDR`` on the wildcard address,
 so a port only in ``TIME_WAIT`` from the previous run is not refused); port 0 picks a free
 one. A taken port, or a ``--master-addr`` that is not an address of rank 0's host, is a
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
 from mpilaunch.errors import UsageError
 # The network look-ups are the launcher's too: one module for both (mpilaunch/net.py).
 from mpilaunch.net import (LOOPBACK, MASTER_ADDR_FIX, check_port, is_loopback, local_ipv4s,
-                           resolve_ipv4, route_interface, route_source)
+                           local_ipv6s, resolve_ipv4, route_interface, route_source)
 from mpilaunch.rank.identity import RankInfo
 
 
@@ -59,12 +62,12 @@ Agreement = namedtuple("Agreement", "info sched_addr sched_port used_mpi")
 
 def local_ip(sched_addr: str) -> str:
     """This host's address for ``{ip}`` in log names: the source address towards the
-    scheduler, else the first non-loopback IPv4, else ``127.0.0.1``."""
+    scheduler, else the first non-loopback IPv4 (IPv6 on an IPv6-only host), else ``127.0.0.1``."""
     if not is_loopback(sched_addr):
         src = route_source(sched_addr)
         if src:
             return src
-    ips = local_ipv4s()
+    ips = local_ipv4s() or local_ipv6s()
     return ips[0] if ips else LOOPBACK
 
 
@@ -79,15 +82,15 @@ def interface_towards(addr: str) -> Optional[str]:
 
     src = local_ip(addr)
     for name, family, address in netif.addresses():
-        if family == netif.AF_INET and address == src:
+        if family in (netif.AF_INET, netif.AF_INET6) and address == src:
             return None if name == "lo" else name
     return None
 
 
 def master_address(name: str, spans_nodes: bool, flag: str = "--master-addr") -> str:
     """Rank 0's scheduler address for ``--master-addr NAME``, the rule the launcher checks
-    with (rankcheck.py) and every rank applies: the resolver's first IPv4 answer
-    (:func:`mpilaunch.net.resolve_ipv4`), never a loopback address when the ranks span
+    with (rankcheck.py) and every rank applies: the resolver's first IPv4 answer, or IPv6 for
+    an IPv6-only name (:func:`mpilaunch.net.resolve_ipv4`), never a loopback address when the ranks span
     several hosts. UsageError naming ``flag`` otherwise."""
     addr = resolve_ipv4(name, flag)
     _refuse_loopback(addr, spans_nodes, name, flag)
@@ -174,8 +177,8 @@ def choose_sched_addr(master_addr: Optional[str], spans_nodes: bool, own_ipv4s: 
     if own_ipv4s:
         return own_ipv4s[0]
     raise UsageError(
-        f"rank 0's host {hostname} has no non-loopback IPv4 address for the scheduler; "
-        f"pass --master-addr")
+        f"rank 0's host {hostname} has no non-loopback IPv4 or global IPv6 address for the "
+        f"scheduler; pass --master-addr")
 
 
 def mca_tweak(env: Mapping[str, str]) -> Optional[str]:
@@ -259,7 +262,7 @@ def _agree_mpi(info: RankInfo, master_addr: Optional[str], master_port: int,
         shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
         leader = shared.allreduce(rank, op=MPI.MIN)
         # the launcher's local rank/size when it gave them, else MPI's shared-memory view
-        me = Peer(rank, info.hostname, tuple(local_ipv4s()), leader,
+        me = Peer(rank, info.hostname, tuple(local_ipv4s()) + tuple(local_ipv6s()), leader,
                   shared.Get_rank() if info.local_rank is None else info.local_rank,
                   shared.Get_size() if info.local_size is None else info.local_size)
         shared.Free()

@@ -152,7 +152,8 @@ class Link(threading.Thread):
         said = f"hello {self.rank} {self.pid} {host}"
         hello = f"hello {self.rank} {nonce} {self.pid} {host} {mac(self.token, nonce, 0, said)}\n"
         for addr in addrs:
-            sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+            sock = _socket.socket(_socket.AF_INET6 if ":" in addr else _socket.AF_INET,
+                                  _socket.SOCK_STREAM)
             try:
                 sock.settimeout(CONNECT_TIMEOUT)
                 sock.connect((addr, port))

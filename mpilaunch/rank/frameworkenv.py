@@ -13,6 +13,8 @@ Rule for variables the user already set (in the launching shell, a tune file, ``
   The address and port come from ``--master-addr`` / ``--master-port`` (agreed by rank 0).
   ``GROUP_RANK`` / ``NODE_RANK`` are removed when the node index is unknown (``--exec``
   across nodes under Open MPI), rather than left stale.
+* ``NCCL_SOCKET_FAMILY=AF_INET`` (the ModelArts default ``-x`` set) becomes ``AF_INET6`` when
+  the scheduler address is IPv6: on an IPv6-only cluster IPv4 sockets find no interface.
 * **Tuning variables the user set are respected.** ``MS_TOPO_TIMEOUT``: the
   ``--cluster-time-out`` flag if given, else the user's value, else 600 (msrun's
   ``cluster_time_out`` default). ``MS_ENABLE_RECOVERY``, ``MS_RECOVERY_PATH`` and every
@@ -136,6 +138,10 @@ def framework_env(info: RankInfo, sched_addr: str, sched_port: int, opts: Framew
             ours["RANK_SIZE"] = ours["MS_WORKER_NUM"] = str(opts.sim_world)
     if opts.rank_table_file:
         ours["RANK_TABLE_FILE"] = opts.rank_table_file
+    if ":" in sched_addr and user_env.get("NCCL_SOCKET_FAMILY", "").strip() == "AF_INET":
+        # the ModelArts default -x set forces IPv4 sockets on NCCL; with an IPv6 scheduler
+        # (an IPv6-only cluster) NCCL would then find no interface: its IPv6 sockets instead
+        ours["NCCL_SOCKET_FAMILY"] = "AF_INET6"
     env.update(ours)
     if info.node_index is not None:
         env["GROUP_RANK"] = env["NODE_RANK"] = str(info.node_index)

@@ -73,7 +73,7 @@ def send_done(worker_env, rank: int) -> None:
     data = message(job, rank)
     import socket   # here, not at the top: the ranks of a job without a scheduler never send
     try:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
         try:
             for _ in range(COPIES):
                 s.sendto(data, (host, port))
@@ -93,12 +93,13 @@ class Listener:
         where, self.job = _where(worker_env), job_id(worker_env)
         if where is None or self.job is None:
             return
-        _, port, self.size = where
+        host, port, self.size = where
         import socket
 
-        try:
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind(("0.0.0.0", port))
+        try:   # an IPv6 scheduler address (IPv6-only hosts): the IPv6 wildcard
+            v6 = ":" in host
+            s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("::" if v6 else "0.0.0.0", port))
         except OSError:
             return   # the port's UDP side is taken: no speed-up, the scheduler leaves by itself
         self.sock = s

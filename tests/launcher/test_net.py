@@ -110,7 +110,7 @@ def test_resolve_ipv4_names_the_flag(monkeypatch):
     monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
     with pytest.raises(UsageError) as err:
         net.resolve_ipv4("nope.invalid", "--master_addr")
-    assert str(err.value) == ("--master_addr='nope.invalid': does not resolve to an IPv4 address "
+    assert str(err.value) == ("--master_addr='nope.invalid': does not resolve to an address "
                               "(Name or service not known); give rank 0's host name or one of "
                               "its addresses (or leave it out)")
     assert net.ipv4s("nope.invalid") == []
@@ -260,3 +260,47 @@ def test_route_interface_agrees_with_the_kernel_for_this_machines_routes():
         src = net.route_source(dest)
         if src in holders:
             assert net.route_interface(dest) == holders[src], dest
+
+
+# ---------------------------------------------------------------- IPv6
+
+def test_ipv6_literals_are_their_own_answer_and_urls_bracket_them():
+    assert net.resolve_ipv4("fd00:231::11") == "fd00:231::11"
+    assert net.resolve_ipv4("[fd00:231::11]") == "fd00:231::11"
+    assert net.is_ipv6("fd00::1") and not net.is_ipv6("fe80::1%eth0") and not net.is_ipv6("10.0.0.1")
+    assert net.url_host("fd00::1") == "[fd00::1]" and net.url_host("10.0.0.1") == "10.0.0.1"
+
+
+def test_a_name_with_only_ipv6_addresses_gives_its_first(monkeypatch):
+    def answer(name, port, family=0, *a, **kw):
+        if family == socket.AF_INET:
+            raise socket.gaierror(socket.EAI_NODATA, "No address associated with hostname")
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("fd00::7", 0, 0, 0))]
+    monkeypatch.setattr(socket, "getaddrinfo", answer)
+    assert net.resolve_ipv4("v6only.example") == "fd00::7"
+
+
+def test_ipv6_route_table_most_specific_route_up(tmp_path):
+    from mpilaunch import netif
+
+    table = tmp_path / "ipv6_route"
+    table.write_text(
+        "00000000000000000000000000000000 00 00000000000000000000000000000000 00 "
+        "fd000231000000000000000000000001 00000400 00000001 00000000 00000003 eth1\n"
+        "fd000231000000000000000000000000 40 00000000000000000000000000000000 00 "
+        "00000000000000000000000000000000 00000100 00000001 00000000 00000001 eth0\n"
+        "fd000231000000000000000000000011 80 00000000000000000000000000000000 00 "
+        "00000000000000000000000000000000 00000000 00000002 00000000 80200001 lo\n"
+        "fd000231000000000000000000000099 80 00000000000000000000000000000000 00 "
+        "00000000000000000000000000000000 00000000 00000002 00000000 00200200 eth0\n")
+    assert net.route_interface("fd00:231::12", str(table)) == "eth0"       # the /64
+    assert net.route_interface("fd00:231::11", str(table)) == "lo"         # its own address
+    assert net.route_interface("2001:db8::1", str(table)) == "eth1"        # the default route
+    assert net.route_interface("fd00:231::99", str(table)) == "eth0"       # a reject route is no way
+    assert netif.route_interface6("fd00::1", str(tmp_path / "absent")) is None
+
+
+def test_rank0_address_for_ipv6_literals():
+    from mpilaunch.config.hostfile import Host
+
+    assert net.rank0_address([Host("fd00:231::11"), Host("fd00:231::12")]) == "fd00:231::11"

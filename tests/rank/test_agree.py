@@ -138,3 +138,14 @@ def test_check_port_free_taken_and_zero():
 def test_check_port_not_local_master_addr():
     with pytest.raises(UsageError, match="not an address of rank 0's host"):
         check_port("198.51.100.77", PORT + 2, "h")    # TEST-NET-2: not local
+
+
+def test_ipv6_only_hosts_choose_an_ipv6_scheduler_address():
+    routes = {"fd00::12": "fd00::11"}
+    assert choose_sched_addr(None, True, ["fd00::11"], [["fd00::12"]], routes.get) == "fd00::11"
+    # dual stack: the IPv4 addresses come first in every peer's list, as before
+    both = {"10.0.0.2": "10.0.0.1", "fd00::12": "fd00::11"}
+    assert choose_sched_addr(None, True, ["10.0.0.1", "fd00::11"], [["10.0.0.2", "fd00::12"]],
+                             both.get) == "10.0.0.1"
+    with pytest.raises(UsageError, match="no non-loopback IPv4 or global IPv6 address"):
+        choose_sched_addr(None, True, [], [["fd00::12"]], lambda ip: None, "h1")

@@ -122,3 +122,14 @@ def test_user_env_is_not_modified():
     user = dict(OMPI5)
     framework_env(read_identity(user, "vm"), "127.0.0.1", 1, NO_OPTS, user)
     assert user == OMPI5
+
+
+def test_ipv6_scheduler_bare_and_nccl_ipv6_sockets():
+    """An IPv6-only cluster: MASTER_ADDR and MS_SCHED_HOST bare (MindSpore 2.10 refuses a
+    bracketed one), and the ModelArts default NCCL_SOCKET_FAMILY=AF_INET becomes AF_INET6."""
+    info = read_identity(HYDRA)._replace(node_index=1, num_nodes=2)
+    env = framework_env(info, "fd00:231::11", 8118, NO_OPTS, {**HYDRA, "NCCL_SOCKET_FAMILY": "AF_INET"})
+    assert (env["MASTER_ADDR"], env["MS_SCHED_HOST"], env["NCCL_SOCKET_FAMILY"]) == (
+        "fd00:231::11", "fd00:231::11", "AF_INET6")
+    v4 = framework_env(info, "10.0.0.1", 8118, NO_OPTS, {**HYDRA, "NCCL_SOCKET_FAMILY": "AF_INET"})
+    assert v4["NCCL_SOCKET_FAMILY"] == "AF_INET"

@@ -75,12 +75,24 @@ def host_addr(block, i):
 V6_RANGE = "fd00:231"
 
 
+def _v6(text):
+    """The canonical (compressed) spelling, the one programs print back."""
+    import ipaddress
+
+    return str(ipaddress.IPv6Address(text))
+
+
 def bridge_addr6(block):
-    return "%s:%d::1" % (V6_RANGE, block)
+    return _v6("%s:%d::1" % (V6_RANGE, block))
 
 
 def host_addr6(block, i):
-    return "%s:%d::%d" % (V6_RANGE, block, 10 + i)
+    return _v6("%s:%d::%d" % (V6_RANGE, block, 10 + i))
+
+
+def host_glob6(block):
+    """An ssh_config Host pattern covering the block's IPv6 addresses."""
+    return _v6("%s:%d::" % (V6_RANGE, block)) + "*"
 
 
 def set_cidr6(block):

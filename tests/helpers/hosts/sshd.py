@@ -78,7 +78,7 @@ def ssh_config(prefix, block, n, key, st=None):
         lines.append("    HostName %s" % addr)
         if own_ports:
             lines.append("    Port %d" % port)
-    v6 = "%s:%d::*" % (netns.V6_RANGE, block) if st.get("ipv6") else netns.host_glob(block)
+    v6 = netns.host_glob6(block) if st.get("ipv6") else netns.host_glob(block)
     lines.append("Host %s %s-host*" % (v6, prefix))
     lines += ([] if own_ports else ["    Port %d" % SSH_PORT]) + [
         "    User root",

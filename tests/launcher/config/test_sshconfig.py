@@ -69,3 +69,11 @@ def test_validate(hosts, kw, message):
     with pytest.raises(UsageError) as err:
         sshconfig.validate(hosts, "f", **args)
     assert str(err.value) == message
+
+
+def test_ipv6_literals_get_an_alias_without_colons():
+    """Open MPI 4.1 refuses a colon in a node name and Hydra's host:N splits at one."""
+    hosts = (Host("fd00:231::11", 1), Host("fd00:231::12", 1))
+    assert sshconfig.needed(hosts) and [sshconfig.alias(h) for h in hosts] == [
+        "ipv6-fd00-231--11", "ipv6-fd00-231--12"]
+    assert not sshconfig.needed((Host("10.0.0.1"), Host("node-b")))
