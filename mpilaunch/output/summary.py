@@ -79,12 +79,8 @@ class Collector:
 
     TAIL = 256 * 1024
 
-    def __init__(self, backend=None) -> None:
-        if backend is None:
-            from mpilaunch.backends.base import Backend
-
-            backend = Backend()
-        self.backend = backend
+    def __init__(self, backend) -> None:
+        self.backend = backend   # backends.base.Backend: how its starter's words are read
         self.events: List[Event] = []
         self.unreachable: List[str] = []   # hosts a backend found unreachable (Hydra)
         self.not_started: list = []        # check results of hosts where no daemon started

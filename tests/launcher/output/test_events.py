@@ -13,6 +13,7 @@ from helpers.launch import clean_env, run
 from mpilaunch.output import events
 from mpilaunch.config.hostfile import Host
 from mpilaunch.rank import status as rank_status
+from mpilaunch.backends.base import Backend
 from mpilaunch.output.summary import Collector, parse_status_line
 
 Cfg = namedtuple("Cfg", "hosts hosts_source np")
@@ -95,7 +96,7 @@ def test_lifecycle_and_failure_lines_become_records(record):
 
 
 def test_lifecycle_lines_never_reach_the_failure_logic():
-    c = Collector()
+    c = Collector(Backend())
     c.feed_status(parse_status_line(rank_status.life_line(0, "a", "worker", "exit", code=0).rstrip()))
     c.feed_status(parse_status_line(rank_status.life_line(1, "a", "adapter", "up", pid=3).rstrip()))
     assert c.events == [] and c.root_cause() is None

@@ -1,0 +1,123 @@
+"""Every module of the package imports, every ``mpilaunch.*`` name any module imports resolves
+(also the imports inside functions: a module moved or renamed must not break only the rare path
+that imports it late), and the packages import one way (docs/ARCHITECTURE.md, "The rooms")."""
+import ast
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
+
+PKG = os.path.join(REPO, "mpilaunch")
+
+# The layers, lowest first: a module may import its own package and the layers below it.
+# "root" is the shared modules beside the entry points (contract, errors, net, netif,
+# pdeathsig, rundir, ssh); run, api and cli are the entry points.
+LAYERS = ("root", "rank", "output", "config", "check", "backends", "hang", "launch", "longrun",
+          "run", "job", "report", "api", "cli")
+ENTRY = {"run": "run", "api": "api", "cli": "cli", "__main__": "cli"}
+# Imports against the order, each for a reason: the package root loads the Python API on
+# first use only (every rank imports the root).
+ALLOWED = {("mpilaunch", "mpilaunch.api")}
+
+
+def _modules():
+    out = {}
+    for dirpath, _, files in os.walk(PKG):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
+                out[rel[: -len(".__init__")] if rel.endswith(".__init__") else rel] = path
+    return out
+
+
+def _imported(path):
+    """(line, module, name or None) of every absolute mpilaunch import in ``path``, at any depth."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("mpilaunch"):
+            for a in node.names:
+                yield node.lineno, node.module, a.name
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("mpilaunch"):
+                    yield node.lineno, a.name, None
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "root"
+    if len(parts) == 2 and parts[1] in ENTRY:
+        return ENTRY[parts[1]]
+    return parts[1] if parts[1] in LAYERS else "root"
+
+
+def _target(module, name, modules):
+    sub = f"{module}.{name}" if name else module
+    return sub if sub in modules else module
+
+
+def breaches(graph):
+    """``graph``: module -> the mpilaunch modules it imports. -> 'a -> b' against the layers."""
+    out = []
+    for m, deps in sorted(graph.items()):
+        for d in sorted(deps):
+            la, lb = _layer(m), _layer(d)
+            if la != lb and LAYERS.index(lb) > LAYERS.index(la) and (m, d) not in ALLOWED:
+                out.append(f"{m} ({la}) -> {d} ({lb})")
+    return out
+
+
+def test_every_module_imports():
+    names = [m for m in _modules() if not m.endswith("__main__")]
+    code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\nprint('ok')"
+    proc = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_every_mpilaunch_name_a_module_imports_resolves():
+    modules = _modules()
+    missing = []
+    for m, path in sorted(modules.items()):
+        for line, module, name in _imported(path):
+            if module not in modules and module != "mpilaunch":
+                missing.append(f"{os.path.relpath(path, REPO)}:{line}: no module {module}")
+                continue
+            if name is None or name == "*" or f"{module}.{name}" in modules:
+                continue
+            mod = importlib.import_module(module)
+            if not hasattr(mod, name) and name not in getattr(mod, "_API", ()):
+                missing.append(f"{os.path.relpath(path, REPO)}:{line}: {module} has no {name}")
+    assert missing == []
+
+
+def test_a_moved_module_is_found_even_inside_a_function(tmp_path):
+    planted = tmp_path / "late.py"
+    planted.write_text("def f():\n    from mpilaunch.launcher import run\n    from mpilaunch.config import nothing_here\n")
+    found = list(_imported(str(planted)))
+    assert found == [(2, "mpilaunch.launcher", "run"), (3, "mpilaunch.config", "nothing_here")]
+
+
+def test_the_packages_import_one_way():
+    modules = _modules()
+    graph = {m: {_target(mod, name, modules) for _, mod, name in _imported(p)} - {m, "mpilaunch"}
+             for m, p in modules.items()}
+    assert len(graph) > 60
+    assert breaches(graph) == []
+
+
+@pytest.mark.parametrize("graph, expected", [
+    ({"mpilaunch.config.options": {"mpilaunch.launch.starter"}},
+     ["mpilaunch.config.options (config) -> mpilaunch.launch.starter (launch)"]),
+    ({"mpilaunch.net": {"mpilaunch.config.hostfile"}}, ["mpilaunch.net (root) -> mpilaunch.config.hostfile (config)"]),
+    ({"mpilaunch.longrun.restart": {"mpilaunch.launch.starter", "mpilaunch.config.longrun"}}, []),
+    ({"mpilaunch.cli": {"mpilaunch.run", "mpilaunch.job.command"}}, []),
+])
+def test_the_layer_rule_itself(graph, expected):
+    assert breaches(graph) == expected
