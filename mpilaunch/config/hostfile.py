@@ -222,6 +222,12 @@ def total_slots(hosts: Iterable[Host]) -> int:
     return sum(h.slots for h in hosts)
 
 
+def render_entries(hosts: Iterable[Host]) -> str:
+    """Hosts as a hostfile mpilaunch reads back (``mpilaunch job``'s): real names, their ports."""
+    return "".join(f"{h.name} slots={h.slots}" + (f" port={h.port}" if h.port is not None else "")
+                   + "\n" for h in hosts)
+
+
 def render_hostfile(hosts: Iterable[Host]) -> str:
     """The normalised Open MPI hostfile handed to mpirun (explicit slot counts); a host is
     named as the job's ssh configuration names it (mpilaunch/config/sshconfig.py)."""

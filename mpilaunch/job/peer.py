@@ -59,13 +59,16 @@ def parse_reply(stdout: str):
 def peer_call(spec: JobSpec, index: int, message: dict, python: str, timeout: float = PEER_TIMEOUT) -> PeerReply:
     """Deliver one JSON message to host ``index``'s waiting entrypoint (over ssh unless local)."""
     host = spec.hosts[index]
-    target = ssh.ssh_target(host, spec.ssh_port, spec.ssh_extra, timeout=min(timeout, 5.0))
+    port = spec.port(index)   # its own (VC_WORKER_HOSTS host@port), else SSHD_PORT/--ssh-port
+    target = ssh.ssh_target(host, port, spec.ssh_extra, timeout=min(timeout, 5.0))
     addrs, why = net.resolve(target.hostname, timeout)
     if addrs is None:
         return PeerReply(False, None, f"does not resolve: {why}")
     addr = addrs[0]
     argv = [python, "-c", PEER_CODE, spec.socket_name(index), json.dumps(message, sort_keys=True)]
-    if net.is_here(host, addrs) or net.is_here(target.hostname, addrs):
+    # an entry with its own port is never "here" (config/sshconfig.py)
+    own_port = index < len(spec.ports) and spec.ports[index] is not None
+    if not own_port and (net.is_here(host, addrs) or net.is_here(target.hostname, addrs)):
         cmd = argv
     else:
         if target.error:
@@ -73,7 +76,7 @@ def peer_call(spec: JobSpec, index: int, message: dict, python: str, timeout: fl
         err = ssh.tcp_probe(addr, target.port, timeout)
         if err is not None:
             return PeerReply(False, None, ssh.port_message(err, target.port, timeout), addr)
-        cmd = ssh.ssh_argv(host, spec.ssh_port, spec.ssh_extra, timeout, ssh.remote_command(argv))
+        cmd = ssh.ssh_argv(host, port, spec.ssh_extra, timeout, ssh.remote_command(argv))
     try:
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               errors="replace", timeout=2 * timeout)

@@ -41,7 +41,7 @@ def worker0_alive_probe(spec: JobSpec) -> Callable[[], bool]:
 
     def alive() -> bool:
         if "target" not in cache:
-            target = ssh.ssh_target(spec.worker0, spec.ssh_port, spec.ssh_extra)
+            target = ssh.ssh_target(spec.worker0, spec.port(0), spec.ssh_extra)
             addrs, _ = net.resolve(target.hostname, 5.0)
             if addrs is None:
                 return False

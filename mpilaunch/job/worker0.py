@@ -123,7 +123,7 @@ def _raise_interrupted(signum, _frame):
 
 def write_hostfile(spec: JobSpec, run_dir: str) -> str:
     path = os.path.join(run_dir, "hostfile")
-    rundir.write_atomic(path, hf.render_hostfile([hf.Host(h, spec.slots) for h in spec.hosts]))
+    rundir.write_atomic(path, hf.render_entries(spec.entries()))   # read back by the launch
     return path
 
 

@@ -99,3 +99,35 @@ def test_check_deep_measures_three_hosts_behind_one_address(sharedhosts, tmp_pat
         assert row["NET"] not in ("-", "fail"), p.stdout
     after = [open(h.sshd_log, errors="replace").read().count("Accepted ") for h in th.hosts]
     assert all(a > b for a, b in zip(after, before)), (before, after)   # each sshd was used
+
+
+def test_mpilaunch_job_on_three_containers_behind_one_address(sharedhosts, tmp_path):
+    """``mpilaunch job`` as the platform starts it on every container: VC_WORKER_HOSTS lists one
+    address three times with each container's port; worker-0 reaches the others over ssh on
+    their ports and launches there; every entrypoint ends with the job's status."""
+    th = sharedhosts
+    script = tmp_path / "where.py"
+    script.write_text(WHERE)
+    vc = ",".join(f"{h.addr}@{h.port}" for h in th.hosts)
+    procs = []
+    for i, h in enumerate(th.hosts):
+        env = clean_env(VC_WORKER_HOSTS=vc, VC_TASK_INDEX=str(i), MA_NUM_GPUS="1")
+        out = open(tmp_path / f"entry{i}.log", "w")
+        procs.append(subprocess.Popen(
+            ["nsenter", "-t", str(h.sshd_pid), "-u", "--", "ip", "netns", "exec", h.netns,
+             OMPI5.python, "-m", "mpilaunch", "job", "--wait-hosts", "60",
+             "--ssh-args", f"-F {th.ssh_config}", "--master_port", "38140", str(script)],
+            env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        out.close()
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(180))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            codes.append(p.wait())
+    logs = [(tmp_path / f"entry{i}.log").read_text() for i in range(3)]
+    assert codes == [0, 0, 0], "\n----\n".join(logs)
+    assert "mpilaunch: 3/3 hosts ready" in logs[0]
+    ranks = _ranks(subprocess.CompletedProcess([], 0, logs[0], ""))
+    assert ranks == {r: (h.hostname, th.hosts[0].addr) for r, h in enumerate(th.hosts)}, logs[0]

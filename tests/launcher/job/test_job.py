@@ -63,6 +63,20 @@ def test_bad_platform_variables_are_named(env, expected):
     assert expected in str(err.value)
 
 
+def test_job_hosts_with_ssh_ports_of_their_own(tmp_path):
+    """VC_WORKER_HOSTS=a@2201,a@2202: containers sharing one address; the job keeps the ports
+    (its peer calls and worker-0's hostfile), and they tell two jobs apart."""
+    from mpilaunch.job import worker0
+
+    env = {"VC_WORKER_HOSTS": "a@2201,a@2202,b", "VC_TASK_INDEX": "1", "SSHD_PORT": "2222"}
+    spec = jspec.job_spec(env, _args())
+    assert (spec.hosts, spec.ports) == (("a", "a", "b"), (2201, 2202, None))
+    assert [spec.port(i) for i in range(3)] == [2201, 2202, 2222]
+    assert spec.key != jspec.job_key(("a", "a", "b"), 2222)
+    path = worker0.write_hostfile(spec, str(tmp_path))
+    assert open(path).read() == "a slots=1 port=2201\na slots=1 port=2202\nb slots=1\n"
+
+
 def test_job_spec_and_key():
     spec = jspec.job_spec({"VC_WORKER_HOSTS": "a, b ,c", "VC_TASK_INDEX": "2", "MA_NUM_GPUS": "8",
                         "SSHD_PORT": "2222"}, _args("--ssh-args", "-F cfg", "x.py"))
