@@ -13,6 +13,7 @@ from helpers import REPO
 from helpers.launch import clean_env, mpilaunch_argv
 from helpers.mpis import MPIRUNS
 from helpers.procs import wait_for
+from helpers.sigworker import channel_peers
 
 # On SIGTERM: write "<out>/saving_<rank>", take SAVE seconds, then "<out>/saved_<rank>".
 # On SIGUSR1: append a line to "<out>/usr1_<rank>" and go on.
@@ -37,9 +38,11 @@ while True:
 
 
 def _stop(mpirun, tmp_path, grace, save, np=2, to_mpirun=None, to_rank=None):
-    """SIGTERM to the launcher; or, with ``to_mpirun``, that signal to mpirun (the launcher's
-    child) from outside, as another process would send it, and SIGTERM to the launcher 1 s
-    later; or, with ``to_rank`` (rank, signal), that signal to that rank's adapter alone."""
+    """SIGTERM to the launcher; or, with ``to_mpirun``, SIGUSR1 to mpirun (the launcher's
+    child) from outside, as another process would send it, and SIGTERM to the launcher once
+    every worker's handler has run; or, with ``to_rank`` (rank, signal), that signal to that
+    rank's adapter alone. Once every worker is up and every adapter is on the launcher's
+    control channel (the graceful stop goes over it)."""
     script = tmp_path / "saver.py"
     script.write_text(SAVER)
     out = tmp_path / "out"
@@ -52,6 +55,7 @@ def _stop(mpirun, tmp_path, grace, save, np=2, to_mpirun=None, to_rank=None):
         stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: all((out / f"up_{r}").exists() for r in range(np)), 60)
+        assert wait_for(lambda: channel_peers(proc.pid) == np, 30), channel_peers(proc.pid)
         kids = psutil.Process(proc.pid).children(recursive=True)
         t0 = time.monotonic()
         if to_rank is not None:
@@ -64,7 +68,7 @@ def _stop(mpirun, tmp_path, grace, save, np=2, to_mpirun=None, to_rank=None):
         else:
             mpirun_proc, = psutil.Process(proc.pid).children()
             mpirun_proc.send_signal(to_mpirun)
-            time.sleep(1)
+            assert wait_for(lambda: all((out / f"usr1_{r}").exists() for r in range(np)), 10)
             proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=grace + 30)
         took = time.monotonic() - t0
@@ -100,7 +104,7 @@ def test_grace_shorter_than_the_save_cuts_it_and_says_so(mpirun, tmp_path):
 def test_sigusr1_under_term_grace_is_the_workers(mpirun, tmp_path):
     """SIGUSR1 to mpirun by another process: the workers' handlers run once each and the job
     goes on (the graceful stop has its own channel; this was a stop, and exit 138, when the
-    stop rode on SIGUSR1); the SIGTERM to the launcher 1 s later still gives every worker its
+    stop rode on SIGUSR1); the SIGTERM to the launcher after them still gives every worker its
     grace."""
     rc, err, out, took, left = _stop(mpirun, tmp_path, grace=10, save=1, to_mpirun=signal.SIGUSR1)
     assert rc == 143, err

@@ -29,9 +29,18 @@ def _start(mpi, tmp_path, mode, steps, *args):
                        str(tmp_path / "logs"), *args, sigworker.PATH, str(out), mode, str(steps)),
         env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
-    if not wait_for(lambda: sigworker.all_exist(out, "up", 2) or proc.poll() is not None, 60):
+    # a signal that goes over the control channel (one Hydra's starter does not forward, or
+    # --term-grace's stop) reaches the adapters answered by then: a worker's handler may be in
+    # place before its adapter's connection is
+    channel = mpi.hydra or "--term-grace" in args
+
+    def ready():
+        return sigworker.all_exist(out, "up", 2) and (
+            not channel or sigworker.channel_peers(proc.pid) == 2)
+
+    if not wait_for(lambda: proc.poll() is not None or ready(), 60) or proc.poll() is not None:
         proc.kill()
-    assert proc.poll() is None, proc.communicate()[1]
+        pytest.fail("the workers or their adapters did not come up: " + proc.communicate()[1])
     return proc, out, psutil.Process(proc.pid).children(recursive=True)
 
 

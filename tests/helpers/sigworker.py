@@ -94,20 +94,34 @@ def steps(out, rank):
 
 
 def channel_peers(pid):
-    """Process ``pid``'s established TCP connections (the launcher's: the adapters connected to
-    its control channel), read from its own network namespace's table (/proc/PID/net/tcp;
-    psutil reads the caller's)."""
-    socks = set()
-    for fd in os.listdir("/proc/%d/fd" % pid):
-        try:
-            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            socks.add(link[len("socket:["):-1])
-    with open("/proc/%d/net/tcp" % pid) as f:
-        rows = [line.split() for line in f.readlines()[1:]]
-    return sum(1 for r in rows if r[3] == "01" and r[9] in socks)     # 01: ESTABLISHED
+    """How many adapters the launcher ``pid`` has answered on its control channel: its
+    established TCP connections on which it has sent something (its ``ok``, the first thing it
+    sends; once that is out, every command it sends reaches that adapter:
+    mpilaunch/launch/control.py). Only a connection is not enough: an adapter the kernel has
+    connected may still wait for its answer. Read with ``ss`` (bytes sent per socket, owner by
+    pid) inside the process's own network namespace."""
+    import re
+    import subprocess
+
+    argv = ["ss", "-tinpH", "state", "established"]
+    try:
+        if os.stat("/proc/%d/ns/net" % pid).st_ino != os.stat("/proc/self/ns/net").st_ino:
+            argv = ["nsenter", "-t", str(pid), "-n", "--"] + argv
+    except FileNotFoundError:
+        return 0                            # it has ended: no one answered
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=30)
+    if done.returncode != 0 and not os.path.exists("/proc/%d" % pid):
+        return 0
+    assert done.returncode == 0, (argv, done.stderr)
+    listing = done.stdout
+    owner, mine, answered = "pid=%d," % pid, False, 0
+    for line in listing.splitlines():
+        if not line[:1].isspace():          # a socket: addresses and owners
+            mine = owner in line
+        elif mine and re.search(r"\bbytes_sent:[1-9]", line):     # its TCP counters
+            answered += 1
+    return answered
 
 
 if __name__ == "__main__":
