@@ -181,3 +181,24 @@ def close(opened) -> None:
                 os.unlink(p)
             except OSError:
                 pass
+
+
+STALL_TIMEOUT = 20.0    # s for every silent rank's answer before a stalled job is ended
+
+
+def stall_verdict(job, log_dir: str) -> Optional[str]:
+    """For ``--stall-timeout`` (longrun/restart.py), before it ends a stalled job: every rank's
+    stacks into ``log_dir``/stacks/TIME as ``mpilaunch stacks`` writes them, and the verdict
+    line (recorded as a ``stacks`` event); None without a control channel or on an error."""
+    control = getattr(job, "control", None)
+    if control is None or not log_dir:
+        return None
+    from mpilaunch.output import events
+
+    try:
+        answer = gather(control, getattr(job, "np", 0), log_dir, timeout=STALL_TIMEOUT)
+    except OSError:
+        return None
+    events.emit("stacks", dir=answer["dir"], verdict=answer["verdict"], odd=answer["odd"],
+                seconds=answer["seconds"], reason="stall")
+    return answer["verdict"]

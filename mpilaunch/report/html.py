@@ -93,7 +93,7 @@ def _row_svg(scale, row, y, t0) -> str:
     label = (f'<text x="4" y="{y + 13}">{_e(_row_label(row))}</text>'
              f'<text x="{LABEL - 6}" y="{y + 13}" text-anchor="end">{_e(how)}</text>')
     cls = "row rank" if row.role != "scheduler" else "row sched"
-    root = ' data-root="1"' if row.root else ""
+    root = (' data-root="1"' if row.root else "") + (' data-suspect="1"' if row.suspect else "")
     return (f'<g class="{cls}" data-rank="{_e(row.rank)}" data-host="{_e(row.host)}" '
             f'data-role="{_e(row.role)}"{root}><title>{_e(_row_label(row))} on '
             f'{_e(row.host)}: {_e(_describe(row))}{_e(skew)}</title>{label}{"".join(parts)}</g>')
@@ -214,6 +214,11 @@ def _attempt(job, att) -> str:
     if att.teardown_reason:
         out.append(f'<p class="facts">teardown started {att.teardown_start - t0:.3f} s: '
                    f'{_e(att.teardown_reason)}</p>')
+    for rec in att.stacks:      # mpilaunch stacks, or the stall's: the odd rank out
+        odd = ", ".join(f"rank {r}" for r in rec.get("odd") or [])
+        out.append(f'<p class="facts stacks" data-suspects="{_e(odd)}">stacks at '
+                   f'{(rec.get("t") or t0) - t0:.3f} s: {"suspect: " + _e(odd) + "; " if odd else ""}'
+                   f'{_e(rec.get("verdict"))} ({_e(rec.get("dir"))})</p>')
     out.append(_launcher_rows(job, att, scale, t0))
     out += [_host_block(att, scale, host, rows, t0, fold) for host, rows in att.by_host()]
     out.append(f'<div class="lane">{_svg(_axis(scale, 2, t0), 22, "axis")}</div>')

@@ -31,6 +31,7 @@ class Row:
         self.tail = []
         self.phases = []
         self.root = False
+        self.suspect = False    # the odd rank out of a stacks verdict
 
     @property
     def skew(self):
@@ -52,6 +53,7 @@ class Attempt:
         self.rows = {}          # (rank, role) -> Row
         self.summary = None
         self.notes = []         # the watchdog's and graceful stops' status lines
+        self.stacks = []        # mpilaunch stacks / the stall's dumps: their verdicts (docs/HANGS.md)
 
     @property
     def end(self):
@@ -192,6 +194,10 @@ def _apply(job, rec):
             row.tail = rec.get("tail") or []
     elif kind == "rank_status":
         att.notes.append(rec)
+    elif kind == "stacks":
+        att.stacks.append(rec)
+        for rank in rec.get("odd") or []:
+            _row(att, {"rank": rank, "role": "worker"}).suspect = True
     elif kind == "attempt_end":
         att.status, att.cause, att.root = rec.get("status"), rec.get("cause"), rec.get("root")
         att.stopped_by, att.lost_hosts = rec.get("stopped_by"), rec.get("lost_hosts") or []

@@ -4,6 +4,7 @@ from a second process, names rank 2 and its frame; the job goes on and completes
 releases rank 2. Open MPI 5, 4.1, MPICH and Intel MPI (their mpiexec, this interpreter's torch);
 without py-spy on the ranks' PATH, one line names the extra; a finished job's log dir and an
 --exec job are one line each, exit 2."""
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,17 @@ from helpers.mpis import ALL
 from helpers.procs import alive, descendants, wait_for
 
 STUCK = r'''
-import datetime, os, sys, time
+import datetime, os, pathlib, sys, threading, time
+beating = threading.Event()     # the stall watchdog's progress until this rank is where it waits
+
+
+def beat():
+    hb = os.environ.get("MPILAUNCH_HEARTBEAT_FILE")
+    while hb and not beating.wait(0.2):
+        pathlib.Path(hb).touch()
+
+
+threading.Thread(target=beat, daemon=True).start()
 import torch
 import torch.distributed as dist
 
@@ -27,6 +38,7 @@ dist.init_process_group("gloo", timeout=datetime.timedelta(hours=1))
 
 def load_batch(step):
     if rank == 2 and step == 3:
+        beating.set()
         open(os.path.join(out, "stuck"), "w").close()
         while not os.path.exists(os.path.join(out, "release")):
             time.sleep(0.05)
@@ -37,6 +49,7 @@ def train():
     for step in range(6):
         x = load_batch(step)
         if step == 3:
+            beating.set()
             open(os.path.join(out, f"at3_{rank}"), "w").close()
         dist.all_reduce(x)
     open(os.path.join(out, f"done_{rank}"), "w").close()
@@ -45,7 +58,8 @@ def train():
 train()
 dist.destroy_process_group()
 '''
-LINE = "stuck.py:15 in load_batch"      # rank 2's sleep while it waits for the release
+# rank 2's sleep while it waits for the release
+LINE = f"stuck.py:{STUCK.splitlines().index('            time.sleep(0.05)') + 1} in load_batch"
 
 needs_torch = pytest.mark.skipif(
     subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0,
@@ -155,3 +169,35 @@ def test_without_py_spy_one_line_names_the_extra_and_a_finished_job_is_one_line(
     assert missing.returncode == 2
     assert missing.stderr == (f"mpilaunch: error: LOG_DIR {str(tmp_path / 'nowhere')!r}: no such "
                               "directory; give the --log_dir of a running job\n")
+
+
+@needs_torch
+@pytest.mark.parametrize("mpi", [m for m in ALL if m.id in ("ompi5", "impi")])
+def test_the_stall_summary_names_the_stuck_rank(mpi, tmp_path):
+    """--stall-timeout on the same job, never released: every rank is silent (rank 2 in
+    load_batch, the others in all_reduce); the summary's verdict names rank 2, the event
+    record has it, and mpilaunch report marks rank 2."""
+    proc = start(tmp_path, "--mpirun", mpi.mpirun, "--stall-timeout", "4")
+    try:
+        wait_stuck(proc, tmp_path)
+        kids = descendants(proc.pid)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    host = os.uname().nodename
+    assert proc.returncode == 124, err
+    assert "root cause: stalled: no worker showed progress" in err
+    want = f"  verdict: rank 2 on host {host}: {LINE}; ranks 0, 1, 3 in all_reduce (torch.distributed)"
+    assert want in err.splitlines(), err
+    assert wait_for(lambda: not alive(kids), 10), alive(kids)
+    records = [json.loads(line) for line in open(tmp_path / "logs" / "events.jsonl")]
+    stacks_rec, = [r for r in records if r["kind"] == "stacks"]
+    assert stacks_rec["odd"] == [2] and stacks_rec["reason"] == "stall"
+    assert os.path.isfile(os.path.join(stacks_rec["dir"], "rank_2.txt"))
+    report = subprocess.run(mpilaunch_argv("report", str(tmp_path / "logs")), env=clean_env(),
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    html = open(tmp_path / "logs" / "report.html").read()
+    assert "suspect: rank 2" in html
