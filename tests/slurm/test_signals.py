@@ -116,6 +116,12 @@ class _Jobs:
         for name in names:
             self.run(name, "scontrol", "update", "JobId=JOB", "TimeLimit=" + DUE_LIMIT)
 
+    def wait_state(self, name, state, timeout=60):
+        deadline = time.monotonic() + timeout
+        while self.record(name)[0] != state:
+            assert time.monotonic() < deadline, (name, self.record(name), self.text(name))
+            time.sleep(0.2)
+
     def run(self, name, *argv):
         job = self.jobs[name][0]
         r = self.cluster.run([a.replace("JOB", job) for a in argv], env=self.env)
@@ -347,17 +353,22 @@ def test_scancel_with_a_grace_shorter_than_killwait_lets_every_save_complete(slu
 
 
 def test_suspend_and_resume_keep_the_job_and_it_is_not_stalled(slurm_cluster, tmp_path):
-    """``scontrol suspend`` (SIGTSTP and SIGSTOP to the job's processes) for 4 s, then
-    ``resume``: every worker is stopped, then goes on; the job completes with all its steps,
-    and under ``--stall-timeout 2`` (mpirun: measured with mpirun only) is not called
+    """``scontrol suspend`` (SIGTSTP and SIGSTOP to the job's processes), then, 3 s after
+    every worker is stopped, ``resume``: every worker goes on; the job completes with all its
+    steps, and under ``--stall-timeout 2`` (mpirun: measured with mpirun only) is not called
     stalled."""
     jobs = _Jobs(slurm_cluster, tmp_path)
     jobs.submit("ompi5", "handle", 40, "--stall-timeout", "2")
     jobs.submit("srun", "handle", 40)
     jobs.wait_up()
+    workers = _pids(slurm_cluster, lambda a: a[1:2] == [sigworker.PATH])
+    assert len(workers) == 4, workers
     for name in ("ompi5", "srun"):
         jobs.run(name, "scontrol", "suspend", "JOB")
-    time.sleep(1)
+    deadline = time.monotonic() + 30        # slurmctld -> slurmd -> slurmstepd: stopped
+    while [_state(p) for p in workers] != ["T"] * 4:
+        assert time.monotonic() < deadline, [_state(p) for p in workers]
+        time.sleep(0.1)
     before = {n: [sigworker.steps(jobs.out(n), r) for r in range(2)] for n in ("ompi5", "srun")}
     time.sleep(3)
     assert {n: [sigworker.steps(jobs.out(n), r) for r in range(2)] for n in before} == before
@@ -387,8 +398,11 @@ def test_requeue_starts_clean(slurm_cluster, tmp_path):
     for name in ("ompi5", "srun"):
         assert os.listdir(tmpdirs[name]) != []            # the first run's run dir
         jobs.run(name, "scontrol", "requeue", "JOB")
-    time.sleep(1)
-    for name in ("ompi5", "srun"):       # a requeued job waits ~2 minutes unless released
+    for name in ("ompi5", "srun"):
+        # a requeued job waits ~2 minutes (its launch credential's lifetime) unless released;
+        # that begin time is set once the first run has ended (COMPLETING, REQUEUED, then
+        # PENDING): a release before then is overwritten
+        jobs.wait_state(name, "PENDING")
         jobs.run(name, "scontrol", "update", "JobId=JOB", "StartTime=now")
     jobs.wait_all()
     for name in ("ompi5", "srun"):
