@@ -16,9 +16,11 @@ What counts as a cited path (decided here, one place):
   relative to the page.
 
 Scanned: mpilaunch/, tests/, docs/, README.md, scripts/, bench/ (not bench/report/: historical
-measurement records, left as they were written) and examples/. The other rule about citations,
-that nothing names the documents outside this repository, lives here too (it was
-test_layout.py's ``test_code_and_docs_cite_only_this_repository``)."""
+measurement records, left as they were written) and examples/. In tests/, a Python file is held
+to its comments and docstrings only (its other string literals are data: a test plants stale
+paths there to show that a checker reports them) and .txt files are recorded data, not read.
+The other rule about citations, that nothing names the documents outside this repository,
+lives here too (it was test_layout.py's ``test_code_and_docs_cite_only_this_repository``)."""
 import ast
 import functools
 import os
@@ -131,18 +133,45 @@ def scanned_files(root):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.endswith(".egg-info")
                              and os.path.join(rel, d) not in NOT_SCANNED)
             for f in sorted(files):
-                if f.endswith(SUFFIXES):
+                # tests/'s .txt files are recorded data (py-spy dumps), not prose
+                if f.endswith(SUFFIXES) and not (top == "tests" and f.endswith(".txt")):
                     yield os.path.join(dirpath, f)
 
 
+def prose_lines(source):
+    """The comments and docstrings of a Python source, as {line number: text}: what a test
+    cites. Its other string literals are data: a test plants stale paths there on purpose, to
+    show that a checker reports them."""
+    import io
+    import tokenize
+
+    lines = source.splitlines()
+    out = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(
+                node.value.value, str):
+            for no in range(node.lineno, node.end_lineno + 1):
+                out[no] = out.get(no, "") + " " + lines[no - 1]
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            out[tok.start[0]] = out.get(tok.start[0], "") + " " + tok.string
+    return out
+
+
+def _lines_of(rel, text):
+    if rel.startswith("tests" + os.sep) and rel.endswith(".py"):
+        return sorted(prose_lines(text).items())
+    return enumerate(text.splitlines(), 1)
+
+
 def stale_citations(root, files=None):
-    """``file:line: what`` for every cited path, module or link that does not exist."""
+    """``file:line: what`` for every cited path, module or link that does not exist (in
+    tests/'s Python files, in their comments and docstrings only: :func:`prose_lines`)."""
     bad = []
     for path in files if files is not None else scanned_files(root):
         rel = os.path.relpath(path, root)
         text = open(path, encoding="utf-8", errors="replace").read()
-        lines = text.splitlines()
-        for no, line in enumerate(lines, 1):
+        for no, line in _lines_of(rel, text):
             for token in paths_in(line):
                 if not os.path.exists(os.path.join(root, token)):
                     bad.append(f"{rel}:{no}: {token}")
@@ -179,6 +208,22 @@ def test_the_scanner_reports_a_planted_stale_path(tmp_path):
         "docs/PAGE.md:4: mpilaunch.launch.starter.gone (mpilaunch.launch.starter has no gone)",
         "docs/PAGE.md:4: mpilaunch.tune (mpilaunch has no tune)",
         "docs/PAGE.md:5: link OLD.md",
+    ]
+
+
+def test_a_test_is_held_to_its_comments_and_docstrings(tmp_path):
+    (tmp_path / "tests").mkdir()
+    test = tmp_path / "tests" / "test_x.py"
+    test.write_text('"""Checks docs/GONE.md."""\n'
+                    'PLANTED = "from mpilaunch.launcher import run"   # data, not a citation\n'
+                    'def test_f():\n'
+                    '    """A docstring naming mpilaunch/stall.py."""\n'
+                    '    x = "tests/nowhere.py"\n'
+                    '    return x  # see scripts/gone.sh\n')
+    assert stale_citations(str(tmp_path), [str(test)]) == [
+        "tests/test_x.py:1: docs/GONE.md",
+        "tests/test_x.py:4: mpilaunch/stall.py",
+        "tests/test_x.py:6: scripts/gone.sh",
     ]
 
 
