@@ -124,7 +124,6 @@ class LongRunAttempt(starter.Attempt):
         self.done = set()       # ranks whose worker exited 0
         self.stalled = None     # the silent ranks' events when the job was ended for it
         self.stall_verdict = None   # the odd rank out, from every rank's stacks (docs/HANGS.md)
-        self.stall_verdict = None   # the odd rank out, from every rank's stacks (docs/HANGS.md)
         self.graceful = False   # the launcher asked for a graceful stop
         self.grace_stops = []   # adapters that made one (asked or not: see finish)
         self.foreign = None     # the stop signal an adapter got when mpilaunch had not asked
@@ -229,9 +228,6 @@ class LongRunAttempt(starter.Attempt):
             from mpilaunch.hang.server import stall_verdict
 
             self.stall_verdict = stall_verdict(self.job, self.lr.log_dir)
-            from mpilaunch.hang.server import stall_verdict
-
-            self.stall_verdict = stall_verdict(self.job, self.lr.log_dir)
             self.job.end()
 
     # -- the outcome
@@ -270,8 +266,6 @@ class LongRunAttempt(starter.Attempt):
             for rank in sorted(self.stalled):
                 ev = self.stalled[rank]
                 lines.append(f"  stalled: rank {rank} on host {ev.host}: {ev.message}")
-            if self.stall_verdict:
-                lines.append(f"  verdict: {self.stall_verdict}")
             if self.stall_verdict:
                 lines.append(f"  verdict: {self.stall_verdict}")
             return "\n".join(lines) + "\n"
