@@ -198,7 +198,7 @@ class Receiver:
 
 
 def send(cmd):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s = socket.socket(socket.AF_INET6 if ":" in cmd["addr"] else socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(cmd["timeout"])
     res = {}
     try:
@@ -235,7 +235,7 @@ def allreduce(cmd):
     """The checker's torch.distributed program (``code``: torch's import stays out of the
     agent) in a child, with the ranks' GLOO_SOCKET_IFNAME: its last line."""
     env = dict(os.environ)
-    route = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    route = socket.socket(socket.AF_INET6 if ":" in cmd["master"] else socket.AF_INET, socket.SOCK_DGRAM)
     try:
         route.connect((cmd["master"], 9))
         iface = ifname(route.getsockname()[0])
@@ -257,8 +257,12 @@ def allreduce(cmd):
 def spare_port(_cmd):
     """A port free there now, for the allreduce's rendezvous (the agent cannot import
     mpilaunch.net: it runs from its source alone)."""
-    s = socket.socket()
-    s.bind(("0.0.0.0", 0))
+    try:
+        s = socket.socket(socket.AF_INET6)
+        s.bind(("::", 0))
+    except OSError:
+        s = socket.socket()
+        s.bind(("0.0.0.0", 0))
     port = s.getsockname()[1]
     s.close()
     return {"port": port}

@@ -81,9 +81,22 @@ def cpu_limit():
 
 
 def ifname(addr):
-    """The interface that holds local address ``addr`` (SIOCGIFADDR over every interface)."""
+    """The interface that holds local address ``addr`` (SIOCGIFADDR over every interface;
+    an IPv6 address from /proc/net/if_inet6)."""
     import fcntl
     import struct
+
+    if ":" in addr:
+        want = socket.inet_pton(socket.AF_INET6, addr).hex()
+        try:
+            with open("/proc/net/if_inet6") as fh:
+                for line in fh:
+                    f = line.split()
+                    if len(f) >= 6 and f[0] == want:
+                        return f[5]
+        except OSError:
+            pass
+        return ""
 
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:

@@ -61,9 +61,13 @@ if p.get("script"):
     r["script"] = os.path.isfile(p["script"])
 if p.get("deep"):   # check --deep: its agent (check/agent.py) forks from here, port bound first
     d = p["deep"]
-    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:   # dual-stack: the checker may reach an IPv6-only host over IPv6
+        ls = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        ls.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0); where = "::"
+    except OSError:
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM); where = "0.0.0.0"
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("0.0.0.0", 0)); ls.listen(128); r["deep_port"] = ls.getsockname()[1]
+    ls.bind((where, 0)); ls.listen(128); r["deep_port"] = ls.getsockname()[1]
     sys.stdout.flush()
     if os.fork() == 0:
         try:

@@ -99,3 +99,17 @@ def test_hydra_refuses_ipv6_hosts_in_one_line(v6hosts, mpi, tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"mpilaunch: error: host {th.hosts[1].addr}: ")
     assert "cannot launch on IPv6 hosts" in lines[0]
     assert not marker.exists() and th.leftovers() == {}
+
+
+def test_check_deep_over_ipv6(v6hosts):
+    """The probe's agent listens dual-stack and the links are measured over IPv6."""
+    th = v6hosts
+    p = _in_host1(th, [OMPI5.python, "-m", "mpilaunch", "check", "--hostfile", th.hostfile(slots_per_host=1),
+                       "--ssh-args", f"-F {th.ssh_config}", "--deep"], timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    head = [ln for ln in lines if ln.startswith("HOST ")][0].split()
+    rows = {ln.split()[0]: dict(zip(head, ln.split())) for ln in lines if ln.startswith("fd00:231:")}
+    assert sorted(rows) == sorted(h.addr for h in th.hosts), p.stdout
+    for row in rows.values():
+        assert row["COMPUTE"].endswith("GF/s") and row["NET"].endswith("B/s"), p.stdout
