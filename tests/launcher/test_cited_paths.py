@@ -190,16 +190,16 @@ def test_the_scanner_reports_a_planted_stale_path(tmp_path):
     (tmp_path / "mpilaunch" / "launch").mkdir(parents=True)
     (tmp_path / "mpilaunch" / "__init__.py").write_text("def launch():\n    pass\n")
     (tmp_path / "mpilaunch" / "launch" / "__init__.py").write_text("")
-    (tmp_path / "mpilaunch" / "launch" / "starter.py").write_text("def run():\n    pass\n")
+    (tmp_path / "mpilaunch" / "launch" / "starter.py").write_text("def run_attempt():\n    pass\n")
     (tmp_path / "docs").mkdir()
     page = tmp_path / "docs" / "PAGE.md"
     page.write_text(
-        "the starter: mpilaunch/launch/starter.py, `mpilaunch/launch/starter.py::run`.\n"
+        "the starter: mpilaunch/launch/starter.py, `mpilaunch/launch/starter.py::run_attempt`.\n"
         "stale: (mpilaunch/launcher.py), mpilaunch/stall.py: and docs/GONE.md\n"
         "placeholders: mpilaunch/<package>/x.py, tests/launcher/test_{name}.py, "
         "/opt/mpilaunch/ms-venv, <pkg>/rank/_boot.py\n"
-        "modules: mpilaunch.launch.starter.run, mpilaunch.launch(), mpilaunch.launch.starter.gone,"
-        " mpilaunch.tune\n"
+        "modules: mpilaunch.launch.starter.run_attempt, mpilaunch.launch(),"
+        " mpilaunch.launch.starter.gone, mpilaunch.tune\n"
         "links: [ok](PAGE.md), [web](https://example.org/x.md), [anchor](#top), [gone](OLD.md)\n")
     assert stale_citations(str(tmp_path), [str(page)]) == [
         "docs/PAGE.md:2: mpilaunch/launcher.py",
