@@ -6,11 +6,11 @@
    of the command, from its start to its exit with the verdict printed. The sizes run one after
    the other (a job per size), not interleaved: each figure is the median of its R runs.
 2. **Step time of a running job** with and without a dump: a 4-rank torch/gloo job that times
-   each step (a 256x256 matmul and an all_reduce of the result), twice side by side in the same
-   run order: once untouched, once with ``mpilaunch stacks`` every DUMP_EVERY steps; the step times
-   of the steps a dump overlapped, of the others, and of the untouched run, medians.
+   each step (a 256x256 matmul and an all_reduce of the result), in interleaved rounds: once
+   untouched, once with ``mpilaunch stacks`` every DUMP_EVERY steps; the step time (the slowest
+   rank's) of the steps a dump overlapped, of the others, and of the untouched runs, medians.
 
-    python3 bench/bench_stacks.py [--sizes 4,16,64] [--runs 5] [--steps 400] [--out FILE.json]
+    python3 bench/bench_stacks.py [--sizes 4,16,64] [--runs 5] [--steps 400] [--rounds 3] [--out FILE.json]
 
 Prints a table and writes the figures as JSON. The load average is recorded at the start and
 the end (bench/common.py).
@@ -120,7 +120,20 @@ def read_steps(work: str, np: int):
     return out
 
 
-def step_times(steps: int) -> dict:
+def step_times(steps: int, rounds: int = 1) -> dict:
+    """``rounds`` of (untouched, dumped) jobs, interleaved; every step of every round pooled."""
+    pooled = {m: {"all": [], "hit": [], "rest": [], "dumps": 0} for m in ("untouched", "dumped")}
+    for _ in range(rounds):
+        for mode, v in one_round(steps).items():
+            for k in ("all", "hit", "rest"):
+                pooled[mode][k] += v[k]
+            pooled[mode]["dumps"] += v["dumps"]
+    return {m: {"all": common.stats(v["all"]), "overlapping_a_dump": common.stats(v["hit"]),
+                "other_steps": common.stats(v["rest"]), "dumps": v["dumps"]}
+            for m, v in pooled.items()}
+
+
+def one_round(steps: int) -> dict:
     res = {}
     for mode in ("untouched", "dumped"):
         work = tempfile.mkdtemp(prefix=f"bench-steps-{mode}-")
@@ -152,8 +165,8 @@ def step_times(steps: int) -> dict:
         starts = [min(r[i][1] for r in ranks) for i in range(steps)]
         hit = [i for i in range(steps) if any(a - per_step[i] <= starts[i] <= b for a, b in windows)]
         rest = [per_step[i] for i in range(10, steps) if i not in hit]
-        res[mode] = {"all": common.stats(per_step[10:]), "overlapping_a_dump": common.stats(
-            [per_step[i] for i in hit]), "other_steps": common.stats(rest), "dumps": len(windows)}
+        res[mode] = {"all": per_step[10:], "hit": [per_step[i] for i in hit], "rest": rest,
+                     "dumps": len(windows)}
     return res
 
 
@@ -162,6 +175,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="4,16,64")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the step-time jobs")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     result = {"load_start": common.loadavg(), "verdict": [], "steps": None}
@@ -172,7 +186,7 @@ def main() -> int:
               f"(min {r['wall']['min']:.3f}, max {r['wall']['max']:.3f}, n={r['wall']['n']}): "
               f"{r['verdict'][:100]}", flush=True)
     if args.steps:
-        s = step_times(args.steps)
+        s = step_times(args.steps, args.rounds)
         result["steps"] = s
         for mode, v in s.items():
             print(f"steps {mode:9s}: median {v['all']['median'] * 1000:.2f} ms; steps a dump "

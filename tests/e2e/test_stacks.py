@@ -13,7 +13,9 @@ import pytest
 
 from helpers import REPO, mpis
 from helpers.launch import clean_env, mpilaunch_argv
+from helpers.frameworks import MS_PY, needs_ms
 from helpers.mpis import ALL
+from helpers.ports import free_port
 from helpers.procs import alive, descendants, wait_for
 
 STUCK = r'''
@@ -201,3 +203,63 @@ def test_the_stall_summary_names_the_stuck_rank(mpi, tmp_path):
     assert report.returncode == 0, report.stderr
     html = open(tmp_path / "logs" / "report.html").read()
     assert "suspect: rank 2" in html
+
+
+MS_STUCK = r'''
+import os, sys, time
+
+out = sys.argv[1]
+role = os.environ.get("MS_ROLE")
+
+
+def load_data():
+    if os.environ["RANK"] == "1":
+        open(os.path.join(out, "stuck"), "w").close()
+        while not os.path.exists(os.path.join(out, "release")):
+            time.sleep(0.05)
+
+
+if role == "MS_WORKER":
+    load_data()
+from mindspore.communication import init
+
+init()
+if role == "MS_WORKER":
+    open(os.path.join(out, "done_" + os.environ["RANK"]), "w").close()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.mindspore
+@needs_ms
+def test_a_stuck_mindspore_worker_is_named_the_others_in_inits_rendezvous(tmp_path):
+    """2 workers + the scheduler on rank 0 (Open MPI 5): worker 1 waits in load_data before
+    init(); worker 0 (and the scheduler, in rank 0's file, not counted) wait in init's
+    rendezvous. Named; released, the job completes."""
+    script = tmp_path / "ms_stuck.py"
+    script.write_text(MS_STUCK)
+    argv = [MS_PY, "-m", "mpilaunch", "--mpirun", mpis.OMPI5.mpirun, "--python", MS_PY, "-np", "2",
+            "--master_port", free_port(), "--log_dir", str(tmp_path / "logs"), str(script),
+            str(tmp_path)]
+    proc = subprocess.Popen(argv, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    host = os.uname().nodename
+    line = MS_STUCK.splitlines().index("            time.sleep(0.05)") + 1
+    want = (f"verdict: rank 1 on host {host}: ms_stuck.py:{line} in load_data; rank 0 in init "
+            "(mindspore.communication)")
+    try:
+        assert wait_for(lambda: (tmp_path / "stuck").exists(), 120)
+        # worker 0 imports MindSpore (seconds) before it waits in init: asked until it is there
+        got = wait_for(lambda: (lambda r: r if want in r.stdout else None)(stacks(tmp_path / "logs")), 120, 0.5)
+    except BaseException:
+        proc.kill()
+        raise
+    assert got, stacks(tmp_path / "logs").stdout
+    out_dir = got.stdout.split(" in ", 1)[1].split(" (")[0]
+    assert "=== scheduler pid" in open(os.path.join(out_dir, "rank_0.txt")).read()
+    kids = descendants(proc.pid)
+    (tmp_path / "release").touch()
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    assert all((tmp_path / f"done_{r}").exists() for r in range(2))
+    assert wait_for(lambda: not alive(kids), 10), alive(kids)
