@@ -153,7 +153,8 @@ def show_files(plan, env: Mapping[str, str], files, carried: str) -> None:
     from mpilaunch import contract
 
     for path, text in files:
-        label = "hostfile" if path == plan.hostfile_path else "tune file"
+        label = ("hostfile" if path == plan.hostfile_path else "ssh config"
+                 if plan.ssh_config and path == plan.ssh_config[0] else "tune file")
         print(f"# {label} {path}:")
         sys.stdout.write("".join(f"#   {line}\n" for line in text.splitlines()))
     if plan.broadcast.routed:

@@ -72,16 +72,20 @@ def unreachable_hosts(plan, timeout: float = 2.0) -> List[str]:
     launch's ssh options) does not accept a TCP connection within ``timeout`` s, probed in
     parallel: a crashed host refuses it (its sshd is gone), a host behind a dead link times out."""
     from mpilaunch import net, ssh
+    from mpilaunch.config import sshconfig
 
-    extra = _ssh_args(plan)
-    remote = [h.name for h in plan.hosts if not net.is_here(h)]
+    # the job's ssh configuration is gone with the run dir by now: its ports, the user's -F
+    extra, ports = sshconfig.direct(getattr(plan, "ssh_config", None), _ssh_args(plan))
+    remote = [(h.name, ports.get(sshconfig.alias(h)), sshconfig.label(h))
+              for h in plan.hosts if not net.is_here(h)]
 
-    def probe(name: str):
-        target = ssh.ssh_target(name, None, extra, timeout=timeout)
+    def probe(item):
+        name, port, label = item
+        target = ssh.ssh_target(name, port, extra, timeout=timeout)
         addrs, _ = net.resolve(target.hostname, timeout)
         if not addrs:
-            return name
-        return name if ssh.tcp_probe(addrs[0], target.port, timeout) is not None else None
+            return label
+        return label if ssh.tcp_probe(addrs[0], target.port, timeout) is not None else None
 
     found = ssh.parallel_map(probe, remote, 32) if remote else []
     return [r for r in found if isinstance(r, str)]
@@ -125,8 +129,9 @@ class ProxyWatch:
         import psutil
 
         from mpilaunch import net
+        from mpilaunch.config.sshconfig import alias
 
-        names = {h.name for h in self.plan.hosts if not net.is_here(h)}
+        names = {alias(h) for h in self.plan.hosts if not net.is_here(h)}   # as Hydra's ssh has them
         if not names:
             return
         try:
@@ -148,7 +153,8 @@ class ProxyWatch:
             if not gone:
                 continue
             probed |= gone
-            lost = unreachable_hosts(self.plan._replace(hosts=[h for h in self.plan.hosts if h.name in gone]))
+            lost = unreachable_hosts(self.plan._replace(hosts=[h for h in self.plan.hosts
+                                                               if alias(h) in gone]))
             if lost and proc.is_running():
                 self.on_lost(lost)
                 return

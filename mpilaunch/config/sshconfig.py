@@ -152,6 +152,34 @@ def mpi_ssh_args(cfg, run_dir: str) -> List[str]:
     return ["-F", os.path.join(run_dir, FILE)] + rest
 
 
+def direct(job: Optional[Tuple[str, str]], extra: Sequence[str]):
+    """For ssh opened without the job's file (gone with the run dir once the MPI ended: the
+    probes after a failed Hydra launch): -> (the ssh options with the user's ``-F`` back in
+    place of the job's, {alias: port} as the file gave them)."""
+    if not job:
+        return list(extra), {}
+    path, text = job
+    rest, i, extra = [], 0, list(extra)
+    while i < len(extra):
+        if extra[i] == "-F" and i + 1 < len(extra) and extra[i + 1] == path:
+            i += 2
+            continue
+        rest.append(extra[i])
+        i += 1
+    ports, host, includes = {}, None, []
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key == "Host":
+            host = value
+        elif key == "Port" and host:
+            ports[host] = int(value)
+        elif key == "Include":
+            includes.append(value)
+    if len(includes) == 1:   # the user's -F (else ssh's own defaults: nothing to give)
+        rest = ["-F", includes[0]] + rest
+    return rest, ports
+
+
 def job_file(cfg, run_dir: str, home: Optional[str] = None) -> Optional[Tuple[str, str]]:
     """(path, text) of the job's ssh configuration, or None when no entry has a port."""
     if not needed(cfg.hosts):

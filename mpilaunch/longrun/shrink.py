@@ -39,9 +39,12 @@ def shrink(cfg, base, lr, att):
 def lost_indices(cfg, att):
     """The indices in ``cfg.hosts`` of the hosts ``att`` lost (set), or None when a lost name
     matches no host (nor the host of any rank)."""
+    from mpilaunch.config.sshconfig import alias, label
+
     gone = set()
     for name in getattr(att, "lost", None) or ():
-        idx = [i for i, h in enumerate(cfg.hosts) if h.name == name]
+        # the MPI names a host with a port of its own by its alias (config/sshconfig.py)
+        idx = [i for i, h in enumerate(cfg.hosts) if name in (h.name, alias(h), label(h))]
         if not idx:    # Open MPI may name a host by the name its daemon reported: the ranks'
             idx = sorted({att.host_of_rank(r, cfg) for r, host in att.rank_hosts.items()
                           if host == name} - {None})

@@ -131,3 +131,43 @@ def test_mpilaunch_job_on_three_containers_behind_one_address(sharedhosts, tmp_p
     assert "mpilaunch: 3/3 hosts ready" in logs[0]
     ranks = _ranks(subprocess.CompletedProcess([], 0, logs[0], ""))
     assert ranks == {r: (h.hostname, th.hosts[0].addr) for r, h in enumerate(th.hosts)}, logs[0]
+
+
+LIVE = """import os, socket, sys, time
+print("UP", os.environ["RANK"], flush=True)
+open(os.path.join(sys.argv[1], "up-" + os.environ["RANK"]), "w").close()
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("mpi", [m for m in ALL if m.values[0].id in ("ompi5", "mpich")])
+def test_a_lost_host_with_its_own_port_is_named(porthosts, mpi, tmp_path):
+    """Host 3 (sshd on 2203) crashes mid-job: the job ends 255 and the summary names that host
+    (Open MPI 5 by the name its daemon reported, Hydra's proxy watch by address:port: it probes
+    the port of the alias Hydra's ssh was given)."""
+    from helpers.procs import wait_for
+
+    th = porthosts
+    script = tmp_path / "live.py"
+    script.write_text(LIVE)
+    h1, lost = th.host(0), th.hosts[2]
+    argv = ["nsenter", "-t", str(h1.sshd_pid), "-u", "--", "ip", "netns", "exec", h1.netns,
+            mpi.python, "-m", "mpilaunch", "--mpirun", mpi.mpirun, "--hostfile", _hostfile(th, tmp_path),
+            "--ssh-args", f"-F {th.ssh_config}", str(script), str(tmp_path)]
+    p = subprocess.Popen(argv, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: all((tmp_path / f"up-{r}").exists() for r in range(3)), 90)
+        th.crash(lost)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+        th.restore(lost)
+    assert p.returncode == 255, out[-2000:] + err[-3000:]
+    cause = [ln for ln in err.splitlines() if "root cause:" in ln]
+    names = (f"{lost.addr}:{lost.port}", f"port{lost.port}-{lost.addr.replace('.', '-')}",
+             f"host {lost.hostname} ", f"host {lost.addr} ")   # Open MPI 5: its daemon's
+    # reported name, or the HostName in ssh's "Connection to ... closed", whichever came first
+    assert cause and any(n in cause[0] for n in names), err[-3000:]

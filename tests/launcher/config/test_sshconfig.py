@@ -77,3 +77,13 @@ def test_ipv6_literals_get_an_alias_without_colons():
     assert sshconfig.needed(hosts) and [sshconfig.alias(h) for h in hosts] == [
         "ipv6-fd00-231--11", "ipv6-fd00-231--12"]
     assert not sshconfig.needed((Host("10.0.0.1"), Host("node-b")))
+
+
+def test_direct_options_without_the_jobs_file():
+    cfg = Cfg(SHARED, 2222, ("-F", "/etc/cluster/ssh_config", "-o", "User=ai"))
+    job = sshconfig.job_file(cfg, "/tmp/run", home="/home/u")
+    extra = sshconfig.mpi_ssh_args(cfg, "/tmp/run")
+    assert sshconfig.direct(job, extra) == (
+        ["-F", "/etc/cluster/ssh_config", "-o", "User=ai"],
+        {"port2201-10-0-0-5": 2201, "port2202-10-0-0-5": 2202, "node3.example": 2222})
+    assert sshconfig.direct(None, ["-p", "22"]) == (["-p", "22"], {})
