@@ -114,7 +114,7 @@ def open_file_limit(cfg, n_remote: int, n_local: int = 0) -> None:
 def main(argv: Sequence[str]) -> int:
     from mpilaunch import backends, net
     from mpilaunch.config import allocation, launchconfig, longrun, options, rankcheck
-    from mpilaunch.launch import starter
+    from mpilaunch import rundir
     from mpilaunch.longrun import restart
 
     args = options.parser(options.RUN).parse_args(list(argv))
@@ -144,7 +144,7 @@ def main(argv: Sequence[str]) -> int:
         return 0
     events.start(cfg, long_run, backend, env)   # LOG_DIR/events.jsonl, from here on (docs/EVENTS.md)
     # Inside a Slurm job, mpirun starts its daemons through Slurm (srun), not ssh: no ssh check.
-    run_dir = starter.make_run_dir()
+    run_dir = rundir.new()
     try:
         if deep_gate:   # --preflight deep: check --deep first (mpilaunch/check/deep.py)
             from mpilaunch.check import deep
@@ -158,7 +158,7 @@ def main(argv: Sequence[str]) -> int:
             cfg = _ssh_checks(cfg, backend, run_dir)
         plan = backend.plan(cfg, env, run_dir, os.geteuid())
     except BaseException as exc:
-        starter.remove_run_dir(run_dir)   # its owner file, any ssh masters: all of it
+        rundir.remove(run_dir)   # its owner file, any ssh masters: all of it
         events.job_end(1 if isinstance(exc, _NotStarted) else None, 0, error=repr(exc))
         if isinstance(exc, _NotStarted):
             return 1
@@ -171,4 +171,4 @@ def main(argv: Sequence[str]) -> int:
         print(f"mpilaunch: {mpiargs.show(backend.argv(plan))}", file=sys.stderr)
     from mpilaunch.longrun import attempts
 
-    return attempts.run(backend, long_run, cfg, env, plan, run_dir, disc, base=chosen)
+    return attempts.run_job(backend, long_run, cfg, env, plan, run_dir, disc, base=chosen)

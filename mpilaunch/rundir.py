@@ -12,6 +12,7 @@ Nothing else is touched: only directories named by an owner file we wrote.
 from __future__ import annotations
 
 import os
+import shutil
 
 PREFIX = "mpilaunch-"
 OWNER = "owner"
@@ -96,7 +97,6 @@ def drop_session_dir(mpirun_pid: int, tmp: str = None):
     machines) stops at once with exit 213, "The PMIx server's listener thread failed to start"
     (reproduced with a stale ``ompi.<pid>/pmix.<host>.tool``). Only a dir of this user, only
     once that process is gone. -> the path removed, or None."""
-    import shutil
     import tempfile
 
     session = os.path.join(tmp or tempfile.gettempdir(), f"ompi.{mpirun_pid}")
@@ -142,3 +142,48 @@ def reclaim_stale(tmp: str = None) -> list:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
+
+
+# ---------------------------------------------------------------- one job's run dir
+
+def new() -> str:
+    """A private directory (0700) for the files of one attempt; those of dead launchers
+    (SIGKILL leaves them) are reclaimed first."""
+    reclaim_stale()
+    return make()
+
+
+def close_ssh_masters(run_dir: str) -> None:
+    """The preflight's ssh control masters (mpilaunch/ssh.py), while their sockets exist."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return
+    if any(n.startswith("cm-") for n in names):
+        from mpilaunch import ssh   # only when the preflight left masters: ssh imports socket
+
+        ssh.close_masters(run_dir)
+
+
+def remove(run_dir: str) -> None:
+    """A run dir whose launch did not start (preflight failed, bad plan): all of it, its ssh
+    masters first."""
+    close_ssh_masters(run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def remove_files(plan, run_dir: str, keep_tune: bool) -> None:
+    """After an attempt: the run dir, but a tune file the user asked to keep (--keep-tune-file)
+    and the directory that holds it."""
+    if not keep_tune:
+        try:
+            os.unlink(plan.tune_path)
+        except FileNotFoundError:
+            pass
+    if keep_tune and os.path.dirname(plan.tune_path) == run_dir:
+        try:
+            os.unlink(plan.hostfile_path)
+        except FileNotFoundError:
+            pass
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)

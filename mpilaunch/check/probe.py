@@ -133,7 +133,7 @@ def evaluate_sysctl(host: str, addr: str, values: Mapping[str, int], ranks: int)
 
 
 def _mpirun(host: str, addr: str, probe: Mapping, p: Params) -> CheckResult:
-    from mpilaunch.config.mpi import _NAMES, parse_version_output
+    from mpilaunch.config.mpi import NAMES, parse_version_output
 
     want = ".".join(map(str, p.mpi_version or ()))
     if "mpirun_err" in probe or probe.get("mpirun_rc") not in (0, None):
@@ -143,7 +143,7 @@ def _mpirun(host: str, addr: str, probe: Mapping, p: Params) -> CheckResult:
                            f"({want}) at the same path on every host")
     try:
         got, dialect = parse_version_output(probe.get("mpirun_out", ""), p.mpirun)
-        got_s = f"{_NAMES.get(dialect, dialect)} " + ".".join(map(str, got))
+        got_s = f"{NAMES.get(dialect, dialect)} " + ".".join(map(str, got))
     except UsageError:
         got, got_s = None, "an unrecognised MPI"
     if p.mpi_version is not None and got != tuple(p.mpi_version):

@@ -29,7 +29,7 @@ OMPI5 = "ompi5"
 MPICH = "mpich"
 IMPI = "impi"
 HYDRA = (MPICH, IMPI)
-_NAMES = {OMPI4: "Open MPI", OMPI5: "Open MPI", MPICH: "MPICH", IMPI: "Intel MPI"}
+NAMES = {OMPI4: "Open MPI", OMPI5: "Open MPI", MPICH: "MPICH", IMPI: "Intel MPI"}
 
 
 class MpiInfo(namedtuple("MpiInfo", "path version dialect")):
@@ -47,7 +47,7 @@ class MpiInfo(namedtuple("MpiInfo", "path version dialect")):
     @property
     def name(self) -> str:
         """'Open MPI 5.0.11', 'MPICH 5.0.2', 'Intel MPI 2021.18.1' (for messages)."""
-        return f"{_NAMES.get(self.dialect, self.dialect)} {self.version_str}"
+        return f"{NAMES.get(self.dialect, self.dialect)} {self.version_str}"
 
     @property
     def hydra(self) -> bool:
@@ -198,7 +198,7 @@ def _cache_read(name: str) -> List[List[str]]:
     out = []
     for line in lines[1:]:
         fields = line.split("\t")
-        if len(fields) == 4 and fields[3] in _NAMES and re.fullmatch(r"\d+(\.\d+)*", fields[2]):
+        if len(fields) == 4 and fields[3] in NAMES and re.fullmatch(r"\d+(\.\d+)*", fields[2]):
             out.append(fields)
     return out
 

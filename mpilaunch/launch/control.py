@@ -3,7 +3,7 @@ adapter connects back to; the launcher's graceful stop and the signals its start
 forward go to the adapters over it (protocol and reasons: ``mpilaunch/rank/control.py``;
 why it works across hosts: docs/ARCHITECTURE.md, "Signals").
 
-Opened by ``starter.run`` for every supervised launch (not ``--exec``): besides the graceful
+Opened by ``starter.run_attempt`` for every supervised launch (not ``--exec``): besides the graceful
 stop and the signals, it is how the launcher learns that an adapter died (its connection
 closed without its last word, ``bye``: ``on_dead``) and how ``mpilaunch stacks`` reaches every
 rank (:meth:`Control.stacks`; docs/HANGS.md).

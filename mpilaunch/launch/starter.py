@@ -21,7 +21,6 @@ and hands it the running :class:`Job` (``Backend.watch``, ``Backend.on_rank_fail
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,14 +29,15 @@ from typing import List, Mapping, Optional
 
 from mpilaunch import rundir
 from mpilaunch.config import allocation
-from mpilaunch.output import events
+from mpilaunch.hang import server as hang_server
+from mpilaunch.launch import control as control_channel
 from mpilaunch.launch import relays, usersignals
+from mpilaunch.launch.stopping import STOP_SIGNALS, StopState
+from mpilaunch.output import events, outcome
+from mpilaunch.output.summary import Collector, render_summary, write_ranks_file
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
-from mpilaunch.output.summary import Collector, render_summary, root_text, write_ranks_file
 
 ESCALATE_AFTER = 10.0
-LINGER = 3.0    # an adapter's own teardown: 2 s to SIGKILL its workers, then its report
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _child_setup_for(prctl):
@@ -46,97 +46,6 @@ def _child_setup_for(prctl):
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         usersignals.unblock_in_child()
     return setup
-
-
-def make_run_dir() -> str:
-    """A private directory (0700) for the files of one job; those of dead launchers (SIGKILL
-    leaves them) are reclaimed first."""
-    rundir.reclaim_stale()
-    return rundir.make()
-
-
-def close_ssh_masters(run_dir: str) -> None:
-    """The preflight's ssh control masters (mpilaunch/ssh.py), while their sockets exist."""
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return
-    if any(n.startswith("cm-") for n in names):
-        from mpilaunch import ssh
-
-        ssh.close_masters(run_dir)
-
-
-def remove_run_dir(run_dir: str) -> None:
-    """A run dir whose launch did not start (preflight failed, bad plan)."""
-    close_ssh_masters(run_dir)
-    shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def remove_files(plan, run_dir: str, keep_tune: bool) -> None:
-    if not keep_tune:
-        try:
-            os.unlink(plan.tune_path)
-        except FileNotFoundError:
-            pass
-    if keep_tune and os.path.dirname(plan.tune_path) == run_dir:
-        # keep the directory that holds the kept tune file; remove the rest
-        try:
-            os.unlink(plan.hostfile_path)
-        except FileNotFoundError:
-            pass
-        return
-    shutil.rmtree(run_dir, ignore_errors=True)
-
-
-class Attempt:
-    """One attempt of the job, as :func:`run` drives it (``mpilaunch/longrun/attempts.py`` starts
-    them; ``restart.LongRunAttempt`` fills the hooks in for the graceful stop and the stall
-    watchdog). The defaults are a plain launch. In the order they are called:
-
-    linger()                    -> s to wait for adapters still running after the starter
-    collector(backend)          -> the Collector the starter's output goes into
-    started(job)                   the starter runs (:class:`Job`: kill, end, later)
-    on_stop(job, signum, act)   -> True when the attempt handles this stop itself
-                                   (``act(signum)``: the ordinary stop, for later)
-    verdict()                   -> keyword arguments for ``outcome.decide`` (stalled, ...)
-    finish(status, collector, stopped_by)    the attempt's status and cause, recorded
-    summary(text, collector)    -> the failure summary, amended
-    """
-
-    def __init__(self, index: int = 0):
-        self.index = index
-        self.status = None
-        self.stopped_by = None
-        self.cause = ""
-        self.usage_error = False
-
-    def linger(self) -> float:
-        return LINGER
-
-    def collector(self, backend) -> Collector:
-        return Collector(backend)
-
-    def started(self, job) -> None:
-        pass
-
-    def on_stop(self, job, signum: int, act) -> bool:
-        return False
-
-    def verdict(self) -> dict:
-        return {}
-
-    def finish(self, status: int, collector: Collector, stopped_by) -> None:
-        self.status, self.stopped_by = status, stopped_by
-        if stopped_by is not None:
-            self.cause = f"stopped by {signal.Signals(stopped_by).name}"
-        else:
-            self.cause = root_text(collector, status)
-        self.usage_error = any(e.role == "adapter" and e.event == "error" and e.cause == "self"
-                               for e in collector.events)
-
-    def summary(self, text: str, collector: Collector) -> str:
-        return text
 
 
 class Job:
@@ -183,164 +92,201 @@ class Job:
             timer.cancel()
 
 
-def run(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool, attempt) -> int:
-    """Start ``plan`` with ``backend`` and supervise it to its end; the job's exit status.
-    ``attempt``: this attempt of the job (``mpilaunch/longrun/attempts.py``: ``Attempt`` for a plain
-    launch; restart.py's ``LongRunAttempt`` for the graceful stop and the stall watchdog)."""
-    from mpilaunch.hang import server as hang_server
-    from mpilaunch.output import outcome
+def run_attempt(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
+                attempt) -> int:
+    """Start ``plan`` with ``backend`` and supervise it to its end; the attempt's exit status.
+    ``attempt``: the protocol of launch/attempt.py (``Attempt`` for a plain launch;
+    longrun/restart.py's ``LongRunAttempt`` for the graceful stop and the stall watchdog)."""
+    s = _Supervision(backend, plan, attempt, run_dir)
+    s.prepare()                 # nothing started yet: the control channel, the argv
+    rc = s.start_and_watch(env, keep_tune)
+    return s.conclude(rc, env)
 
-    forwarder = usersignals.Forwarder(backend)
-    forwarder.install()     # before any thread of this attempt starts (usersignals.py)
-    control = None
-    stop = {"signals": 0, "first": None}
-    proc: Optional[subprocess.Popen] = None
-    job: Optional[Job] = None
-    stacks_server = None
 
-    def adapter_died(rank, pid, host):
-        """From the control thread: rank ``rank``'s adapter died (no last word) before the job
-        was ending: its failure, as a rank's own (docs/HANGS.md)."""
-        if stop["first"] is not None or stop.get("rank_failed") or (job is not None and job.ended):
-            return      # the teardown's victim, or one more after the first failure
-        stop["rank_failed"] = True
-        collector.adapter_died(rank, pid, host)
-        events.emit("adapter_dead", rank=rank, pid=pid, host=host)
-        print(f"mpilaunch: rank {rank}'s adapter (pid {pid} on host {host}) died: its connection "
-              "to the launcher closed without its last word; stopping the job",
-              file=sys.stderr, flush=True)
-        if job is not None:
-            backend.on_rank_failure(plan, job)
-        else:
-            stop["dead_early"] = True
+class _Supervision:
+    """One attempt from the starter's start to its summary. Its phases, in order: ``prepare``,
+    ``start_and_watch`` (files, the starter, relays, its end, every file and process of ours
+    gone), ``conclude`` (the exit status and the summary). The stop-signal handler, the relays
+    and the control thread act on it through ``on_signal``, ``rank_failed`` and
+    ``adapter_died``; what they learnt is ``self.stop`` (:class:`StopState`)."""
 
-    try:
-        collector = attempt.collector(backend)
-        control = forwarder.control = _open_control(backend, plan, attempt, adapter_died)
-        if control is not None:     # its two variables reach every rank as the starter exports them
-            plan = backend.with_control(plan, control.names)
-        plan = relays.stdin_target(backend, plan)
-        events.attempt_start(attempt.index, plan)   # the event record (docs/EVENTS.md)
-        cmd: List[str] = list(backend.argv(plan))
-    except BaseException:   # nothing started: the launcher's own signal state as it was
-        forwarder.uninstall()
-        if control is not None:
-            control.close()
-        raise
+    def __init__(self, backend, plan, attempt, run_dir: str):
+        self.backend, self.plan, self.attempt, self.run_dir = backend, plan, attempt, run_dir
+        self.stop = StopState()
+        self.proc: Optional[subprocess.Popen] = None
+        self.job: Optional[Job] = None
+        self.control = None
+        self.stacks_server = None
+        self.forwarder = usersignals.Forwarder(backend)
+        self.forwarder.install()     # before any thread of this attempt starts (usersignals.py)
 
-    def on_signal(signum, _frame):
-        events.stop_signal(signum)   # the event record (docs/EVENTS.md)
-        stop["signals"] += 1
-        if stop["first"] is None:
-            stop["first"] = signum
-        if job is None or proc.poll() is not None:
-            return  # before the starter started: acted on right after Popen returns (see below)
-        act(signum)
+    # -- phases
+    def prepare(self) -> None:
+        try:
+            self.collector = self.attempt.collector(self.backend)
+            self.control = self.forwarder.control = _open_control(self.backend, self.plan,
+                                                                  self.attempt, self.adapter_died)
+            if self.control is not None:   # its two variables reach every rank as the starter exports them
+                self.plan = self.backend.with_control(self.plan, self.control.names)
+            self.plan = relays.stdin_target(self.backend, self.plan)
+            events.attempt_start(self.attempt.index, self.plan)   # the event record (docs/EVENTS.md)
+            self.cmd: List[str] = list(self.backend.argv(self.plan))
+        except BaseException:   # nothing started: the launcher's own signal state as it was
+            self.forwarder.uninstall()
+            if self.control is not None:
+                self.control.close()
+            raise
 
-    def act(signum):
-        """Stop the running job: the first stop, a repeated one, a forced one."""
-        if not stop.get("graceful") and attempt.on_stop(job, signum, act):
-            stop["graceful"] = True      # --term-grace: the workers save first (restart.py)
-        elif not stop.get("forwarded"):
-            stop["forwarded"] = True
-            print(f"mpilaunch: {signal.Signals(signum).name} received, stopping the job", file=sys.stderr, flush=True)
-            job.end()   # once: a second SIGTERM makes Open MPI 4.1 exit and orphan its ranks
-        elif stop["signals"] >= 3:
-            print(f"mpilaunch: stopping now (SIGKILL to {backend.program})", file=sys.stderr, flush=True)
-            job.kill(signal.SIGKILL)
-        else:
-            print("mpilaunch: already stopping; signal again to force", file=sys.stderr, flush=True)
+    def start_and_watch(self, env: Mapping[str, str], keep_tune: bool) -> int:
+        """-> the starter's return code (0 when a stop came before it started)."""
+        backend, plan, stop = self.backend, self.plan, self.stop
+        previous = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}
+        try:
+            for path, text in backend.files(plan):
+                rundir.write_atomic(path, text)
+            if os.environ.get("MPILAUNCH_TEST_SIGNAL_BEFORE_START"):  # fault injection for the tests
+                os.kill(os.getpid(), int(os.environ["MPILAUNCH_TEST_SIGNAL_BEFORE_START"]))
+            if stop.asked:
+                return 0    # start nothing
+            self._start(env)
+            return self._watch()
+        finally:
+            self._teardown(previous, keep_tune)
 
-    def rank_failed(event):
-        if event.cause == "self" and (event.code or event.signal) and not stop.get("rank_failed"):
-            stop["rank_failed"] = True
-            backend.on_rank_failure(plan, job)
-
-    previous = {}
-    for sig in STOP_SIGNALS:
-        previous[sig] = signal.signal(sig, on_signal)
-    try:
-        for path, text in backend.files(plan):
-            rundir.write_atomic(path, text)
-        if os.environ.get("MPILAUNCH_TEST_SIGNAL_BEFORE_START"):  # fault injection for the tests
-            os.kill(os.getpid(), int(os.environ["MPILAUNCH_TEST_SIGNAL_BEFORE_START"]))
-        if stop["first"] is not None:
-            raise _StoppedBeforeStart()
+    def _start(self, env: Mapping[str, str]) -> None:
+        backend, plan, stop, control = self.backend, self.plan, self.stop, self.control
         starter_env = starter_environment(env, control.env if control else {}, backend.env(plan))
-        proc = subprocess.Popen(
-            cmd, env=starter_env, stdin=relays.stdin_for(backend.stdin(plan)),
+        self.proc = proc = subprocess.Popen(
+            self.cmd, env=starter_env, stdin=relays.stdin_for(backend.stdin(plan)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             preexec_fn=_child_setup_for(prctl()), close_fds=True,
         )
-        rundir.record_mpirun(run_dir, proc.pid)
-        events.emit("starter_start", program=backend.program, pid=proc.pid, argv=cmd)
-        job = Job(proc, collector, backend.program)
+        rundir.record_mpirun(self.run_dir, proc.pid)
+        events.emit("starter_start", program=backend.program, pid=proc.pid, argv=self.cmd)
+        job = Job(proc, self.collector, backend.program)
         job.control, job.np = control, getattr(plan, "np", 0)
-        stacks_server = hang_server.open_for(run_dir, plan, control)   # mpilaunch stacks LOG_DIR
-        forwarder.started(job, job.np)
-        if stop["first"] is not None and not stop.get("forwarded") and not stop.get("graceful"):
-            act(stop["first"])   # the stop came while Popen ran (the handler saw no job yet)
-        elif stop.get("dead_early"):
+        self.job = job
+        self.stacks_server = hang_server.open_for(self.run_dir, plan, control)   # mpilaunch stacks LOG_DIR
+        self.forwarder.started(job, job.np)
+        if stop.asked and not stop.forwarded and not stop.graceful:
+            self.act(stop.first)   # the stop came while Popen ran (the handler saw no job yet)
+        elif stop.dead_early:
             backend.on_rank_failure(plan, job)   # an adapter died before the job object existed
+
+    def _watch(self) -> int:
+        backend, plan, proc, job = self.backend, self.plan, self.proc, self.job
         progress = relays.startup_line(plan)   # a terminal only: how far the start-up got
-        streams = [relays.ErrRelay(proc.stderr, collector, rank_failed, progress),
-                   relays.OutRelay(proc.stdout, collector, progress)]
+        streams = [relays.ErrRelay(proc.stderr, self.collector, self.rank_failed, progress),
+                   relays.OutRelay(proc.stdout, self.collector, progress)]
         if proc.stdin is not None:
             relays.StdinRelay(proc.stdin).start()   # not joined: it may wait on the terminal
         backend.watch(plan, job)
-        attempt.started(job)
+        self.attempt.started(job)
         for relay in streams:
             relay.start()
         rc = proc.wait()
         events.emit("starter_exit", returncode=rc)
-        if control is not None:
-            _linger(control, attempt.linger(), backend.program)
+        if self.control is not None:
+            _linger(self.control, self.attempt.linger(), backend.program)
         for relay in streams:
             relay.join(timeout=5)
-    except _StoppedBeforeStart:
-        rc = 0
-    finally:
-        if job is not None:
-            job.cancel()
-        hang_server.close(stacks_server)
+        return rc
+
+    def _teardown(self, previous, keep_tune: bool) -> None:
+        """Every exit path: nothing of this attempt left running, the launcher's signal state
+        as it was, the run files removed."""
+        proc = self.proc
+        if self.job is not None:
+            self.job.cancel()
+        hang_server.close(self.stacks_server)
         if proc is not None and proc.poll() is None:  # an exception on our side: never leave it running
             proc.kill()
             proc.wait()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        forwarder.uninstall()
-        if control is not None:
-            control.close()
-        close_ssh_masters(run_dir)
-        remove_files(plan, run_dir, keep_tune)
+        self.forwarder.uninstall()
+        if self.control is not None:
+            self.control.close()
+        rundir.close_ssh_masters(self.run_dir)
+        rundir.remove_files(self.plan, self.run_dir, keep_tune)
         if proc is not None and proc.returncode is not None:
-            backend.cleanup(proc.pid, proc.returncode)
-    events.emit("teardown_end")   # the starter gone, the run files removed
-    if rc < 0 and (job is None or not job.ended or -rc not in (signal.SIGTERM, signal.SIGKILL)):
-        collector.dead.clear()  # the starter died of a signal we did not send and took its
-                                # ranks with it (Hydra's of SIGUSR2): they are its victims
+            self.backend.cleanup(proc.pid, proc.returncode)
+        events.emit("teardown_end")   # the starter gone, the run files removed
 
-    if stop["first"] is None and rc != 0:
-        backend.after(plan, collector, rc)
-    verdict = attempt.verdict()
-    status = outcome.decide(rc, collector, stopped_by=stop["first"], **verdict)
-    attempt.finish(status, collector, stop["first"])
-    events.attempt_end(attempt, collector)
-    if status != 0:
-        summary = render_summary(collector, status, stopped_by=stop["first"],
-                                 starter_signal=-rc if rc < 0 and stop["first"] is None else None,
+    def conclude(self, rc: int, env: Mapping[str, str]) -> int:
+        """The attempt's exit status, and on a failure its summary on stderr."""
+        backend, plan, collector, stop, job = self.backend, self.plan, self.collector, self.stop, self.job
+        if rc < 0 and (job is None or not job.ended or -rc not in (signal.SIGTERM, signal.SIGKILL)):
+            collector.dead.clear()  # the starter died of a signal we did not send and took its
+                                    # ranks with it (Hydra's of SIGUSR2): they are its victims
+        if not stop.asked and rc != 0:
+            backend.after(plan, collector, rc)
+        status = outcome.decide(rc, collector, stopped_by=stop.first, **self.attempt.verdict())
+        self.attempt.finish(status, collector, stop.first)
+        events.attempt_end(self.attempt, collector)
+        if status == 0:
+            return status
+        summary = render_summary(collector, status, stopped_by=stop.first,
+                                 starter_signal=-rc if rc < 0 and not stop.asked else None,
                                  scheduler=getattr(plan, "scheduler", None), program=backend.program,
-                                 delivered=forwarder.delivered,
+                                 delivered=self.forwarder.delivered,
                                  ranks_file=write_ranks_file(collector))
-        summary = attempt.summary(summary, collector)
+        summary = self.attempt.summary(summary, collector)
         summary += events.summary(summary)   # recorded; its last line: the report command
         relays.Sink(2).write(summary.encode("utf-8", "replace"))
-        if stop["first"] is not None and allocation.in_slurm(env):   # who sent the stop?
+        if stop.asked and allocation.in_slurm(env):   # who sent the stop?
             cause = allocation.slurm_stop_cause(env)
             if cause:
                 relays.Sink(2).write(f"  scheduler: {cause}\n".encode("utf-8", "replace"))
                 events.emit("scheduler_stop", cause=cause)
-    return status
+        return status
+
+    # -- what the handler, the relays and the control thread do
+    def on_signal(self, signum, _frame) -> None:
+        events.stop_signal(signum)   # the event record (docs/EVENTS.md)
+        self.stop.signal_came(signum)
+        if self.job is None or self.proc.poll() is not None:
+            return  # before the starter started: acted on right after Popen returns (_start)
+        self.act(signum)
+
+    def act(self, signum: int) -> None:
+        """Stop the running job: the first stop, a repeated one, a forced one."""
+        stop, job = self.stop, self.job
+        if not stop.graceful and self.attempt.on_stop(job, signum, self.act):
+            stop.graceful = True      # --term-grace: the workers save first (restart.py)
+        elif not stop.forwarded:
+            stop.forwarded = True
+            print(f"mpilaunch: {signal.Signals(signum).name} received, stopping the job",
+                  file=sys.stderr, flush=True)
+            job.end()   # once: a second SIGTERM makes Open MPI 4.1 exit and orphan its ranks
+        elif stop.signals >= 3:
+            print(f"mpilaunch: stopping now (SIGKILL to {self.backend.program})", file=sys.stderr,
+                  flush=True)
+            job.kill(signal.SIGKILL)
+        else:
+            print("mpilaunch: already stopping; signal again to force", file=sys.stderr, flush=True)
+
+    def rank_failed(self, event) -> None:
+        """From a relay: a rank's own failure (a status line); the first one ends the job."""
+        if event.cause == "self" and (event.code or event.signal) and self.stop.take_failure():
+            self.backend.on_rank_failure(self.plan, self.job)
+
+    def adapter_died(self, rank, pid, host) -> None:
+        """From the control thread: rank ``rank``'s adapter died (no last word) before the job
+        was ending: its failure, as a rank's own (docs/HANGS.md)."""
+        job = self.job
+        if self.stop.asked or self.stop.rank_failed or (job is not None and job.ended):
+            return      # the teardown's victim, or one more after the first failure
+        self.stop.take_failure()
+        self.collector.adapter_died(rank, pid, host)
+        events.emit("adapter_dead", rank=rank, pid=pid, host=host)
+        print(f"mpilaunch: rank {rank}'s adapter (pid {pid} on host {host}) died: its connection "
+              "to the launcher closed without its last word; stopping the job",
+              file=sys.stderr, flush=True)
+        if job is not None:
+            self.backend.on_rank_failure(self.plan, job)
+        else:
+            self.stop.dead_early = True
 
 
 def starter_environment(base: Mapping[str, str], control: Mapping[str, str],
@@ -381,15 +327,9 @@ def _open_control(backend, plan, attempt, on_dead=None):
     it (docs/ARCHITECTURE.md, "Signals"). Not for ``--exec``: the program replaces the adapter."""
     if not _supervised(plan):
         return None
-    from mpilaunch.launch import control
-
     try:
-        return control.Control(getattr(plan, "hosts", ()), getattr(plan, "np", 0), on_dead)
+        return control_channel.Control(getattr(plan, "hosts", ()), getattr(plan, "np", 0), on_dead)
     except OSError as exc:
-        control.warn(f"no control channel ({exc}): the graceful stop and the signals "
+        control_channel.warn(f"no control channel ({exc}): the graceful stop and the signals "
                      f"{backend.program} does not forward cannot reach the ranks")
         return None
-
-
-class _StoppedBeforeStart(Exception):
-    """A stop signal arrived before mpirun was started: start nothing."""

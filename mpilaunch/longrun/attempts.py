@@ -1,36 +1,38 @@
 """The attempts of a job: every launch is at least one attempt; with ``--max_restarts`` a
 failed attempt is followed by another (a new starter, new adapters, ``LOG_DIR/attempt<k>/``).
 
-Each attempt is a ``starter.Attempt`` (the protocol the launcher calls, with the defaults of
-a plain launch), or ``restart.LongRunAttempt`` for the graceful stop and the stall watchdog.
+Each attempt is a ``launch.attempt.Attempt`` (the protocol its supervision calls, with the
+defaults of a plain launch), or ``restart.LongRunAttempt`` for the graceful stop and the stall
+watchdog. A stop signal between two attempts ends the job (``launch.stopping.BetweenAttempts``).
 """
 from __future__ import annotations
 
 import os
 import signal
 import sys
-import time
 
+from mpilaunch import rundir
+from mpilaunch.config import longrun
+from mpilaunch.launch import starter
+from mpilaunch.launch.attempt import Attempt
+from mpilaunch.launch.stopping import BetweenAttempts
+from mpilaunch.longrun import discovery, restart, shrink
 from mpilaunch.output import events
 
 
-def run(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> int:
+def run_job(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> int:
     """Attempt 0 (``plan``/``run_dir`` made by run.main from ``restart.attempt_cfg(cfg, lr,
     0)``), then as many restarts as the budget allows (``lr``: config.longrun.LongRun). ``disc``:
     ``--host-discovery-script`` (discovery.Discovery), which gives each later attempt its hosts.
     ``base``: the config before ``attempt_cfg``, whose ``master_addr`` is the user's own (attempt
     0's may have been filled in from its first host, which a later attempt may not have)."""
-    from mpilaunch.config import longrun
-    from mpilaunch.longrun import discovery, restart, shrink
-    from mpilaunch.launch import starter
-
     attempts = []
     k = 0
     base = cfg if base is None else base
     while True:
         att = (restart.LongRunAttempt(k, lr, plan.np)   # discovery: it learns the lost hosts
-               if longrun.long_run_on(lr) or disc is not None else starter.Attempt(k))
-        status = starter.run(backend, plan, env, run_dir, cfg.keep_tune_file, att)
+               if longrun.long_run_on(lr) or disc is not None else Attempt(k))
+        status = starter.run_attempt(backend, plan, env, run_dir, cfg.keep_tune_file, att)
         attempts += getattr(att, "in_place", [])   # restarted in place, inside this launch
         attempts.append(att)
         k = att.index
@@ -57,7 +59,7 @@ def run(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> int:
             print(f"mpilaunch: host {', '.join(dropped)} dropped (--min-hosts {lr.min_hosts}): "
                   f"attempt {k} runs on {len(cfg.hosts)} host(s), world size {cfg.np}",
                   file=sys.stderr, flush=True)
-        stop = _Between()
+        stop = BetweenAttempts()
         try:
             stop.sleep(lr.restart_delay)
             cfg = restart.attempt_cfg(cfg, lr, k)
@@ -71,11 +73,11 @@ def run(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> int:
             print(f"mpilaunch: {signal.Signals(stop.signum).name} received between attempts: "
                   "not restarting", file=sys.stderr, flush=True)
             break
-        run_dir = starter.make_run_dir()
+        run_dir = rundir.new()
         try:
             plan = backend.plan(cfg, env, run_dir, os.geteuid())
         except BaseException:
-            starter.remove_run_dir(run_dir)
+            rundir.remove(run_dir)
             raise
     if lr.max_restarts:
         sys.stderr.write(summary(attempts, lr, status) + (events.hint() if status else ""))
@@ -93,25 +95,3 @@ def summary(attempts, lr, status: int) -> str:
         lines.append(f"  attempt {att.index}: {what}; logs: "
                      f"{os.path.join(lr.log_dir, f'attempt{att.index}')}")
     return "\n".join(lines) + "\n"
-
-
-class _Between:
-    """A stop signal between two attempts: no further attempt starts."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-    def __init__(self):
-        self.signum = None
-        self.previous = {s: signal.signal(s, self._on) for s in self.SIGNALS}
-
-    def _on(self, signum, _frame):
-        self.signum = self.signum or signum
-
-    def sleep(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while not self.signum and time.monotonic() < end:
-            time.sleep(min(0.1, max(0.0, end - time.monotonic())))
-
-    def restore(self) -> None:
-        for s, h in self.previous.items():
-            signal.signal(s, h)

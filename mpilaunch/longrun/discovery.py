@@ -35,6 +35,8 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from mpilaunch.config import hostfile as hf
+from mpilaunch.output.summary import signal_name
+from mpilaunch.ssh import last_line
 from mpilaunch.config.longrun import DISCOVERY_FLAG
 from mpilaunch.errors import UsageError
 
@@ -94,21 +96,14 @@ def run_script(script: str, timeout: float = TIMEOUT) -> str:
         _kill_group(proc)
         raise
     if proc.returncode != 0:
-        why = (f"ended by signal {_signame(-proc.returncode)}" if proc.returncode < 0
+        why = (f"ended by {signal_name(-proc.returncode)}" if proc.returncode < 0
                else f"exited with status {proc.returncode}")
-        last = _last_line(err)
+        last = last_line(err.decode("utf-8", "replace"))[:STDERR_KEPT]
         raise DiscoveryError(f"{script} {why}" + (f": {last}" if last else ""))
     try:
         return out.decode("utf-8")
     except UnicodeDecodeError:
         raise DiscoveryError(f"{script} printed bytes that are not UTF-8") from None
-
-
-def _signame(n: int) -> str:
-    try:
-        return signal.Signals(n).name
-    except ValueError:
-        return str(n)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -120,11 +115,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.communicate(timeout=5)
     except (subprocess.TimeoutExpired, ValueError):
         pass
-
-
-def _last_line(data: bytes) -> str:
-    lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
-    return lines[-1][:STDERR_KEPT] if lines else ""
 
 
 def discover(script: str, timeout: float = TIMEOUT) -> Tuple[hf.Host, ...]:

@@ -37,11 +37,11 @@ import time
 
 from mpilaunch import net
 from mpilaunch.output import events
-from mpilaunch.launch import starter
+from mpilaunch.launch.attempt import LINGER, Attempt
 from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
 from mpilaunch.errors import UsageError
 from mpilaunch.config.longrun import LongRun
-from mpilaunch.output.summary import Collector
+from mpilaunch.output.summary import Collector, who_and_where
 
 PORT_WAIT = 60.0
 GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and exit
@@ -111,9 +111,9 @@ class _Collector(Collector):
             super().feed_status(event)
 
 
-class LongRunAttempt(starter.Attempt):
+class LongRunAttempt(Attempt):
     """One attempt with the launcher's part of the graceful stop and the stall watchdog
-    (the protocol: ``starter.Attempt``)."""
+    (the protocol: ``launch.attempt.Attempt``)."""
 
     def __init__(self, index: int, lr: LongRun, np: int):
         super().__init__(index)
@@ -138,7 +138,7 @@ class LongRunAttempt(starter.Attempt):
 
     def linger(self) -> float:
         """Adapters saving after the starter ended wait for them up to the grace."""
-        base = starter.LINGER
+        base = LINGER
         if self.lr.term_grace is not None and (self.graceful or self.grace_stops or self.foreign):
             return base + self.lr.term_grace
         return base
@@ -203,8 +203,7 @@ class LongRunAttempt(starter.Attempt):
             self.silent, self.done = {}, set()
         events.emit("restart", next_attempt=self.index, cause=done.cause, delay=0.0,
                     mode="in-place")
-        if events._rec is not None:     # what follows in the record is the new attempt's
-            events._rec.attempt = self.index
+        events.next_attempt_in_place(self.index)
         print(f"mpilaunch: attempt {done.index} failed ({done.cause}); restarted in place: "
               f"attempt {self.index} of at most {self.lr.max_restarts + 1}", file=sys.stderr,
               flush=True)
@@ -291,9 +290,7 @@ class InPlaceAttempt:
 
 
 def _who(event) -> str:
-    who = f"rank {event.rank}" if event.rank is not None else "a rank"
-    where = f" on host {event.host}" if event.host not in ("", "?") else ""
-    return f"{who} ({event.role}){where}: "
+    return who_and_where(event) + ": "
 
 
 def _grace_lines(collector: Collector, grace: float) -> str:

@@ -24,6 +24,7 @@ import sys
 import time
 
 from mpilaunch import contract
+from mpilaunch.output.summary import who
 
 SCHEMA = 1
 FILENAME = "events.jsonl"
@@ -214,6 +215,13 @@ def attempt_start(index: int, plan) -> None:
          hosts=[{"name": h.name, "slots": h.slots} for h in plan.hosts])
 
 
+def next_attempt_in_place(index: int) -> None:
+    """An attempt restarted in place inside the running job: what follows in the record is
+    attempt ``index``'s (the same starter, so no attempt_start)."""
+    if _rec is not None:
+        _rec.attempt = index
+
+
 def teardown(reason: str) -> None:
     """The job is being ended (the first reason of the attempt is the one recorded)."""
     if _rec is None or _rec.teardown is not None:
@@ -261,8 +269,7 @@ def status(event) -> None:
     else:   # the stall watchdog's stall / progress / done, an adapter's graceful stop
         emit("rank_status", event=event.event, cause=event.cause, message=event.message, **common)
     if event.cause == "self" and (event.code or event.signal):
-        who = f"rank {event.rank}" if event.rank is not None else "a rank"
-        teardown(f"{who} ({event.role}) failed on {event.host}")
+        teardown(f"{who(event)} failed on {event.host}")
 
 
 def attempt_end(attempt, collector) -> None:

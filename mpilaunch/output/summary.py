@@ -72,6 +72,17 @@ class _Tail:
         return "".join(self.chunks)[-self.limit:]
 
 
+def who(event) -> str:
+    """``rank N (role)``, or ``a rank (role)`` when the rank is not known."""
+    return f"{'a rank' if event.rank is None else f'rank {event.rank}'} ({event.role})"
+
+
+def who_and_where(event) -> str:
+    """``rank N (role) on host H``: how every summary line, cause and record names a process
+    (the host left out when it is not known)."""
+    return who(event) + (f" on host {event.host}" if event.host not in ("", "?", None) else "")
+
+
 class Collector:
     """What the launcher learns from the starter's two streams: the adapters' status lines,
     and the starter's own messages, which its backend reads (``Backend.notices``,
@@ -160,15 +171,12 @@ def how_it_ended(dead: Event, notices: List[Event]) -> Event:
 
 def describe_status(code: Optional[int], sig: Optional[int]) -> str:
     if sig:
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        return f"killed by signal {sig} ({name})"
+        return f"killed by signal {sig} ({signal_name(sig)})"
     return f"exit code {code}" if code is not None else "failed"
 
 
-def _signal_name(sig: int) -> str:
+def signal_name(sig: int) -> str:
+    """``SIGKILL``; ``signal 64`` for a number without a name."""
     try:
         return signal.Signals(sig).name
     except ValueError:
@@ -203,7 +211,7 @@ def signal_note(sig: Optional[int], delivered, program: str, starter: bool = Fal
     starter (``starter``: the starter itself died of it)."""
     if sig not in USER_SIGNALS:
         return None
-    name = _signal_name(sig)
+    name = signal_name(sig)
     if starter:
         return (f"  signal: {name} was sent to {program} itself, which died of it (as without "
                 f"mpilaunch); sent to mpilaunch it reaches every worker")
@@ -227,7 +235,7 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
     status was written (:func:`write_ranks_file`), named when the summary counts ranks."""
     lines = [f"mpilaunch: job failed (exit status {status})"]
     if stopped_by is not None:
-        lines.append(f"  root cause: stopped by {_signal_name(stopped_by)} sent to mpilaunch "
+        lines.append(f"  root cause: stopped by {signal_name(stopped_by)} sent to mpilaunch "
                      "(the user or the platform asked the job to stop)")
         _others(lines, collector, None, ranks_file)
         return "\n".join(lines) + "\n"
@@ -247,7 +255,7 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
     root = collector.root_cause()
     if root is None and starter_signal is not None:
         lines.append(f"  root cause: {program} itself was killed by signal {starter_signal} "
-                     f"({_signal_name(starter_signal)}); no rank reported a failure")
+                     f"({signal_name(starter_signal)}); no rank reported a failure")
         note = signal_note(starter_signal, delivered, program, starter=True)
         if note:
             lines.append(note)
@@ -257,9 +265,7 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
         lines.append(f"  no rank reported a failure; see {program}'s messages above")
         _others(lines, collector, None, ranks_file)
         return "\n".join(lines) + "\n"
-    who = f"rank {root.rank}" if root.rank is not None else "a rank"
-    where = f" on host {root.host}" if root.host not in ("", "?") else ""
-    lines.append(f"  root cause: {who} ({root.role}){where}: {describe_status(root.code, root.signal)}")
+    lines.append(f"  root cause: {who_and_where(root)}: {describe_status(root.code, root.signal)}")
     note = signal_note(root.signal, delivered, program)
     if note:
         lines.append(note)
@@ -313,9 +319,7 @@ def _others(lines: List[str], collector: Collector, root: Optional[Event],
     own = sorted((e for e in others if e.cause != "terminated" and (e.code or e.signal)),
                  key=lambda e: e.t)
     for e in own[:MAX_LISTED]:
-        who = f"rank {e.rank}" if e.rank is not None else "a rank"
-        where = f" on host {e.host}" if e.host not in ("", "?") else ""
-        lines.append(f"  also failed on its own: {who} ({e.role}){where}: "
+        lines.append(f"  also failed on its own: {who_and_where(e)}: "
                      f"{describe_status(e.code, e.signal)}")
     if len(own) > MAX_LISTED:
         lines.append(f"  ... and {len(own) - MAX_LISTED} more failed on their own")
@@ -368,6 +372,4 @@ def root_text(collector: Collector, status: int) -> str:
     root = collector.root_cause()
     if root is None:
         return f"exit status {status} (no rank reported a failure)"
-    who = f"rank {root.rank}" if root.rank is not None else "a rank"
-    where = f" on host {root.host}" if root.host not in ("", "?") else ""
-    return f"{who} ({root.role}){where}: {describe_status(root.code, root.signal)}"
+    return f"{who_and_where(root)}: {describe_status(root.code, root.signal)}"

@@ -59,6 +59,32 @@ def parse_cpu_ranges(items: Sequence[str], where: str) -> List[int]:
 FIX = 'give True, False, or a dict like {"scheduler":["0-1"],"device0":["2-3"]}'
 
 
+_NOT_A_SWITCH = object()
+
+
+def _switch(text: str):
+    """msrun's True/False words (any case; empty is off): None (off), AUTO, or _NOT_A_SWITCH."""
+    word = text.lower()
+    if word in ("false", "0", "no", "off", ""):
+        return None
+    if word in ("true", "1", "yes", "on"):
+        return AUTO
+    return _NOT_A_SWITCH
+
+
+def _json_dict(text: str, not_json: str) -> dict:
+    """``text`` as a JSON object, or a UsageError that starts with ``not_json``."""
+    import json   # only for a binding given as JSON (docs/ARCHITECTURE.md, start-up)
+
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{not_json} ({exc})") from None
+    if not isinstance(data, dict):
+        raise UsageError("the JSON is not a dict")
+    return data
+
+
 def parse_bind_core(raw: Optional[str], cpu_count: Optional[int] = None,
                     name: str = "--bind-core") -> Spec:
     """None (off), ``AUTO``, or ``{key: [cpu, ...]}``; ``cpu_count`` (None = unchecked) bounds
@@ -73,18 +99,9 @@ def _parse_bind_core(raw: Optional[str], cpu_count: Optional[int]) -> Spec:
     if raw is None:
         return None
     text = raw.strip()
-    if text.lower() in ("false", "0", "no", "off", ""):
-        return None
-    if text.lower() in ("true", "1", "yes", "on"):
-        return AUTO
-    try:
-        import json
-
-        data = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"neither True/False nor JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise UsageError("the JSON is not a dict")
+    if _switch(text) is not _NOT_A_SWITCH:
+        return _switch(text)
+    data = _json_dict(text, "neither True/False nor JSON")
     import re
 
     out: Dict[str, List[int]] = {}
@@ -194,27 +211,18 @@ def parse_bind_numa(raw: Optional[str], name: str = "--bind-numa") -> "Spec":
 
 
 def _parse_bind_numa(raw):
-    import json
-
     if raw is None:
         return None
     text = raw.strip()
-    if text.lower() in ("false", "0", "no", "off", ""):
-        return None
-    if text.lower() in ("true", "1", "yes", "on"):
-        return AUTO
+    if _switch(text) is not _NOT_A_SWITCH:
+        return _switch(text)
     if not text.startswith("{"):
         try:
             with open(text, encoding="utf-8") as f:
                 text = f.read()
         except OSError as exc:
             raise UsageError(f"cannot read the file: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise UsageError("the JSON is not a dict")
+    data = _json_dict(text, "not JSON")
     if "bind_config" in data:
         return _msrun_schema(data)
     return {key: NumaEntry(None, nodes, nodes) for key, nodes in _node_map(data, "").items()}

@@ -135,28 +135,31 @@ def launcher_fds(env: Mapping[str, str]) -> tuple:
     return (int(raw),)
 
 
+# The variables each MPI launcher gives a rank (measured: docs/OPENMPI_FACTS.md); neither says
+# which node the rank is on (Slurm's do: below).
+_LAUNCHER_VARS = {
+    "openmpi": dict(rank="OMPI_COMM_WORLD_RANK", size="OMPI_COMM_WORLD_SIZE",
+                    local_rank="OMPI_COMM_WORLD_LOCAL_RANK", local_size="OMPI_COMM_WORLD_LOCAL_SIZE"),
+    "hydra": dict(rank="PMI_RANK", size="PMI_SIZE", local_rank="MPI_LOCALRANKID",
+                  local_size="MPI_LOCALNRANKS"),
+}
+
+
+def _from_vars(env: Mapping[str, str], launcher: str, hostname: str) -> RankInfo:
+    names = _LAUNCHER_VARS[launcher]
+    info = RankInfo(
+        rank=_int(env, names["rank"]), size=_int(env, names["size"], 1),
+        local_rank=_int(env, names["local_rank"]), local_size=_int(env, names["local_size"], 1),
+        node_index=None, num_nodes=None, hostname=hostname, launcher=launcher)
+    return _local_node(_check(info, names))
+
+
 def read_identity(env: Mapping[str, str], hostname: str = "") -> RankInfo:
     """Read this process's rank, size, local rank/size and (if knowable) node index."""
     if "OMPI_COMM_WORLD_RANK" in env:
-        names = dict(rank="OMPI_COMM_WORLD_RANK", size="OMPI_COMM_WORLD_SIZE",
-                     local_rank="OMPI_COMM_WORLD_LOCAL_RANK",
-                     local_size="OMPI_COMM_WORLD_LOCAL_SIZE")
-        info = RankInfo(
-            rank=_int(env, names["rank"]), size=_int(env, names["size"], 1),
-            local_rank=_int(env, names["local_rank"]),
-            local_size=_int(env, names["local_size"], 1),
-            node_index=None, num_nodes=None, hostname=hostname, launcher="openmpi")
-        return _local_node(_check(info, names))
-
+        return _from_vars(env, "openmpi", hostname)
     if "MPI_LOCALRANKID" in env or ("PMI_RANK" in env and "SLURM_PROCID" not in env):
-        names = dict(rank="PMI_RANK", size="PMI_SIZE", local_rank="MPI_LOCALRANKID",
-                     local_size="MPI_LOCALNRANKS")
-        info = RankInfo(
-            rank=_int(env, names["rank"]), size=_int(env, names["size"], 1),
-            local_rank=_int(env, names["local_rank"]),
-            local_size=_int(env, names["local_size"], 1),
-            node_index=None, num_nodes=None, hostname=hostname, launcher="hydra")
-        return _local_node(_check(info, names))
+        return _from_vars(env, "hydra", hostname)
 
     if "SLURM_PROCID" in env:
         names = dict(rank="SLURM_PROCID", size="SLURM_NTASKS", local_rank="SLURM_LOCALID",

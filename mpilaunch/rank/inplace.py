@@ -109,13 +109,13 @@ class InPlaceSupervisor(Supervisor):
     def _adopt(self, child, spare) -> bool:
         """The spare becomes this attempt's worker. False: it could not (start one anew)."""
         from mpilaunch.rank import firstout
-        from mpilaunch.rank.relay import _grow_pipe, relay
+        from mpilaunch.rank.relay import grow_pipe, relay
 
         spec = child.spec
         read_fd = write_fd = None
         if spec.tail_prefix is not None:
             read_fd, write_fd = os.pipe()
-            _grow_pipe(read_fd, self.pipe_size)
+            grow_pipe(read_fd, self.pipe_size)
         with self.lock:
             if self.stopping:
                 for fd in (read_fd, write_fd):
@@ -215,7 +215,7 @@ def supervise(specs_for, specs, opts, rank: int, hostname: str, coord_addr: str,
                 spare = _start_spare(sup, worker, argv, opts)
             here = opts._replace(log_dir=os.path.join(  # this attempt's heartbeat and stacks
                 os.path.dirname(os.path.normpath(opts.log_dir)), f"attempt{k}"))
-            dog = longrun._watchdog(sup, here, rank, hostname, lr.stall_timeout) \
+            dog = longrun.start_watchdog(sup, here, rank, hostname, lr.stall_timeout) \
                 if lr.stall_timeout else None
             try:
                 rc = sup.run()

@@ -110,7 +110,7 @@ def supervise(specs, opts, rank: int, hostname: str, local_size: int = 1, channe
         listen(sup, channel, on_stop)
     dog = None
     if lr.stall_timeout:
-        dog = _watchdog(sup, opts, rank, hostname, lr.stall_timeout)
+        dog = start_watchdog(sup, opts, rank, hostname, lr.stall_timeout)
     try:
         rc = sup.run()
     finally:
@@ -125,7 +125,7 @@ def supervise(specs, opts, rank: int, hostname: str, local_size: int = 1, channe
     return 0
 
 
-def _watchdog(sup, opts, rank: int, hostname: str, timeout: float):
+def start_watchdog(sup, opts, rank: int, hostname: str, timeout: float):
     from mpilaunch.rank import watchdog
 
     worker = sup.children.get("worker")

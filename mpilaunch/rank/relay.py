@@ -33,7 +33,7 @@ def _write_all(fd: int, *parts) -> bool:
     return True
 
 
-def _grow_pipe(fd: int, size: int) -> None:
+def grow_pipe(fd: int, size: int) -> None:
     """Best effort: a bigger pipe means fewer wake-ups per megabyte."""
     try:
         import fcntl
@@ -58,7 +58,7 @@ def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
     at_line_start = True
     pending = b""
     console = True
-    _grow_pipe(out_fd, pipe_size)
+    grow_pipe(out_fd, pipe_size)
     try:
         while True:
             if pending:

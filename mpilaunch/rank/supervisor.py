@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl as _prctl
 from mpilaunch.rank import descendants, firstout, jobdone, logs, spawn, status
-from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS, _grow_pipe, relay
+from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS, grow_pipe, relay
 
 TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # A child killed by SIGTERM is usually Open MPI's teardown signalling the whole process group;
@@ -122,7 +122,7 @@ class Supervisor:
         try:
             if spec.tail_prefix is not None:
                 read_fd, write_fd = os.pipe()
-                _grow_pipe(read_fd, self.pipe_size)
+                grow_pipe(read_fd, self.pipe_size)
             with self.lock:
                 if self.stopping:
                     child.start_error = "not started: the rank is being torn down"

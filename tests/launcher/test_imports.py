@@ -121,3 +121,37 @@ def test_the_packages_import_one_way():
 ])
 def test_the_layer_rule_itself(graph, expected):
     assert breaches(graph) == expected
+
+
+def private_reach(path, modules):
+    """'file:line: module._name' where ``path`` imports a private name of another module, or
+    reads one off a module it imported (``events._rec``): that state belongs to its module."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    rel, out, aliases = os.path.relpath(path, REPO), [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("mpilaunch"):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append(f"{rel}:{node.lineno}: {node.module}.{a.name}")
+                elif f"{node.module}.{a.name}" in modules:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases and node.attr.startswith("_")
+                and not node.attr.startswith("__")):
+            out.append(f"{rel}:{node.lineno}: {aliases[node.value.id]}.{node.attr}")
+    return out
+
+
+def test_no_module_reaches_into_another_modules_private_state():
+    modules = _modules()
+    found = [hit for path in modules.values() for hit in private_reach(path, modules)]
+    assert found == []
+
+
+def test_private_reach_finds_a_planted_one(tmp_path):
+    planted = tmp_path / "reach.py"
+    planted.write_text("from mpilaunch.output import events\nfrom mpilaunch.config.mpi import _X\n"
+                       "def f():\n    return events._rec, events.emit\n")
+    assert [h.split(": ", 1)[1] for h in private_reach(str(planted), _modules())] == [
+        "mpilaunch.config.mpi._X", "mpilaunch.output.events._rec"]

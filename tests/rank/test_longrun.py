@@ -140,7 +140,7 @@ def test_the_grace_event_the_launcher_reads():
 
 def test_no_worker_no_watchdog(tmp_path):
     sup = SimpleNamespace(children={"scheduler": object()})
-    assert longrun._watchdog(sup, SimpleNamespace(log_dir=str(tmp_path)), 0, "h", 5.0) is None
+    assert longrun.start_watchdog(sup, SimpleNamespace(log_dir=str(tmp_path)), 0, "h", 5.0) is None
 
 
 def test_the_watchdog_watches_the_workers_log_heartbeat_pid_and_status(tmp_path, monkeypatch):
@@ -153,7 +153,7 @@ def test_the_watchdog_watches_the_workers_log_heartbeat_pid_and_status(tmp_path,
                              spec=SimpleNamespace(log_path=str(tmp_path / "logs" / "worker_3.log"),
                                                   env={"PATH": str(tmp_path / "bin")}))
     sup = SimpleNamespace(children={"worker": worker})
-    dog = longrun._watchdog(sup, SimpleNamespace(log_dir=str(tmp_path / "logs")), 3, "node-c", 60.0)
+    dog = longrun.start_watchdog(sup, SimpleNamespace(log_dir=str(tmp_path / "logs")), 3, "node-c", 60.0)
     try:
         assert isinstance(dog, watchdog.Watchdog) and dog.is_alive()
         assert dog.paths == (str(tmp_path / "logs" / "worker_3.log"), str(tmp_path / "logs" / "heartbeat_3"))

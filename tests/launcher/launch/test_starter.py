@@ -1,4 +1,4 @@
-"""starter.run supervises any backend through the Backend protocol alone: a backend of a few
+"""starter.run_attempt supervises any backend through the Backend protocol alone: a backend of a few
 lines here (its starter a real Python process) is written, started, watched and cleaned up
 exactly as Open MPI, Hydra and srun are, and the job's status is the root cause's."""
 import json
@@ -9,6 +9,7 @@ import time
 from collections import namedtuple
 
 from mpilaunch.launch import starter
+from mpilaunch.launch.attempt import Attempt
 from mpilaunch.backends.base import Backend
 from mpilaunch.contract import STATUS_PREFIX
 
@@ -63,7 +64,7 @@ def run(tmp_path, plan, backend=None):
     run_dir = str(tmp_path / "run")
     os.makedirs(run_dir, mode=0o700)
     t0 = time.monotonic()
-    status = starter.run(backend, plan, dict(os.environ), run_dir, False, starter.Attempt())
+    status = starter.run_attempt(backend, plan, dict(os.environ), run_dir, False, Attempt())
     return status, backend, time.monotonic() - t0, run_dir
 
 
@@ -114,9 +115,10 @@ def test_job_end_is_sent_once(tmp_path):
 
     proc = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
                              "signal.signal(signal.SIGTERM, lambda *a: print('term', flush=True))\n"
+                             "print('ready', flush=True)\n"
                              "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)
+        assert proc.stdout.readline() == "ready\n"     # its SIGTERM handler is in place
         job = starter.Job(proc, None, "toy")
         job.end(escalate=1.0)
         job.end(escalate=1.0)                             # a second end sends nothing more

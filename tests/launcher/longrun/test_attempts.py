@@ -1,12 +1,12 @@
 """The attempts' list printed after a job with --max_restarts (mpilaunch/longrun/attempts.py)."""
 from mpilaunch.config.longrun import LongRun
 from mpilaunch.longrun import attempts
-from mpilaunch.launch import starter
+from mpilaunch.launch.attempt import Attempt
 
 
 def test_summary_lists_every_attempt_with_its_cause_and_logs():
     lr = LongRun(2, 0.0, None, None, False, "/logs", False, True)
-    first, second = starter.Attempt(0), starter.Attempt(1)
+    first, second = Attempt(0), Attempt(1)
     first.status, first.cause = 137, "rank 1 (worker) on host a: killed by signal 9 (SIGKILL)"
     second.status = 0
     assert attempts.summary([first, second], lr, 0) == (
@@ -17,6 +17,6 @@ def test_summary_lists_every_attempt_with_its_cause_and_logs():
 
 
 def test_a_plain_attempt_has_no_say_in_the_status():
-    att = starter.Attempt()
+    att = Attempt()
     assert att.verdict() == {} and att.on_stop(None, 15, None) is False
     assert att.summary("text", None) == "text"
