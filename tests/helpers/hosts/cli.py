@@ -3,6 +3,7 @@
 For manual use (tests use the ``testhosts`` fixture of tests/helpers/fixtures_hosts.py)::
 
     scripts/testhosts.py up N [--prefix mlt] [--block B] [--wide] [--owner-pid PID] [--no-verify]
+                            [--ports P1,P2,...] [--shared] [--ipv6]
     scripts/testhosts.py down [--prefix mlt] [--force]
     scripts/testhosts.py status [--prefix mlt]
     scripts/testhosts.py kill-sshd|crash|start-sshd|link-down|link-up I [--prefix mlt]
@@ -35,6 +36,12 @@ def parser():
                       help="the set is stale (reclaimable) once this pid is gone")
     p_up.add_argument("--no-verify", action="store_true",
                       help="skip the ssh+hostname check of every host")
+    p_up.add_argument("--ports", default=None,
+                      help="each host's sshd port, comma-separated (default: 2222 each)")
+    p_up.add_argument("--shared", action="store_true",
+                      help="every host behind host 1's address (one namespace; needs --ports)")
+    p_up.add_argument("--ipv6", action="store_true",
+                      help="IPv6-only hosts (a ULA /64 in fd00:231::/32, no IPv4)")
     p_down = sub.add_parser("down", help="remove everything `up` created")
     p_down.add_argument("--prefix", default="mlt")
     p_down.add_argument("--force", action="store_true",
@@ -60,8 +67,10 @@ def main(argv=None):
     args = parser().parse_args(argv)
     try:
         if args.cmd == "up":
+            ports = [int(p) for p in args.ports.split(",")] if args.ports else None
             hostset.up(args.n, args.prefix, args.block, args.owner_pid,
-                       verify=not args.no_verify, quiet=False, wide=args.wide)
+                       verify=not args.no_verify, quiet=False, wide=args.wide,
+                       ports=ports, shared=args.shared, ipv6=args.ipv6)
         elif args.cmd == "down":
             hostset.down(args.prefix, force=args.force)
         elif args.cmd == "status":

@@ -39,7 +39,9 @@ def start_sshd(prefix, i):
             return rec["pid"]
         sd = st["state_dir"]
         ns, addr, port = sshd.layout(st, i)
-        p = sshd.spawn_sshd(prefix, i, sd, netns.host_name(prefix, i), ns)
+        p = (sshd.spawn_sshd(prefix, i, sd, netns.host_name(prefix, i), ns)
+             if ns != netns.netns_name(prefix, i) else
+             sshd.spawn_sshd(prefix, i, sd, netns.host_name(prefix, i)))
         rec.update(pid=p.pid, starttime=proc.starttime(p.pid))
         state.write_json(state.state_path(prefix), st)
         sshd.wait_listening(addr, port, p, os.path.join(sd, "sshd-%d.log" % i))

@@ -143,7 +143,10 @@ def _build(st, verify):
         ns = sshd.layout(st, i)[0]
         with open(os.path.join(sd, "sshd-%d.conf" % i), "w") as f:
             f.write(sshd.sshd_config(prefix, i, block, sd, st))
-        p = sshd.spawn_sshd(prefix, i, sd, netns.host_name(prefix, i), ns)
+        # the namespace only when it is not the host's own (hosts sharing one address)
+        p = (sshd.spawn_sshd(prefix, i, sd, netns.host_name(prefix, i), ns)
+             if ns != netns.netns_name(prefix, i) else
+             sshd.spawn_sshd(prefix, i, sd, netns.host_name(prefix, i)))
         procs.append(p)
         st["pids"].append({"pid": p.pid, "host": i, "netns": ns,
                            "starttime": proc.starttime(p.pid)})
@@ -250,7 +253,7 @@ def processes(prefix):
 
 def status(prefix=None):
     """Every set (or the one of prefix): state, owner, and per host its namespace, sshd
-    liveness and whether port 2222 answers."""
+    liveness and whether its sshd port answers."""
     out = []
     names = [prefix] if prefix else state.set_prefixes()
     present = set(netns.netns_list())
@@ -265,12 +268,12 @@ def status(prefix=None):
         hosts = []
         for rec in st.get("pids") or []:
             i = rec["host"]
-            addr = netns.host_addr(st["block"], i)
-            hosts.append({"index": i, "addr": addr, "hostname": netns.host_name(p, i),
+            _, addr, port = sshd.layout(st, i)
+            hosts.append({"index": i, "addr": addr, "port": port, "hostname": netns.host_name(p, i),
                           "netns": rec["netns"], "netns_present": rec["netns"] in present,
                           "sshd_pid": rec["pid"],
                           "sshd_alive": proc.alive(rec["pid"], rec.get("starttime")),
-                          "listening": sshd.listening(addr)})
+                          "listening": sshd.listening(addr, port)})
         out.append({"prefix": p, "state": "up" if desc else "partial",
                     "owner_pid": st.get("owner_pid"), "owner_alive": state.owner_alive(st),
                     "block": st["block"], "ssh_config": os.path.join(sd, "ssh_config"),
