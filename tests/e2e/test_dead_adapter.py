@@ -4,6 +4,7 @@ scheduler whose workers would sleep 60 s; before, Intel MPI's mpiexec waited for
 and MPICH's report gave "a rank (rank): exit code 9"."""
 import os
 import subprocess
+import sys
 import time
 
 import psutil
@@ -65,3 +66,50 @@ def test_a_killed_adapter_ends_the_job_with_its_rank_named(mpi, tmp_path):
     assert f"root cause: rank 1 (adapter) on host {host}: killed by signal 9 (SIGKILL)" in err, err
     assert "closed without its last word" in err
     assert left == [], left
+
+
+LINK = r'''
+import sys, time
+from mpilaunch.rank import control
+link = control.Link((sys.argv[1], sys.argv[2]), 5, lambda: None, print)
+link.start()
+assert link.connected.wait(10)
+print("connected", flush=True)
+if sys.argv[3] == "bye":
+    control.bye()
+    sys.exit(0)
+time.sleep(60)
+'''
+
+
+def test_the_channel_tells_a_dead_adapter_from_one_that_said_bye(tmp_path):
+    """The launcher's end of the control channel (launch/control.py) with a real adapter link
+    in another process: one that says bye and exits is not dead; one SIGKILLed is, with its
+    rank, pid and host; a hello without the key's MAC is refused."""
+    import socket
+    from mpilaunch.launch.control import Control
+    from mpilaunch.rank.control import ENDPOINT_VAR
+
+    dead = []
+    ctl = Control((), 1, on_dead=lambda *a: dead.append(a))
+    try:
+        endpoint = ctl.env[ENDPOINT_VAR]
+        for how in ("bye", "kill"):
+            p = subprocess.Popen([sys.executable, "-c", LINK, endpoint, ctl.token, how],
+                                 cwd=REPO, stdout=subprocess.PIPE, text=True)
+            assert p.stdout.readline() == "connected\n"
+            assert ctl.ranks() == [5]
+            if how == "kill":
+                p.kill()
+            p.wait(10)
+            assert wait_for(lambda: ctl.ranks() == [], 10)
+            if how == "bye":
+                assert dead == []
+        assert wait_for(lambda: dead, 5) and dead == [(5, p.pid, os.uname().nodename)]
+        addr, port = endpoint.rsplit(":", 1)
+        with socket.create_connection((addr.split(",")[0], int(port)), timeout=5) as s:
+            s.sendall(b"hello 7 abc 1 h 00\n")
+            assert s.recv(64) == b""        # closed: no ok for a hello without the key's MAC
+        assert ctl.ranks() == []
+    finally:
+        ctl.close()

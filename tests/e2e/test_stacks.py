@@ -263,3 +263,25 @@ def test_a_stuck_mindspore_worker_is_named_the_others_in_inits_rendezvous(tmp_pa
     assert proc.returncode == 0, err[-3000:]
     assert all((tmp_path / f"done_{r}").exists() for r in range(2))
     assert wait_for(lambda: not alive(kids), 10), alive(kids)
+
+
+def test_an_exec_job_is_one_line(tmp_path):
+    """--exec: the program replaces the adapter, so no adapter can be asked: said, exit 2."""
+    script = tmp_path / "waiter.py"
+    script.write_text(WAITER)
+    proc = subprocess.Popen(mpilaunch_argv("-np", "2", "--exec", "--log_dir", str(tmp_path / "logs"),
+                                           str(script), str(tmp_path)),
+                            env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: all((tmp_path / f"up_{r}").exists() for r in range(2)), 60)
+        got = stacks(tmp_path / "logs")
+    finally:
+        (tmp_path / "release").touch()
+        proc.communicate(timeout=60)
+    assert got.returncode == 2 and got.stdout == ""
+    assert got.stderr == (f"mpilaunch: error: the job writing to {tmp_path / 'logs'} (mpilaunch pid "
+                          f"{proc.pid}) runs its program with --exec: no adapter stays beside it "
+                          "to read its stacks; on a rank's host, py-spy dump --native --pid PID "
+                          "reads it\n")
+    assert proc.returncode == 0 and not (tmp_path / "logs" / ".mpilaunch-stacks").exists()
