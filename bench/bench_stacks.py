@@ -5,12 +5,15 @@
    so that 64 ranks fit on 2 cores), then ``mpilaunch stacks`` R times against it; the wall time
    of the command, from its start to its exit with the verdict printed. The sizes run one after
    the other (a job per size), not interleaved: each figure is the median of its R runs.
+   The same at H namespace test hosts (tests/helpers/hosts, root only), one rank on each, the
+   launcher and the command inside host 1.
 2. **Step time of a running job** with and without a dump: a 4-rank torch/gloo job that times
    each step (a 256x256 matmul and an all_reduce of the result), in interleaved rounds: once
    untouched, once with ``mpilaunch stacks`` every DUMP_EVERY steps; the step time (the slowest
    rank's) of the steps a dump overlapped, of the others, and of the untouched runs, medians.
 
-    python3 bench/bench_stacks.py [--sizes 4,16,64] [--runs 5] [--steps 400] [--rounds 3] [--out FILE.json]
+    python3 bench/bench_stacks.py [--sizes 4,16,64] [--hosts 16] [--runs 5] [--steps 400] [--rounds 3]
+                                  [--out FILE.json]
 
 Prints a table and writes the figures as JSON. The load average is recorded at the start and
 the end (bench/common.py).
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -109,7 +113,58 @@ def time_to_verdict(np: int, runs: int) -> dict:
     finally:
         open(os.path.join(work, "release"), "w").close()
         proc.wait(120)
+        shutil.rmtree(work, ignore_errors=True)
     return {"np": np, "wall": common.stats(times), "verdict": verdict}
+
+
+HOSTS_PREFIX = "mlk"     # the namespace hosts of this bench (tests/helpers/hosts), removed after
+
+
+def time_to_verdict_on_hosts(n: int, runs: int) -> dict:
+    """As :func:`time_to_verdict`, one rank on each of ``n`` namespace test hosts (the launcher
+    and the command inside host 1, as worker-0 runs them)."""
+    sys.path.insert(0, os.path.join(common.REPO, "tests"))
+    from helpers.hosts import hostset
+
+    why = hostset.missing_prereqs()
+    if why:
+        return {"hosts": n, "skipped": why}
+    desc = hostset.up(n, HOSTS_PREFIX, None, os.getpid(), verify=True, quiet=True)
+    work = tempfile.mkdtemp(prefix=f"bench-stacks-hosts{n}-")
+    try:
+        h1 = desc["hosts"][0]
+        inside = ["nsenter", "-t", str(h1["sshd_pid"]), "-u", "--", "ip", "netns", "exec", h1["netns"]]
+        hf = os.path.join(work, "hostfile")
+        with open(hf, "w") as f:
+            f.writelines(f"{h['addr']} slots=1\n" for h in desc["hosts"])
+        path = os.path.join(work, "job.py")
+        with open(path, "w") as f:
+            f.write(WAITER)
+        log = os.path.join(work, "logs")
+        argv = inside + [common.PY, "-m", "mpilaunch", "--hostfile", hf, "--ssh-args",
+                         f"-F {desc['ssh_config']}", "--no-scheduler", "--master_port", "0",
+                         "--log_dir", log, path, work]
+        proc = subprocess.Popen(argv, env=common.base_env(), cwd=work, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait(lambda: all(os.path.exists(os.path.join(work, f"up_{r}")) for r in range(n))
+                 and os.path.exists(os.path.join(log, ".mpilaunch-stacks")), 300, f"{n} hosts up")
+            times, verdict = [], None
+            for _ in range(runs):
+                t0 = time.monotonic()
+                r = subprocess.run(inside + [common.PY, "-m", "mpilaunch", "stacks", log],
+                                   env=common.base_env(), capture_output=True, text=True, timeout=300)
+                if r.returncode != 0:
+                    raise RuntimeError(r.stdout + r.stderr)
+                times.append(time.monotonic() - t0)
+                verdict = r.stdout.splitlines()[-1]
+        finally:
+            open(os.path.join(work, "release"), "w").close()
+            proc.wait(120)
+        return {"hosts": n, "wall": common.stats(times), "verdict": verdict}
+    finally:
+        hostset.down(HOSTS_PREFIX, force=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def read_steps(work: str, np: int):
@@ -161,6 +216,7 @@ def one_round(steps: int) -> dict:
             if proc.poll() is None:
                 proc.kill()
         ranks = read_steps(work, 4)
+        shutil.rmtree(work, ignore_errors=True)
         per_step = [max(r[i][2] for r in ranks) for i in range(steps)]   # the slowest rank's
         starts = [min(r[i][1] for r in ranks) for i in range(steps)]
         hit = [i for i in range(steps) if any(a - per_step[i] <= starts[i] <= b for a, b in windows)]
@@ -176,6 +232,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the step-time jobs")
+    ap.add_argument("--hosts", type=int, default=16, help="namespace test hosts, one rank each (0: none)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     result = {"load_start": common.loadavg(), "verdict": [], "steps": None}
@@ -185,6 +242,12 @@ def main() -> int:
         print(f"N={np:3d}: command to verdict median {r['wall']['median']:.3f} s "
               f"(min {r['wall']['min']:.3f}, max {r['wall']['max']:.3f}, n={r['wall']['n']}): "
               f"{r['verdict'][:100]}", flush=True)
+    if args.hosts:
+        r = time_to_verdict_on_hosts(args.hosts, args.runs)
+        result["hosts"] = r
+        print(f"{args.hosts} namespace hosts: " + (f"skipped: {r['skipped']}" if "skipped" in r else
+              f"command to verdict median {r['wall']['median']:.3f} s (min {r['wall']['min']:.3f}, "
+              f"max {r['wall']['max']:.3f}, n={r['wall']['n']}): {r['verdict'][:100]}"), flush=True)
     if args.steps:
         s = step_times(args.steps, args.rounds)
         result["steps"] = s
