@@ -12,6 +12,7 @@ from mpilaunch.launch import starter
 from mpilaunch.launch.attempt import Attempt
 from mpilaunch.backends.base import Backend
 from mpilaunch.contract import STATUS_PREFIX
+from helpers.procs import wait_for
 
 Plan = namedtuple("Plan", "argv hostfile_path tune_path stdin scheduler extra_env")
 
@@ -127,3 +128,42 @@ def test_job_end_is_sent_once(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_signal_taken_by_another_thread_is_handled_while_the_starter_runs():
+    """The kernel gives a process's signal to another of its threads when the main thread
+    already has one pending (Slurm's SIGCONT then SIGUSR1); Python runs the handler in the
+    main thread only, so while that thread waited in waitpid the handler ran only when the
+    starter ended. Here the signal is sent to another thread outright."""
+    import subprocess
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    handled = []
+
+    def on_usr1(signum, frame):
+        handled.append(threading.current_thread() is threading.main_thread())
+        proc.kill()
+
+    def main_thread_waits():
+        with open(f"/proc/self/task/{threading.main_thread().native_id}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+    def send_to_this_thread():
+        wait_for(main_thread_waits, 10, 0.01)       # blocked in the wait (a sleeping state)
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, on_usr1)
+    other = threading.Thread(target=send_to_this_thread)
+    try:
+        t0 = time.monotonic()
+        other.start()
+        assert starter.wait_starter(proc) == -signal.SIGKILL
+        assert time.monotonic() - t0 < 10        # not the starter's own 30 s
+        assert handled == [True]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        other.join(5)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
