@@ -18,7 +18,9 @@ import subprocess
 import sys
 from collections import namedtuple
 
+from mpilaunch.config import options
 from mpilaunch.errors import UsageError
+from mpilaunch.report import model
 
 API_FD = "MPILAUNCH_API_FD"   # the child's end of the pipe (events.py writes it)
 
@@ -43,8 +45,6 @@ class Result(namedtuple("Result", "status root_cause ranks attempts events_path 
 
 
 def _names():
-    from mpilaunch.config import options
-
     out = {}
     for o in options.OPTIONS:
         if options.RUN not in o.commands or o.kind in ("hidden", "version"):
@@ -119,8 +119,6 @@ class Launch:
 
 
 def _result(path, log_dir, returncode) -> Result:
-    from mpilaunch.report import model
-
     job = model.load(path) if path and os.path.exists(path) else None
     att = job.last if job is not None else None
     if att is None:

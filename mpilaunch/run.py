@@ -7,7 +7,10 @@ import os
 import sys
 from typing import Sequence
 
-from mpilaunch.config import mpiargs
+from mpilaunch import backends, net, rundir, ssh
+from mpilaunch.config import allocation, launchconfig, longrun, mpiargs, options, rankcheck
+from mpilaunch.errors import UsageError
+from mpilaunch.longrun import attempts, discovery, restart
 from mpilaunch.output import events
 
 
@@ -16,8 +19,6 @@ def preflight_fails(cfg, mux=None) -> bool:
     without a prompt. One line per failure naming the host, instead of Open MPI's
     "daemon failed to report back" after its own time-out. ``mux``: a ControlPath where each
     login leaves its connection open for mpirun's ssh (mpilaunch/ssh.py)."""
-    from mpilaunch import net
-
     if net.all_here(cfg.hosts):   # no host needs ssh: do not import check (docs/ARCHITECTURE.md, start-up)
         return False
     from mpilaunch import check
@@ -53,9 +54,6 @@ def _ssh_checks(cfg, backend, run_dir):
     (~0.15 s per host on the 32-host bench, docs/SCALE.md). Otherwise (Hydra, or ssh options the
     user gives in the MCA args, which mpilaunch does not amend) the preflight runs first, each
     login leaving a control master that the starter's ssh reuses."""
-    from mpilaunch import ssh
-    from mpilaunch.config import options
-
     if getattr(backend, "explains_start", False) and not _ssh_args_in_mca(cfg):
         backend.start_cfg = cfg   # the hosts and ssh options the checks use after a failure
         timeout = float(options.BY_DEST["check_timeout"].default)   # check's, without importing it
@@ -100,8 +98,6 @@ def open_file_limit(cfg, n_remote: int, n_local: int = 0) -> None:
     if soft == resource.RLIM_INFINITY or soft >= need:
         return
     if hard != resource.RLIM_INFINITY and hard < need:
-        from mpilaunch.errors import UsageError
-
         raise UsageError(
             f"ulimit -n {soft} (hard {hard}): too low for flat ssh to {n_remote} hosts (mpirun holds "
             f"about {need} open files); raise it to {need} (ulimit -n, or nofile in "
@@ -112,15 +108,9 @@ def open_file_limit(cfg, n_remote: int, n_local: int = 0) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    from mpilaunch import backends, net
-    from mpilaunch.config import allocation, launchconfig, longrun, options, rankcheck
-    from mpilaunch import rundir
-    from mpilaunch.longrun import restart
-
     args = options.parser(options.RUN).parse_args(list(argv))
     env = dict(os.environ)
     cfg = launchconfig.build(args, env)
-    from mpilaunch.longrun import discovery   # --host-discovery-script: its hosts replace the hostfile's
 
     disc, cfg = discovery.setup(args, cfg, env)
     rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
@@ -164,11 +154,8 @@ def main(argv: Sequence[str]) -> int:
             return 1
         raise
     if args.verbose:
-        from mpilaunch.config import mpiargs
-
         for name in backend.dropped(plan):
             print(f"mpilaunch: -x {name} dropped: {name} is not set here", file=sys.stderr)
         print(f"mpilaunch: {mpiargs.show(backend.argv(plan))}", file=sys.stderr)
-    from mpilaunch.longrun import attempts
 
     return attempts.run_job(backend, long_run, cfg, env, plan, run_dir, disc, base=chosen)

@@ -15,6 +15,8 @@ import signal
 from collections import namedtuple
 from typing import List, Mapping, Sequence, Tuple
 
+from mpilaunch import contract
+
 # ssh's own words when the connection that started a remote daemon or proxy ended under it
 SSH_CLOSED = re.compile(r"Connection to (\S+) closed by remote host")
 
@@ -150,7 +152,6 @@ def show_files(plan, env: Mapping[str, str], files, carried: str) -> None:
     the ``-x NAME`` left out; secrets masked."""
     import sys
 
-    from mpilaunch import contract
 
     for path, text in files:
         label = ("hostfile" if path == plan.hostfile_path else "ssh config"

@@ -32,11 +32,18 @@ import signal
 from collections import namedtuple
 from typing import Dict, List, Mapping, Sequence, Tuple
 
+from mpilaunch import net, netif
+from mpilaunch.backends import hydra_report
 from mpilaunch.backends.base import Backend, LaunchPlan, show_files, with_routed
+from mpilaunch.backends.hydra_report import ProxyWatch, bad_terminations
+from mpilaunch.backends.rankcmd import rank_command
+from mpilaunch.config import broadcast, mpiargs, sshconfig
+from mpilaunch.config.mpi import IMPI, MPICH
+from mpilaunch.config.mpiargs import normalize, split_arg_string
 from mpilaunch.contract import is_secret
 from mpilaunch.errors import UsageError
-from mpilaunch.config.mpi import IMPI, MPICH
-from mpilaunch.config import sshconfig
+from mpilaunch.output.summary import Event
+from mpilaunch.ssh import keepalive_options
 
 # Hydra options a user may write in OPENMPI_EXTRA_ARGS as they are, with their arity.
 HYDRA_OPTIONS = {
@@ -82,8 +89,6 @@ class Hydra(Backend):
         return with_routed(plan, names)
 
     def plan(self, cfg, env, run_dir, euid):
-        from mpilaunch.backends.rankcmd import rank_command
-
         return LaunchPlan(**plan_fields(cfg, env, self.mpi, run_dir),
                           rank_command=tuple(rank_command(cfg)), stdin=cfg.stdin,
                           scheduler=(cfg.scheduler, cfg.scheduler_why))
@@ -108,35 +113,23 @@ class Hydra(Backend):
         return [(plan.hostfile_path, render_hostfile(plan.hosts))] + ([plan.ssh_config] if plan.ssh_config else [])
 
     def show(self, plan, env) -> None:
-        from mpilaunch.config import mpiargs
-
         print(f"# mpiexec: {plan.mpi.path} ({plan.mpi.name})")
         print(mpiargs.show(self.argv(plan)))
         show_files(plan, env, self.files(plan), "mpiexec's environment (-genvlist)")
 
     def notices(self, text: str) -> list:
-        from mpilaunch.backends.hydra_report import bad_terminations
-        from mpilaunch.output.summary import Event
-
         return [Event(rank, host, "rank", "exit", code if sig is None else 128 + sig, sig, "self",
                       None, [], float("inf"), message=f"pid {pid} (Hydra's report)")
                 for rank, pid, host, sig, code in bad_terminations(text)]
 
     def watch(self, plan, job) -> None:
-        from mpilaunch import net
-
         if not net.all_here(plan.hosts):
-            from mpilaunch.backends.hydra_report import ProxyWatch
-
             ProxyWatch(plan, job.pid, lambda lost: job.host_lost(lost, HOST_LOST_ESCALATE)).start()
 
     def on_rank_failure(self, plan, job) -> None:
         job.end()
 
     def after(self, plan, collector, status: int) -> None:
-        from mpilaunch import net
-        from mpilaunch.backends import hydra_report
-
         if status == 0 or collector.unreachable or net.all_here(plan.hosts):
             return
         if collector.root_cause() is None or hydra_report.proxy_lost(collector.text):
@@ -157,7 +150,6 @@ def _name(dialect: str) -> str:
 def _mca(name: str, value: str, dialect: str, source: str, default: bool,
          out: List[str], ssh: List[str]) -> None:
     if name in SSH_PARAMS:
-        from mpilaunch.config.mpiargs import split_arg_string
         ssh += split_arg_string(value, source)
     elif name in _IFACE_PARAMS:
         if "-iface" in out:
@@ -249,8 +241,6 @@ def intel_iface(hosts) -> List[str]:
     "getaddrinfo returned error -3 ... unable to connect to server mlh-host1"; ``-localhost ADDR``
     did not change it, ``-iface IF`` did; a name resolving to 127.0.1.1 fails the same way).
     MPICH's proxies need nothing. [] for one host or when no route is found."""
-    from mpilaunch import net, netif
-
     remote = [h.name for h in hosts if not net.is_here(h)]
     src = net.route_source(remote[0]) if remote else None
     if not src or src.startswith("127."):
@@ -298,8 +288,6 @@ def ipv6_check(hosts, mpi) -> None:
     mpiexec's host up over IPv4 only ("unable to get host address" for a name with only an
     IPv6 address; an IPv6 literal is split at its colons by host:N and -localhost), Intel MPI
     2021's bootstrap proxies the same ("getaddrinfo returned error -3")."""
-    from mpilaunch import net
-
     for h in hosts:
         if ":" in h.name and not net.is_here(h):
             raise UsageError(f"host {h.name}: {mpi.name} cannot launch on IPv6 hosts (Hydra's "
@@ -312,8 +300,6 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     ``broadcast.routed`` holds every broadcast name: each travels via -genvlist."""
     import os
 
-    from mpilaunch import net
-    from mpilaunch.config import mpiargs, broadcast
 
     stdin_check(getattr(cfg, "stdin", None), mpi.dialect)
     ipv6_check(cfg.hosts, mpi)
@@ -337,7 +323,6 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
     # given twice (here and in the pieces) is refused where the configuration is built
     ssh_args = sshconfig.mpi_ssh_args(cfg, run_dir)   # a port per host: the job's ssh config
     if not net.all_here(cfg.hosts):   # a proxy's ssh ends when its host's link dies (no control master)
-        from mpilaunch.ssh import keepalive_options
 
         if ssh_found:
             ssh_found = ssh_found + keepalive_options()
@@ -366,8 +351,6 @@ def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
 def _canonical(raw: Sequence[str], source: str) -> List[str]:
     """Open MPI spellings -> canonical (``-mca`` -> ``--mca``, ``--x`` -> ``-x``); Hydra's own
     single-dash options are left as written."""
-    from mpilaunch.config.mpiargs import normalize
-
     out: List[str] = []
     i = 0
     while i < len(raw):

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import List
 
+from mpilaunch import net, ssh
+
 _BLOCK = re.compile(r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\s*\n"
                     r"=\s+(?:RANK\s+(\d+)\s+)?PID\s+(\d+)\s+RUNNING AT\s+(\S+)\s*\n"
                     r"=\s+(?:KILLED BY SIGNAL:\s*(\d+)|EXIT CODE:\s*(\d+))")
@@ -71,7 +73,6 @@ def unreachable_hosts(plan, timeout: float = 2.0) -> List[str]:
     """The remote hosts of ``plan`` whose ssh port (where ``ssh -G`` says ssh goes, with the
     launch's ssh options) does not accept a TCP connection within ``timeout`` s, probed in
     parallel: a crashed host refuses it (its sshd is gone), a host behind a dead link times out."""
-    from mpilaunch import net, ssh
     from mpilaunch.config import sshconfig
 
     # the job's ssh configuration is gone with the run dir by now: its ports, the user's -F
@@ -128,7 +129,6 @@ class ProxyWatch:
 
         import psutil
 
-        from mpilaunch import net
         from mpilaunch.config.sshconfig import alias
 
         names = {alias(h) for h in self.plan.hosts if not net.is_here(h)}   # as Hydra's ssh has them

@@ -13,13 +13,15 @@ import re
 import signal
 from typing import List, Mapping
 
-from mpilaunch import contract
-from mpilaunch.config import mpiargs, broadcast
-from mpilaunch.config import hostfile as hf
-from mpilaunch.config import sshconfig
+from mpilaunch import contract, net, rundir
 from mpilaunch.backends.base import SSH_CLOSED, Backend, LaunchPlan, show_files, with_routed
-from mpilaunch.config.mpi import OMPI4, MpiInfo
 from mpilaunch.backends.rankcmd import rank_command
+from mpilaunch.config import broadcast
+from mpilaunch.config import hostfile as hf
+from mpilaunch.config import mpiargs, sshconfig
+from mpilaunch.config.mpi import OMPI4, MpiInfo
+from mpilaunch.output import events
+from mpilaunch.output.summary import Event
 
 SYSTEM_BIN_DIRS = ("/usr/bin", "/bin", "/usr/local/bin")
 
@@ -96,7 +98,6 @@ class OpenMpi(Backend):
                 or not _START_FAILED.search(collector.text)):
             return
         from mpilaunch import check
-        from mpilaunch.output import events
 
         events.preflight_start()   # the event record: the checks' per-host records, as a preflight's
         results = events.preflight(check.run_checks(self.start_cfg, timeout=check.DEFAULT_TIMEOUT))
@@ -106,8 +107,6 @@ class OpenMpi(Backend):
 
     def cleanup(self, pid: int, returncode: int) -> None:
         if returncode < 0:
-            from mpilaunch import rundir
-
             rundir.drop_session_dir(pid)   # a killed mpirun leaves it behind
 
 
@@ -123,7 +122,6 @@ def make_plan(cfg, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int
     # given twice (here and in the pieces) is refused where the configuration is built
     ssh_args = sshconfig.mpi_ssh_args(cfg, run_dir)   # a port per host: the job's ssh config
 
-    from mpilaunch import net
 
     if not net.all_here(cfg.hosts):   # daemons on other hosts
         tokens += mpiargs.keepalive_tokens(dialect, tokens)
@@ -192,8 +190,6 @@ def show(plan, env: Mapping[str, str], files) -> None:
 
 def notices(text: str) -> list:
     """mpirun's "noticed that process rank N ... exited on signal S" (an adapter killed)."""
-    from mpilaunch.output.summary import Event
-
     out = []
     for m in _MPIRUN_NOTICE.finditer(text):
         sig = int(m.group(4))
@@ -204,8 +200,6 @@ def notices(text: str) -> list:
 
 def reports(text: str) -> list:
     """Open MPI's own report of a failed process (exit code, or MPI_Abort): ``--exec``."""
-    from mpilaunch.output.summary import Event
-
     out = []
     for m in _MPI_FAILED.finditer(text):
         rank = int(m.group(1) if m.group(1) is not None else m.group(3))

@@ -20,6 +20,13 @@ PLACEMENT = ("host", "h", "rankfile", "rf", "npernode", "pernode", "ppr", "npers
              "configfile", "mapall")
 
 
+def slots_in_order(hosts) -> List[int]:
+    """The index in ``hosts`` of each slot, the hosts' slots filled in order: rank r runs on
+    ``hosts[slots_in_order(hosts)[r]]`` where the plan is ``exact`` (the hostfile's order,
+    ``--map-by slot``, Hydra's ``host:N``)."""
+    return [i for i, h in enumerate(hosts) for _ in range(h.slots)]
+
+
 def mode(tokens: List[str], oversubscribed: bool) -> str:
     if oversubscribed:
         return "size"
@@ -44,12 +51,8 @@ def expect_spec(cfg) -> Optional[str]:
     slots = sum(h.slots for h in cfg.hosts)
     m = mode(tokens, cfg.np > slots)
     if m == "exact":
-        left, table = cfg.np, []
-        for h in cfg.hosts:
-            take = min(h.slots, left)
-            if take:
-                table.append((h.name, take))
-            left -= take
+        placed = slots_in_order(cfg.hosts)[:cfg.np]
+        table = [(h.name, placed.count(i)) for i, h in enumerate(cfg.hosts) if i in placed]
     else:
         table = [(h.name, h.slots) for h in cfg.hosts]
     return f"{cfg.np};{m};" + ",".join(f"{name}:{count}" for name, count in table)

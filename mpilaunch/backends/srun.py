@@ -28,9 +28,13 @@ import subprocess
 from collections import namedtuple
 from typing import Dict, List, Mapping, Sequence, Tuple
 
-from mpilaunch.config import mpiargs
+from mpilaunch import contract, net
+from mpilaunch.backends import rankcmd
 from mpilaunch.backends.base import Backend
+from mpilaunch.config import allocation, broadcast, mpiargs
+from mpilaunch.config.mpi import OMPI5
 from mpilaunch.errors import UsageError
+from mpilaunch.output.summary import Event
 
 PREFERRED = ("pmix", "pmi2")
 # mpirun options that describe placement/launch by mpirun itself: meaningless under srun.
@@ -72,8 +76,6 @@ class Srun(Backend):
 
     @classmethod
     def detect(cls, env: Mapping[str, str]) -> "Srun":
-        from mpilaunch.config import allocation
-
         if not allocation.in_slurm(env):
             raise UsageError("--launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not "
                              "set); run mpilaunch from sbatch/salloc, or use --launcher mpirun")
@@ -97,8 +99,6 @@ class Srun(Backend):
 
     def notices(self, text: str) -> list:
         """srun's own words for a task that ended non-zero (when its adapter could not say)."""
-        from mpilaunch.output.summary import Event
-
         out = [Event(int(m.group(2)), m.group(1), "rank", "exit", int(m.group(3)), None, "self",
                      None, [], float("inf"), message="srun's report")
                for m in _TASK_EXIT.finditer(text)]
@@ -168,10 +168,6 @@ def translate(tokens: Sequence[str], source: str) -> Tuple[Dict[str, str], List[
 
 def make_plan(cfg, env: Mapping[str, str], srun: str, plugin: str, run_dir: str) -> SrunPlan:
     """LaunchConfig + environment -> SrunPlan (pure)."""
-    from mpilaunch.backends import rankcmd
-    from mpilaunch.config import broadcast
-    from mpilaunch.config.mpi import OMPI5
-
     extra: Dict[str, str] = {}
     unused: List[str] = []
     imported = cfg.tune_import
@@ -201,8 +197,6 @@ def argv(plan: SrunPlan, oversubscribe: bool = False) -> List[str]:
 
 def show(plan: SrunPlan, cmd: Sequence[str]) -> None:
     """--dry-run: the srun argv and what srun's environment gets (secrets masked)."""
-    from mpilaunch import contract
-
     print(f"# srun: {plan.srun} (--mpi={plan.plugin})")
     print(mpiargs.show(list(cmd)))
     print(f"# hosts: {plan.hosts_source}")
@@ -218,9 +212,6 @@ def rank0_side(cfg, env: Mapping[str, str]):
     address from Slurm (the route towards the next node's NodeAddr, net.rank0_address).
     The node index is Slurm's (SLURM_NODEID), so the adapters then need no MPI agreement
     (MPI_Init under srun's PMIx in every adapter, ~1.3 s on 2 nodes)."""
-    from mpilaunch import net
-    from mpilaunch.config import allocation
-
     if cfg.exec_mode or not net.rank0_is_here(cfg.hosts):
         return cfg
     changes = {}

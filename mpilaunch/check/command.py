@@ -13,17 +13,15 @@ import time
 from typing import Sequence
 
 import mpilaunch
-from mpilaunch import contract
-from mpilaunch.config import options
+from mpilaunch import contract, rundir
 from mpilaunch.check.hosts import run_checks
 from mpilaunch.check.report import report_lines
 from mpilaunch.check.results import LEVEL_FULL, LEVEL_SSH, failed, params_from_config
+from mpilaunch.config import allocation, launchconfig, mpi, options
 from mpilaunch.errors import UsageError
 
 
 def main(argv: Sequence[str]) -> int:
-    from mpilaunch.config import allocation, launchconfig, mpi
-
     args = options.parser(options.CHECK).parse_args(list(argv))
     env = dict(os.environ)
     timeout = contract.seconds(*options.setting(args, env, "check_timeout"))
@@ -47,7 +45,6 @@ def main(argv: Sequence[str]) -> int:
         what += f", {info.name} ({info.path})"
     print(f"mpilaunch check: {what}, mpilaunch {mpilaunch.__version__}, time-out {timeout:g}s per check",
           flush=True)
-    from mpilaunch import rundir
 
     for path in rundir.reclaim_stale():   # files of launchers that died by SIGKILL
         print(f"mpilaunch check: removed {path} (its launcher is gone)", flush=True)

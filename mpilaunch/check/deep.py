@@ -28,10 +28,11 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from mpilaunch import ssh
 from mpilaunch.check import outliers
-from mpilaunch.config import hostfile as hf
+from mpilaunch.check.results import FAIL, OK, CheckResult, Params
 from mpilaunch.check.schedule import (GEMM_MAX_SHARED, ROUNDS, Windows, combine, link_waves,
                                       retest_links, ring_links, windows)
-from mpilaunch.check.results import FAIL, OK, CheckResult, Params
+from mpilaunch.config import hostfile as hf
+from mpilaunch.config import mpi, preflight
 
 NET_BYTES = 32 << 20       # per directed link at most (healthy links end before the window)
 DISK_BYTES = 2 << 20       # over the rounds: a fsync of this much is most of the measure
@@ -365,9 +366,8 @@ def gate_fails(cfg, env) -> bool:
     import sys
     from types import SimpleNamespace
 
-    from mpilaunch.config import mpi, preflight
-    from mpilaunch.check.results import DEFAULT_PARALLEL, DEFAULT_TIMEOUT, LEVEL_FULL, failed
-    from mpilaunch.check.results import params_from_config
+    from mpilaunch.check.results import (DEFAULT_PARALLEL, DEFAULT_TIMEOUT, LEVEL_FULL, failed,
+                                         params_from_config)
 
     p = params_from_config(cfg, level=LEVEL_FULL, mpi_info=mpi.detect(cfg.mpirun, env),
                            check_script=True)

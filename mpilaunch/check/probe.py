@@ -13,6 +13,7 @@ from typing import List, Mapping, Optional
 import mpilaunch
 from mpilaunch import contract
 from mpilaunch.check.results import FAIL, OK, SKIP, WARN, CheckResult, Params
+from mpilaunch.config.mpi import NAMES, parse_version_output
 from mpilaunch.errors import UsageError
 
 LARGE_JOB_RANKS = 64
@@ -133,8 +134,6 @@ def evaluate_sysctl(host: str, addr: str, values: Mapping[str, int], ranks: int)
 
 
 def _mpirun(host: str, addr: str, probe: Mapping, p: Params) -> CheckResult:
-    from mpilaunch.config.mpi import NAMES, parse_version_output
-
     want = ".".join(map(str, p.mpi_version or ()))
     if "mpirun_err" in probe or probe.get("mpirun_rc") not in (0, None):
         why = probe.get("mpirun_err") or f"exit {probe.get('mpirun_rc')}"

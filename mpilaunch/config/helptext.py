@@ -1,13 +1,14 @@
 """What ``--version`` and the end of ``--help`` say (options.py puts them in every parser)."""
 from __future__ import annotations
 
+from mpilaunch import __version__
+from mpilaunch.output import outcome
+
 
 def version_text() -> str:
     """``--version``'s answer (also the first line of ``--dry-run``)."""
     import os
     import sys
-
-    from mpilaunch import __version__
 
     # sys.version's first word is platform.python_version(), without importing platform
     # (every launch builds this for its parser)
@@ -16,8 +17,6 @@ def version_text() -> str:
 
 
 def _launch_statuses() -> str:
-    from mpilaunch.output import outcome
-
     return ("exit status:\n"
             "  0        success\n"
             "  1        a preflight check failed (nothing started)\n"

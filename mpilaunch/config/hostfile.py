@@ -18,8 +18,9 @@ import re
 from collections import namedtuple
 from typing import Iterable, List, Optional
 
+from mpilaunch import net
 from mpilaunch.config import sshconfig
-from mpilaunch.config.sshconfig import label   # how messages name a host: hf.label
+from mpilaunch.config.sshconfig import label  # how messages name a host: hf.label
 from mpilaunch.errors import UsageError
 
 # RFC 1123 host names and IPv4/IPv6 literals; nothing that could smuggle an option or a shell word.
@@ -81,8 +82,6 @@ def _check_name(name: str, where: str) -> str:
         raise UsageError(f"{where}: {name!r} is not a valid host name")
     bare = name[1:-1] if name.startswith("[") else name
     if ":" in bare:
-        from mpilaunch import net
-
         if not net.is_ipv6(bare):
             raise UsageError(f"{where}: {name!r} is not a valid IPv6 address")
     return bare

@@ -10,12 +10,12 @@ import sys
 from collections import namedtuple
 from typing import Mapping, Optional, Tuple
 
-from mpilaunch import contract
-from mpilaunch.config import allocation, longrun, mpiargs, options, preflight
+from mpilaunch import contract, net
+from mpilaunch.config import allocation
 from mpilaunch.config import hostfile as hf
-from mpilaunch.errors import UsageError
+from mpilaunch.config import longrun, mpiargs, msrun, options, preflight, programs, tuneimport
 from mpilaunch.config.broadcast import DEFAULT_PREFIXES
-
+from mpilaunch.errors import UsageError
 
 # Ranks of one job: Open MPI counts them in a C int; far beyond any real job, far below overflow.
 MAX_NP = 10_000_000
@@ -176,7 +176,6 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     if tune_path and os.path.lexists(tune_path):
         # The ModelArts recipe's `env | grep ... > $TUNE_ENV_FILE`: the user's statement of what
         # to broadcast. Read it; write our own tune file in the private run dir.
-        from mpilaunch.config import tuneimport
 
         tune_import = tuneimport.read(tune_path, tune.source)
         tune_path = None
@@ -209,7 +208,6 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         raise UsageError(f"--python={python}: give an absolute path (ranks may get another PATH)")
 
     scheduler, scheduler_why = _scheduler(args, env, script, module, hosts, master_port)
-    from mpilaunch.config import msrun
 
     sim_level, sim_rank_id = msrun.sim(args, env, np)
     if sim_level is not None or env.get("MS_SIMULATION_LEVEL", "").strip():
@@ -226,7 +224,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     if launcher == "mpirun" and (port is not None or extra) and mpiargs.ssh_params_given(pieces):
         raise UsageError("the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
                          "plm_rsh_args in the MCA/extra args; keep one")
-    from mpilaunch.config import sshconfig   # a port per host: every ssh of the launch can use it
+    from mpilaunch.config import sshconfig  # a port per host: every ssh of the launch can use it
 
     sshconfig.validate(hosts, hosts_source, extra, launcher, allocation.in_slurm(env),
                        mpiargs.ssh_params_given(pieces))
@@ -312,7 +310,6 @@ def _exec_port(port: int, source: str, hosts) -> Tuple[int, bool]:
     MPI agreement runs under --exec to pick one)."""
     if source != "default" and port != 0:
         return port, True
-    from mpilaunch import net
 
     if net.rank0_is_here(hosts):
         return net.free_port(), False
@@ -332,12 +329,10 @@ def _scheduler(args, env: Mapping[str, str], script, module, hosts, port) -> Tup
         raise UsageError("--scheduler and --no-scheduler both given; use one")
     if args.exec_mode:
         return False, "--exec"
-    from mpilaunch.config import programs
 
     prog = programs.inspect(script, module, args.script_args, bool(args.no_python),
                             env.get("PATH"))
     what = f"-m {module}" if module else (script or "")
-    from mpilaunch import net
 
     several = net.spans_machines(hosts)
     if prog.mpi is not None and (several or port == 0):

@@ -14,6 +14,7 @@ from collections import namedtuple
 from typing import List, Mapping, Sequence, Tuple
 
 from mpilaunch.config.mpi import OMPI4, OMPI5
+from mpilaunch.contract import is_secret
 from mpilaunch.errors import UsageError
 
 # Options that may legitimately be written with one dash in Open MPI (no translation).
@@ -136,8 +137,6 @@ def drop_unset_x(tokens: Sequence[str], env: Mapping[str, str]) -> Tuple[List[st
 def route_secret_x(tokens: Sequence[str]) -> Tuple[List[str], dict]:
     """``-x SECRET=value`` -> ``-x SECRET`` with the value moved to mpirun's environment,
     so no secret value ever sits in an argv (visible in ``ps``). -> (tokens, env additions)."""
-    from mpilaunch.contract import is_secret
-
     out: List[str] = []
     moved: dict = {}
     i = 0

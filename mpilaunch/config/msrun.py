@@ -8,15 +8,14 @@ import os
 import sys
 from typing import Mapping, Optional, Tuple
 
-from mpilaunch import contract
+from mpilaunch import contract, net
 from mpilaunch.errors import UsageError
+from mpilaunch.rank import affinity
 
 
 def bind_numa(value: Optional[str]) -> Optional[str]:
     """``--bind_numa`` checked (mpilaunch/rank/affinity.py's rule) -> what the ranks get: True,
     or the JSON itself (a file's content: the other hosts need not have the file)."""
-    from mpilaunch.rank import affinity
-
     spec = affinity.parse_bind_numa(value, "--bind_numa")
     if spec is None:
         return None
@@ -65,7 +64,6 @@ def node_rank_note(args, hosts) -> None:
     if args.node_rank is None:
         return
     n = contract.whole(args.node_rank, "--node_rank", -1)
-    from mpilaunch import net
 
     here = next((i for i, h in enumerate(hosts) if net.is_here(h)), None)
     if n in (-1, here):

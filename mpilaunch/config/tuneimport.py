@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 
+from mpilaunch.config.mpiargs import split_arg_string
 from mpilaunch.errors import UsageError
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
@@ -30,8 +31,6 @@ class TuneImport(namedtuple("TuneImport", "path values x_tokens mca_tokens")):
 
 
 def parse(text: str, path: str) -> TuneImport:
-    from mpilaunch.config.mpiargs import split_arg_string
-
     values, x_tokens, mca_tokens = {}, [], []
     last = None
     for lineno, line in enumerate(text.split("\n"), start=1):

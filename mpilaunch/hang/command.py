@@ -13,12 +13,12 @@ import socket
 import sys
 from typing import Sequence
 
+from mpilaunch.config import options
 from mpilaunch.errors import UsageError
+from mpilaunch.hang import server
 
 
 def _pointer(log_dir: str):
-    from mpilaunch.hang import server
-
     if not os.path.isdir(log_dir):
         raise UsageError(f"LOG_DIR {log_dir!r}: no such directory; give the --log_dir of a running job")
     try:
@@ -35,7 +35,6 @@ def _pointer(log_dir: str):
 def ask(log_dir: str, native: bool = False, timeout: float = 60.0) -> dict:
     """The running launcher's answer (hang/server.py's fields); UsageError when none runs."""
     where, pid = _pointer(log_dir)
-    from mpilaunch.hang import server
 
     if where == server.EXEC:
         raise UsageError(f"the job writing to {log_dir} (mpilaunch pid {pid}) runs its program "
@@ -74,8 +73,6 @@ def render(answer: dict) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    from mpilaunch.config import options
-
     args = options.parser(options.STACKS).parse_args(list(argv))
     try:
         timeout = float(args.stacks_timeout or options.BY_DEST["stacks_timeout"].default)

@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
+from mpilaunch.output import events
+
 POINTER = ".mpilaunch-stacks"
 SOCKET = "stacks.sock"
 EXEC = "exec"       # the pointer of a job whose ranks run --exec: no adapter to ask
@@ -69,7 +71,7 @@ def stamp() -> str:
 def gather(control, np: int, log_dir: str, native: bool = False,
            timeout: float = ASK_TIMEOUT) -> dict:
     """Ask every adapter, write the files, judge: the answer's fields."""
-    from mpilaunch.hang import verdict
+    from mpilaunch.hang import verdict   # 8 ms of regular expressions: only when asked
 
     t0 = time.monotonic()
     answers, asked = control.stacks(timeout, native)
@@ -130,7 +132,6 @@ class Server:
             timeout = float(req[2]) if len(req) > 2 else ASK_TIMEOUT
             try:
                 answer = gather(self.control, self.np, self.log_dir, req[1:2] == ["native"], timeout)
-                from mpilaunch.output import events
 
                 events.emit("stacks", dir=answer["dir"], verdict=answer["verdict"],
                             odd=answer["odd"], seconds=answer["seconds"])
@@ -193,7 +194,6 @@ def stall_verdict(job, log_dir: str) -> Optional[str]:
     control = getattr(job, "control", None)
     if control is None or not log_dir:
         return None
-    from mpilaunch.output import events
 
     try:
         answer = gather(control, getattr(job, "np", 0), log_dir, timeout=STALL_TIMEOUT)

@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 from typing import List, Sequence
 
-from mpilaunch import contract
+from mpilaunch import contract, run
 from mpilaunch.config import options
 from mpilaunch.errors import UsageError
 from mpilaunch.job.spec import job_spec, log
 from mpilaunch.job.waiter import LIVENESS_EVERY, Waiter, liveness_every, worker0_alive_probe
+from mpilaunch.job.worker0 import run_worker0
 
 # The job-only options: everything else goes to the launcher as given.
 JOB_OPTIONS = frozenset(f for o in options.OPTIONS if o.commands == (options.JOB,) for f in o.flags)
@@ -49,8 +50,6 @@ def split_argv(argv: Sequence[str]):
 
 
 def main(argv: Sequence[str]) -> int:
-    from mpilaunch import run
-
     args, launcher_argv = split_argv(argv)
     env = dict(os.environ)
     wait_s = contract.seconds(*options.setting(args, env, "wait_hosts"))
@@ -59,8 +58,6 @@ def main(argv: Sequence[str]) -> int:
     if spec is None:                      # no platform variables: a plain launch
         return run.main(launcher_argv)
     if spec.index == 0:
-        from mpilaunch.job.worker0 import run_worker0
-
         return run_worker0(spec, args, launcher_argv, env, wait_s)
     every = liveness_every(len(spec.hosts))
     if every > LIVENESS_EVERY and lost_after < 3 * every:

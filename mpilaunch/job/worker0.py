@@ -17,10 +17,11 @@ import tempfile
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from mpilaunch.config import hostfile as hf
-from mpilaunch import rundir, ssh
+from mpilaunch import run, rundir, ssh
 from mpilaunch.check.report import MAX_LINES_PER_CHECK
 from mpilaunch.check.results import DEFAULT_PARALLEL
+from mpilaunch.config import hostfile as hf
+from mpilaunch.config import launchconfig, options
 from mpilaunch.errors import UsageError
 from mpilaunch.job.peer import PEER_TIMEOUT, peer_call
 from mpilaunch.job.spec import JobSpec, log
@@ -135,9 +136,6 @@ def _log_capped(lines: List[str]) -> None:
 
 
 def run_worker0(spec: JobSpec, args, launcher_argv: List[str], env: Mapping[str, str], wait_s: float) -> int:
-    from mpilaunch import run
-    from mpilaunch.config import launchconfig, options
-
     python = sys.executable
     log(f"job: worker-0 of {len(spec.hosts)} host(s) ({spec.worker0}), {spec.slots} slot(s) per host")
     run_dir = tempfile.mkdtemp(prefix="mpilaunch-job-")

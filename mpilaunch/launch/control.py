@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Dict, List, Sequence, Tuple
 
+from mpilaunch import net
 from mpilaunch.rank.control import ENDPOINT_VAR, MAX_LINE, TOKEN_VAR, mac
 
 SEND_TIMEOUT = 2.0
@@ -27,8 +28,6 @@ def addresses(hosts: Sequence) -> List[str]:
     address), loopback last (for the ranks that run here). Its global IPv6 addresses too when
     the first other host is an IPv6 literal or this host has no IPv4 address (an IPv6-only
     cluster): the socket is then dual-stack (:class:`Control`)."""
-    from mpilaunch import net
-
     if net.all_here(hosts):
         return [net.LOOPBACK]
     first = []
@@ -55,7 +54,6 @@ class Control:
         import secrets
         import selectors
 
-        from mpilaunch import net
 
         _room_for(np)
         self.token = secrets.token_hex(16)

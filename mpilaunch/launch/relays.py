@@ -21,9 +21,9 @@ import subprocess
 import threading
 import time
 
+from mpilaunch.backends import placement
 from mpilaunch.output import events
 from mpilaunch.output.summary import STATUS_PREFIX, Collector, parse_status_line
-
 
 # Open MPI 5 (plm:ssh) and 4.1 (plm:rsh) word it alike; only EACCES is the harmless race.
 _SETPGID_RACE = re.compile(rb"plm:(?:ssh|rsh): Warning: setpgid\(\d+,\d+\) failed in parent "
@@ -182,11 +182,9 @@ def startup_line(plan, fd: int = 2):
         return None
     np, hosts = int(plan.np), list(getattr(plan, "hosts", None) or ())
     owners = None
-    from mpilaunch.backends import placement
-
-    slots = [h.name for h in hosts for _ in range(h.slots)]
+    slots = placement.slots_in_order(hosts)
     if hosts and len(slots) >= np and placement.mode(list(getattr(plan, "args", ())), False) == "exact":
-        owners = slots[:np]
+        owners = [hosts[i].name for i in slots[:np]]
     return StartupLine(np, [h.name for h in hosts], owners, fd)
 
 

@@ -24,6 +24,8 @@ import threading
 import time
 from typing import List, Optional
 
+from mpilaunch.launch.control import missing
+
 SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTSTP, signal.SIGCONT)
 
 
@@ -115,8 +117,6 @@ class Forwarder:
                 job.kill(signum)
                 how = f"forwarded to every rank by {self.backend.program}"
             elif self.control is not None:
-                from mpilaunch.launch.control import missing
-
                 how = ("sent to every rank's adapter, for its workers"
                        + missing(self.control.signal(signum), self.np))
             else:

@@ -34,11 +34,15 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from mpilaunch import net
 from mpilaunch.config import hostfile as hf
-from mpilaunch.output.summary import signal_name
-from mpilaunch.ssh import last_line
+from mpilaunch.config import longrun, options
 from mpilaunch.config.longrun import DISCOVERY_FLAG
 from mpilaunch.errors import UsageError
+from mpilaunch.longrun import shrink
+from mpilaunch.output import events
+from mpilaunch.output.summary import signal_name
+from mpilaunch.ssh import last_line
 
 FLAG = DISCOVERY_FLAG
 TIMEOUT = 30.0          # seconds the script may take (a kubectl or API call, not a scan)
@@ -223,8 +227,6 @@ def _preflight(cfg, hosts: Sequence[hf.Host]) -> Dict[str, str]:
 def setup(args, cfg, env):
     """``--host-discovery-script`` (``cfg.long_run.discovery_script``): -> (Discovery, the
     config of attempt 0, its hosts the script's first list), or (None, cfg)."""
-    from mpilaunch.config import longrun, options
-
     lr = cfg.long_run
     if lr is None or lr.discovery_script is None:
         return None, cfg
@@ -238,10 +240,6 @@ def between(disc: Discovery, cfg, base, lr, att, k: int):
     """Before attempt ``k`` (k > 0): -> (cfg, lr) of that attempt, or None: no host left (or
     fewer than ``--min-hosts``), the job ends. Says on stderr, in the attempt's summary note
     and in the event record which hosts the attempt runs on when they changed."""
-    from mpilaunch import net
-    from mpilaunch.output import events
-    from mpilaunch.longrun import shrink
-
     def warn(text):
         print(f"mpilaunch: host discovery: {text}", file=sys.stderr, flush=True)
 

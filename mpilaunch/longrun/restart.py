@@ -36,12 +36,17 @@ import threading
 import time
 
 from mpilaunch import net
-from mpilaunch.output import events
-from mpilaunch.launch.attempt import LINGER, Attempt
+from mpilaunch.backends import placement, rankcmd
+from mpilaunch.config import allocation
+from mpilaunch.config.longrun import LongRun
 from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
 from mpilaunch.errors import UsageError
-from mpilaunch.config.longrun import LongRun
-from mpilaunch.output.summary import Collector, who_and_where
+from mpilaunch.hang.server import stall_verdict
+from mpilaunch.launch.attempt import LINGER, Attempt
+from mpilaunch.launch.control import missing
+from mpilaunch.output import events
+from mpilaunch.output.outcome import event_status
+from mpilaunch.output.summary import Collector, describe_status, who_and_where
 
 PORT_WAIT = 60.0
 GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and exit
@@ -49,15 +54,11 @@ GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and ex
 
 def attempt_cfg(cfg, lr: LongRun, k: int):
     """The config of attempt ``k``: its log dir, port and adapter flags."""
-    from mpilaunch.backends import rankcmd
-
     changes = {}
     if lr.max_restarts:
         changes["log_dir"] = os.path.join(lr.log_dir, f"attempt{k}")
     spec = None
     if lr.span:
-        from mpilaunch.backends import placement
-
         spec = placement.expect_spec(cfg)
     # in place: rank 0's adapter coordinates on a port picked here (rank 0 elsewhere: a guess
     # that is free here; taken there, the job goes without in-place restarts: inplace.py)
@@ -68,8 +69,6 @@ def attempt_cfg(cfg, lr: LongRun, k: int):
     # plan fills the slots in order; a placement of the user's own leaves it to the agreement.
     placed = lr.rank0_here or (spec or "").split(";")[1:2] == ["exact"]
     if lr.span and placed and not cfg.master_addr and not cfg.exec_mode and spec:
-        from mpilaunch.config import allocation   # Slurm: node names, their NodeAddr from scontrol
-
         addr = net.rank0_address(cfg.hosts, allocation.node_addr_lookup(cfg.hosts_from, os.environ))
         if addr:   # with the plan's node index, the adapters need no MPI agreement at all
             changes["master_addr"] = addr
@@ -159,7 +158,6 @@ class LongRunAttempt(Attempt):
         if grace is None or job is None or self.started_at is None or job.control is None:
             return False
         self.graceful = True
-        from mpilaunch.launch.control import missing
 
         note = missing(job.control.stop(), job.np)
         print(f"mpilaunch: {signal.Signals(signum).name} received: SIGTERM to every worker, "
@@ -192,9 +190,6 @@ class LongRunAttempt(Attempt):
         """Rank 0's adapter restarted attempt ``index`` in place (rank/inplace.py): it is
         recorded like a relaunched attempt (its status and root cause), and this one becomes
         the next."""
-        from mpilaunch.output.outcome import event_status
-        from mpilaunch.output.summary import describe_status
-
         with self.lock:
             done = InPlaceAttempt(self.index, event_status(event), _who(event)
                                   + describe_status(event.code, event.signal))
@@ -224,7 +219,6 @@ class LongRunAttempt(Attempt):
         if fire and self.job is not None:
             print(f"mpilaunch: no worker has shown progress for {self.lr.stall_timeout:g} s: "
                   "ending the job", file=sys.stderr, flush=True)
-            from mpilaunch.hang.server import stall_verdict
 
             self.stall_verdict = stall_verdict(self.job, self.lr.log_dir)
             self.job.end()
@@ -237,12 +231,8 @@ class LongRunAttempt(Attempt):
     def host_of_rank(self, rank: int, cfg):
         """The index in ``cfg.hosts`` of the host the plan put ``rank`` on (slots in order),
         or None."""
-        first = 0
-        for i, h in enumerate(cfg.hosts):
-            if first <= rank < first + h.slots:
-                return i
-            first += h.slots
-        return None
+        slots = placement.slots_in_order(cfg.hosts)
+        return slots[rank] if 0 <= rank < len(slots) else None
 
     def finish(self, status: int, collector: Collector, stopped_by) -> None:
         super().finish(status, collector, stopped_by)

@@ -23,7 +23,8 @@ import re
 import sys
 import time
 
-from mpilaunch import contract
+from mpilaunch import __version__, contract
+from mpilaunch.output.outcome import event_status
 from mpilaunch.output.summary import who
 
 SCHEMA = 1
@@ -128,7 +129,6 @@ def start(cfg, lr, backend, env=None) -> None:
     launcher's start and the hosts. ``lr``: config.longrun.LongRun (its ``log_dir`` is LOG_DIR
     itself, also when each attempt logs to ``LOG_DIR/attempt<k>``)."""
     global _rec
-    from mpilaunch import __version__
 
     env = os.environ if env is None else env
     close()
@@ -261,8 +261,6 @@ def status(event) -> None:
         return
     if event.event in ("exit", "start-failed", "grace-expired") or (
             event.role == "adapter" and event.event == "error"):
-        from mpilaunch.output.outcome import event_status
-
         emit("process_exit", status=event_status(event), code=event.code, signal=event.signal,
              cause=event.cause, by=_BY.get(event.cause, event.cause), event=event.event,
              log=event.log, message=event.message, tail=event.tail, **common)

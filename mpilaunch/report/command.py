@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from mpilaunch import rundir
+from mpilaunch.config import options
+from mpilaunch.errors import UsageError
+from mpilaunch.report import html, model
+from mpilaunch.report import png as png_mod
+
 
 def make(log_dir: str, output: "str | None" = None, png: bool = False) -> "list[str]":
     """Write the report(s) of ``log_dir``; the paths written. UsageError when there is no
     event record."""
-    from mpilaunch import rundir
-    from mpilaunch.errors import UsageError
-    from mpilaunch.report import html, model
-
     if not os.path.isdir(log_dir):
         raise UsageError(f"LOG_DIR {log_dir!r}: no such directory; give the --log_dir of a job")
     job = model.load(log_dir)
@@ -25,8 +27,6 @@ def make(log_dir: str, output: "str | None" = None, png: bool = False) -> "list[
         raise UsageError(f"--output {out!r}: {exc.strerror}") from None
     written = [out]
     if png:
-        from mpilaunch.report import png as png_mod
-
         target = os.path.splitext(out)[0] + ".png"
         png_mod.render(job, target)
         written.append(target)
@@ -34,8 +34,6 @@ def make(log_dir: str, output: "str | None" = None, png: bool = False) -> "list[
 
 
 def main(argv: Sequence[str]) -> int:
-    from mpilaunch.config import options
-
     args = options.parser(options.REPORT).parse_args(list(argv))
     for path in make(args.log_dir, args.report_output, args.report_png):
         print(path)

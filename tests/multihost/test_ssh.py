@@ -118,9 +118,13 @@ def test_close_masters_without_sockets_is_a_no_op(tmp_path):
 def test_ssh_options_in_the_mca_args_turn_the_mux_off():
     from mpilaunch import run
 
+    from mpilaunch.config import mpiargs
+
     S = namedtuple("S", "value source")
-    C = namedtuple("C", "mca_args extra_args tune_import")
-    T = namedtuple("T", "mca_tokens")
+    T = namedtuple("T", "path x_tokens mca_tokens")
+
+    def C(mca, extra, tune):   # the configuration's field the rule reads: the pieces, split once
+        return namedtuple("C", "mpi_pieces")(mpiargs.pieces((mca, extra), tune))
     assert run._ssh_args_in_mca(C(S("-mca plm_rsh_args '-p 2222'", "x"), S("", "y"), None))
-    assert run._ssh_args_in_mca(C(S("", "x"), S("", "y"), T(["--mca", "plm_rsh_args", "-p 2"])))
+    assert run._ssh_args_in_mca(C(S("", "x"), S("", "y"), T("tune", (), ("--mca", "plm_rsh_args", "-p 2"))))
     assert not run._ssh_args_in_mca(C(S("-mca pml ob1", "x"), S("", "y"), None))
