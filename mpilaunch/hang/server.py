@@ -71,7 +71,7 @@ def stamp() -> str:
 def gather(control, np: int, log_dir: str, native: bool = False,
            timeout: float = ASK_TIMEOUT) -> dict:
     """Ask every adapter, write the files, judge: the answer's fields."""
-    from mpilaunch.hang import verdict   # 8 ms of regular expressions: only when asked
+    from mpilaunch.hang import verdict   # 3-8 ms of regular expressions: only when asked
 
     t0 = time.monotonic()
     answers, asked = control.stacks(timeout, native)
