@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
+from mpilaunch import rundir
 from mpilaunch.output import events
 
 POINTER = ".mpilaunch-stacks"
@@ -42,11 +43,7 @@ def write_pointer(log_dir: str, text: str) -> Optional[str]:
     path = os.path.join(log_dir, POINTER)
     try:
         os.makedirs(log_dir, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        rundir.write_atomic(path, text)   # 0600, never seen half-written by `mpilaunch stacks`
         return path
     except OSError:
         return None
