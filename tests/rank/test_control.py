@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import psutil
 import pytest
@@ -126,8 +125,11 @@ def test_a_forged_or_replayed_command_is_ignored():
         conn.sendall(f"5 stop {good}\n".encode())                          # the real one
         conn.sendall(f"5 stop {good}\n".encode())                          # replayed
         conn.sendall(f"4 stop {control.mac(ctl.token, nonce, 4, 'stop')}\n".encode())  # older
-        time.sleep(0.5)
-        assert stops == [1]
+        # one more real command: the link acts on its lines in order, so once this one is
+        # acted on, every line before it has been read
+        conn.sendall(f"6 stop {control.mac(ctl.token, nonce, 6, 'stop')}\n".encode())
+        assert wait_for(lambda: len(stops) == 2, 10), stops
+        assert stops == [1, 1]
     finally:
         ctl.close()
 

@@ -5,6 +5,7 @@ check that fails there; Open MPI's harmless setpgid race lines kept off the cons
 import io
 import os
 import threading
+import time
 
 from mpilaunch.launch import relays
 from mpilaunch.backends.openmpi import OpenMpi
@@ -125,6 +126,18 @@ def test_the_setpgid_race_lines_do_not_reach_the_console():
     assert "Permission denied(13)" not in collector.text
 
 
+def _read_until(fd, text, timeout=10):
+    """What the line drew on ``fd`` until ``text`` appears in it (waits for the drawing thread,
+    not for a time)."""
+    got = ""
+    deadline = time.monotonic() + timeout
+    while text not in got:
+        assert time.monotonic() < deadline, got
+        got += _read_all(fd).decode()
+        time.sleep(0.01)
+    return got
+
+
 def _read_all(fd):
     os.set_blocking(fd, False)
     out = b""
@@ -146,13 +159,12 @@ def test_the_startup_line_counts_ranks_and_names_a_host_still_awaited():
     line = relays.StartupLine(8, hosts, owners=[h for h in hosts for _ in range(2)], fd=w,
                               after=0.2, every=0.05)
     line.rank_up(0, "host-a")
-    assert _read_all(r) == b""                     # nothing before the delay
-    time.sleep(0.4)
+    drawn = _read_until(r, "1/8 ranks up")
+    assert drawn.startswith("\rmpilaunch: starting: 1/8 ranks up, 1/4 hosts, waiting for h2 and 2 more (")
+    assert float(drawn.split("(")[1].split(" s)")[0]) >= 0.2 - 0.05    # nothing before the delay
     line.rank_up(1, "host-a")
     line.rank_up(2, "host-b")
-    time.sleep(0.2)
-    drawn = _read_all(r).decode()
-    assert drawn.startswith("\rmpilaunch: starting: 1/8 ranks up, 1/4 hosts, waiting for h2 and 2 more (")
+    drawn = _read_until(r, "3/8 ranks up")
     assert "\rmpilaunch: starting: 3/8 ranks up, 2/4 hosts, waiting for h3 and 1 more (" in drawn
     for rank in range(3, 8):
         line.rank_up(rank, "x")
