@@ -161,11 +161,13 @@ class _Supervision:
     def prepare(self) -> None:
         try:
             self.collector = self.attempt.collector(self.backend)
+            # before any socket of ours exists: with fd 0 closed, the control channel's socket
+            # would be fd 0, and read as a stdin for rank 0 that never ends
+            self.plan = relays.stdin_target(self.backend, self.plan)
             self.control = self.forwarder.control = _open_control(self.backend, self.plan,
                                                                   self.attempt, self.adapter_died)
             if self.control is not None:   # its two variables reach every rank as the starter exports them
                 self.plan = self.backend.with_control(self.plan, self.control.names)
-            self.plan = relays.stdin_target(self.backend, self.plan)
             events.attempt_start(self.attempt.index, self.plan)   # the event record (docs/EVENTS.md)
             self.cmd: List[str] = list(self.backend.argv(self.plan))
         except BaseException:   # nothing started: the launcher's own signal state as it was
