@@ -10,6 +10,7 @@ rank (:meth:`Control.stacks`; docs/HANGS.md).
 """
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -56,6 +57,7 @@ class Control:
 
 
         _room_for(np)
+        _keep_stdio()
         self.token = secrets.token_hex(16)
         self.addresses = addresses(hosts)
         bind = net.LOOPBACK if self.addresses == [net.LOOPBACK] else "0.0.0.0"
@@ -274,6 +276,18 @@ class Control:
             pass
         self.thread.join(2)
         self.wake_w.close()
+
+
+def _keep_stdio() -> None:
+    """A closed fd 0, 1 or 2 gets /dev/null: else one of this channel's sockets takes its number,
+    and the starter, which inherits the launcher's fd 0, reads its stdin from it (seen: an MPI
+    program's rank 0 waited in input() for ever when mpilaunch ran with fd 0 closed). The
+    launcher treats a closed stdin and /dev/null alike (launch/relays.stdin_target)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)    # the lowest free number: this one
 
 
 def _room_for(np: int) -> None:
