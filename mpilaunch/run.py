@@ -10,7 +10,7 @@ from typing import Sequence
 from mpilaunch import backends, net, rundir, ssh
 from mpilaunch.config import allocation, launchconfig, longrun, mpiargs, options, rankcheck
 from mpilaunch.errors import UsageError
-from mpilaunch.longrun import attempts, discovery, restart
+from mpilaunch.longrun import attempts, discovery, nextattempt
 from mpilaunch.output import events
 
 
@@ -125,7 +125,7 @@ def main(argv: Sequence[str]) -> int:
         cfg = cfg._replace(master_port=net.free_port())
     cfg = backend.configure(cfg, env)
     chosen = cfg    # rank 0's address as the user gave it (or not): a later attempt on other
-    cfg = restart.attempt_cfg(cfg, long_run, 0)     # hosts decides it again from its own
+    cfg = nextattempt.attempt_cfg(cfg, long_run, 0)     # hosts decides it again from its own
     if cfg.dry_run:
         plan = backend.plan(cfg, env, "<run-dir>", os.geteuid())
         print(f"# {options.version_text()}")

@@ -16,12 +16,12 @@ from mpilaunch.config import longrun
 from mpilaunch.launch import starter
 from mpilaunch.launch.attempt import Attempt
 from mpilaunch.launch.stopping import BetweenAttempts
-from mpilaunch.longrun import discovery, restart, shrink
+from mpilaunch.longrun import discovery, nextattempt, restart, shrink
 from mpilaunch.output import events
 
 
 def run_job(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> int:
-    """Attempt 0 (``plan``/``run_dir`` made by run.main from ``restart.attempt_cfg(cfg, lr,
+    """Attempt 0 (``plan``/``run_dir`` made by run.main from ``nextattempt.attempt_cfg(cfg, lr,
     0)``), then as many restarts as the budget allows (``lr``: config.longrun.LongRun). ``disc``:
     ``--host-discovery-script`` (discovery.Discovery), which gives each later attempt its hosts.
     ``base``: the config before ``attempt_cfg``, whose ``master_addr`` is the user's own (attempt
@@ -62,9 +62,9 @@ def run_job(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> 
         stop = BetweenAttempts()
         try:
             stop.sleep(lr.restart_delay)
-            cfg = restart.attempt_cfg(cfg, lr, k)
+            cfg = nextattempt.attempt_cfg(cfg, lr, k)
             if lr.port_given and lr.rank0_here and not stop.signum:
-                restart.wait_port_free(cfg.master_port, lambda: stop.signum)
+                nextattempt.wait_port_free(cfg.master_port, lambda: stop.signum)
         finally:
             stop.restore()
         if stop.signum:

@@ -17,7 +17,7 @@ from helpers.ports import free_port
 from helpers.restart import TRAIN
 from mpilaunch.config.longrun import LongRun
 
-from mpilaunch.longrun import restart
+from mpilaunch.longrun import nextattempt
 from mpilaunch.backends import placement
 
 pytestmark = pytest.mark.skipif(
@@ -150,7 +150,7 @@ def test_attempt_flags_and_log_dirs():
     import collections
     C = collections.namedtuple("C", "log_dir master_port exec_mode rank_extra hosts")
     cfg = C("/logs", 8118, False, (), (Host("a", 2),))
-    got = restart.attempt_cfg(cfg, lr, 1)
+    got = nextattempt.attempt_cfg(cfg, lr, 1)
     assert got.log_dir == "/logs/attempt1" and got.master_port == 8118   # the user's port kept
     assert list(got.rank_extra) == ["--restart-count", "1", "--max-restarts", "2", "--term-grace", "3"]
     assert placement.mode(["--map-by", "slot"], False) == "exact"

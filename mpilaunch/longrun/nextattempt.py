@@ -1,0 +1,52 @@
+"""Each attempt's configuration: its log dir (``LOG_DIR/attempt<k>/``), its port, rank 0's
+address, and the adapter flags of the long-run settings (restart count, grace, watchdog, the span
+check, in-place coordination); and, when the user gave the port, the wait until the last attempt
+has let go of it."""
+from __future__ import annotations
+
+import os
+import time
+
+from mpilaunch import net
+from mpilaunch.backends import placement, rankcmd
+from mpilaunch.config import allocation
+from mpilaunch.config.longrun import LongRun
+from mpilaunch.errors import UsageError
+
+PORT_WAIT = 60.0
+
+
+def attempt_cfg(cfg, lr: LongRun, k: int):
+    """The config of attempt ``k``: its log dir, port and adapter flags."""
+    changes = {}
+    if lr.max_restarts:
+        changes["log_dir"] = os.path.join(lr.log_dir, f"attempt{k}")
+    spec = None
+    if lr.span:
+        spec = placement.expect_spec(cfg)
+    # in place: rank 0's adapter coordinates on a port picked here (rank 0 elsewhere: a guess
+    # that is free here; taken there, the job goes without in-place restarts: inplace.py)
+    coord = net.free_port() if lr.in_place and k < lr.max_restarts else None
+    extra = rankcmd.attempt_flags(k if lr.max_restarts else None, lr.max_restarts,
+                                  lr.term_grace, lr.stall_timeout, spec, coord)
+    # Rank 0 elsewhere (a launcher outside the hostfile) is on the first host only where the
+    # plan fills the slots in order; a placement of the user's own leaves it to the agreement.
+    placed = lr.rank0_here or (spec or "").split(";")[1:2] == ["exact"]
+    if lr.span and placed and not cfg.master_addr and not cfg.exec_mode and spec:
+        addr = net.rank0_address(cfg.hosts, allocation.node_addr_lookup(cfg.hosts_from, os.environ))
+        if addr:   # with the plan's node index, the adapters need no MPI agreement at all
+            changes["master_addr"] = addr
+    if k > 0 and not lr.port_given:   # a fresh port: nothing of the last attempt holds it
+        changes["master_port"] = (net.free_port() if lr.rank0_here
+                                  else cfg.master_port if cfg.exec_mode else 0)
+    return cfg._replace(rank_extra=tuple(extra), **changes)
+
+
+def wait_port_free(port: int, stopped) -> None:
+    end = time.monotonic() + PORT_WAIT
+    while not stopped() and time.monotonic() < end:
+        try:
+            net.check_port(net.LOOPBACK, port, "", check_addr=False)
+            return
+        except UsageError:
+            time.sleep(0.5)
