@@ -91,9 +91,6 @@ class LongRunAttempt(Attempt):
         self.lost = []          # the hosts the starter reported lost
         self.note = ""          # what the attempts' summary adds (a shrink)
 
-    def wants_control(self) -> bool:
-        return self.lr.term_grace is not None     # the graceful stop's channel
-
     def linger(self) -> float:
         """Adapters saving after the starter ended wait for them up to the grace."""
         base = LINGER
