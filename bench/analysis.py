@@ -276,7 +276,7 @@ _REPO = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 RANK_PATH = ["rank/__main__.py", "rank/_boot.py", "rank/supervisor.py", "rank/identity.py", "rank/agree.py",
              "rank/frameworkenv.py", "rank/logs.py", "rank/status.py", "rank/affinity.py"]
 FRONT_PATH = ["__main__.py", "cli.py", "config/launchconfig.py", "config/hostfile.py", "config/mpi.py",
-              "config/mpiargs.py", "config/broadcast.py", "launch/starter.py", "output/summary.py", "errors.py"]
+              "config/mpiargs.py", "config/broadcast.py", "supervise/starter.py", "output/summary.py", "errors.py"]
 
 
 _SNAPSHOT: dict = {}
@@ -370,7 +370,7 @@ def _launch_proposals(imp_ad, imp_fe) -> List[str]:
     lg = _where(["cli.py"], r"^import logging")
     if lg:
         fe_items.append(f"import `logging` only with `-v` ({lg})")
-    lz = _where(["launch/starter.py"], r"^import (ctypes|tempfile)|^from mpilaunch.output.summary")
+    lz = _where(["supervise/starter.py"], r"^import (ctypes|tempfile)|^from mpilaunch.output.summary")
     if lz:
         fe_items.append(f"import `ctypes`, `tempfile` and `summary` when `run()` needs them ({lz})")
     if _grep("config/mpi.py", r"^def detect") and not _grep("config/mpi.py", r"cache", top_level_only=False):

@@ -103,7 +103,7 @@ def setup_bytecode_cache(root: str) -> dict:
 
 def prewarm(pythons: Sequence[str]) -> None:
     """Fill the bytecode cache for what the measured processes import."""
-    mods = ("mpilaunch.cli, mpilaunch.config.launchconfig, mpilaunch.launch.starter, mpilaunch.backends.openmpi, mpilaunch.config.mpi, "
+    mods = ("mpilaunch.cli, mpilaunch.config.launchconfig, mpilaunch.supervise.starter, mpilaunch.backends.openmpi, mpilaunch.config.mpi, "
             "mpilaunch.config.mpiargs, mpilaunch.config.broadcast, mpilaunch.output.summary, mpilaunch.rank.__main__, "
             "mpilaunch.run, mpilaunch.config.options, mpilaunch.contract, mpilaunch.rundir, "
             "mpilaunch.config.tuneimport, mpilaunch.rank.options, mpilaunch.rank.plan, "

@@ -132,7 +132,7 @@ class Backend:
 
     # -- doing
     def watch(self, plan, job) -> None:
-        """Called once the starter runs (``job``: :class:`mpilaunch.launch.starter.Job`): start any
+        """Called once the starter runs (``job``: :class:`mpilaunch.supervise.starter.Job`): start any
         watcher the starter needs, e.g. to end the job where it would not end by itself."""
 
     def on_rank_failure(self, plan, job) -> None:

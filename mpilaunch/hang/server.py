@@ -3,7 +3,7 @@
 (``LOG_DIR/.mpilaunch-stacks``, 0600: a log dir is what a user knows of a running job).
 
 A request (one line, ``stacks`` or ``stacks native``) is answered by asking every adapter
-over the control channel the launcher already holds (``launch/control.py``: no new ssh login,
+over the control channel the launcher already holds (``supervise/control.py``: no new ssh login,
 the same across hosts); each answers with its py-spy dumps (``rank/stacks.py``). The texts go
 to ``LOG_DIR/stacks/TIME/rank_R.txt`` with the verdict (``verdict.py``) in ``verdict.txt``;
 the answer is one JSON line. The job is not touched: py-spy reads each process for a moment.

@@ -1,9 +1,9 @@
 """The attempts of a job: every launch is at least one attempt; with ``--max_restarts`` a
 failed attempt is followed by another (a new starter, new adapters, ``LOG_DIR/attempt<k>/``).
 
-Each attempt is a ``launch.attempt.Attempt`` (the protocol its supervision calls, with the
+Each attempt is a ``supervise.attempt.Attempt`` (the protocol its supervision calls, with the
 defaults of a plain launch), or ``restart.LongRunAttempt`` for the graceful stop and the stall
-watchdog. A stop signal between two attempts ends the job (``launch.stopping.BetweenAttempts``).
+watchdog. A stop signal between two attempts ends the job (``supervise.stopping.BetweenAttempts``).
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import sys
 
 from mpilaunch import rundir
 from mpilaunch.config import longrun
-from mpilaunch.launch import starter
-from mpilaunch.launch.attempt import Attempt
-from mpilaunch.launch.stopping import BetweenAttempts
+from mpilaunch.supervise import starter
+from mpilaunch.supervise.attempt import Attempt
+from mpilaunch.supervise.stopping import BetweenAttempts
 from mpilaunch.longrun import discovery, nextattempt, restart, shrink
 from mpilaunch.output import events
 

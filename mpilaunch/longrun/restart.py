@@ -38,8 +38,8 @@ from mpilaunch.backends import placement
 from mpilaunch.config.longrun import LongRun
 from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
 from mpilaunch.hang.server import stall_verdict
-from mpilaunch.launch.attempt import LINGER, Attempt
-from mpilaunch.launch.control import missing
+from mpilaunch.supervise.attempt import LINGER, Attempt
+from mpilaunch.supervise.control import missing
 from mpilaunch.output import events
 from mpilaunch.output.outcome import event_status
 from mpilaunch.output.summary import Collector, describe_status, who_and_where
@@ -71,7 +71,7 @@ class _Collector(Collector):
 
 class LongRunAttempt(Attempt):
     """One attempt with the launcher's part of the graceful stop and the stall watchdog
-    (the protocol: ``launch.attempt.Attempt``)."""
+    (the protocol: ``supervise.attempt.Attempt``)."""
 
     def __init__(self, index: int, lr: LongRun, np: int):
         super().__init__(index)

@@ -126,7 +126,7 @@ class Collector:
 
     def adapter_died(self, rank: int, pid: Optional[int], host: str, t: Optional[float] = None) -> None:
         """Rank ``rank``'s adapter died: its control connection closed without its last word
-        (launch/control.py). How it ended is read from the starter's report (:meth:`root_cause`)."""
+        (supervise/control.py). How it ended is read from the starter's report (:meth:`root_cause`)."""
         import time
 
         self.dead.append(Event(rank, host, "adapter", "exit", None, None, "self", None, [],

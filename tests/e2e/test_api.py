@@ -18,7 +18,8 @@ open(os.path.join(sys.argv[1], f"pid{rank}"), "w").write(str(os.getpid()))
 print(f"rank {rank} of {os.environ['WORLD_SIZE']}", flush=True)
 mode = sys.argv[2]
 if mode == "fail" and rank == 1:
-    time.sleep(0.2)
+    while not os.path.exists(os.path.join(sys.argv[1], "pid0")):   # rank 0 runs: its pid is known
+        time.sleep(0.01)
     sys.exit(7)
 if mode in ("fail", "hang"):
     time.sleep(60)

@@ -83,11 +83,11 @@ time.sleep(60)
 
 
 def test_the_channel_tells_a_dead_adapter_from_one_that_said_bye(tmp_path):
-    """The launcher's end of the control channel (launch/control.py) with a real adapter link
+    """The launcher's end of the control channel (supervise/control.py) with a real adapter link
     in another process: one that says bye and exits is not dead; one SIGKILLed is, with its
     rank, pid and host; a hello without the key's MAC is refused."""
     import socket
-    from mpilaunch.launch.control import Control
+    from mpilaunch.supervise.control import Control
     from mpilaunch.rank.control import ENDPOINT_VAR
 
     dead = []

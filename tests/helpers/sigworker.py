@@ -97,7 +97,7 @@ def channel_peers(pid):
     """How many adapters the launcher ``pid`` has answered on its control channel: its
     established TCP connections on which it has sent something (its ``ok``, the first thing it
     sends; once that is out, every command it sends reaches that adapter:
-    mpilaunch/launch/control.py). Only a connection is not enough: an adapter the kernel has
+    mpilaunch/supervise/control.py). Only a connection is not enough: an adapter the kernel has
     connected may still wait for its answer. Read with ``ss`` (bytes sent per socket, owner by
     pid) inside the process's own network namespace."""
     import re

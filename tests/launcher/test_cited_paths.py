@@ -187,25 +187,25 @@ def stale_citations(root, files=None):
 
 
 def test_the_scanner_reports_a_planted_stale_path(tmp_path):
-    (tmp_path / "mpilaunch" / "launch").mkdir(parents=True)
+    (tmp_path / "mpilaunch" / "supervise").mkdir(parents=True)
     (tmp_path / "mpilaunch" / "__init__.py").write_text("def launch():\n    pass\n")
-    (tmp_path / "mpilaunch" / "launch" / "__init__.py").write_text("")
-    (tmp_path / "mpilaunch" / "launch" / "starter.py").write_text("def run_attempt():\n    pass\n")
+    (tmp_path / "mpilaunch" / "supervise" / "__init__.py").write_text("")
+    (tmp_path / "mpilaunch" / "supervise" / "starter.py").write_text("def run_attempt():\n    pass\n")
     (tmp_path / "docs").mkdir()
     page = tmp_path / "docs" / "PAGE.md"
     page.write_text(
-        "the starter: mpilaunch/launch/starter.py, `mpilaunch/launch/starter.py::run_attempt`.\n"
+        "the starter: mpilaunch/supervise/starter.py, `mpilaunch/supervise/starter.py::run_attempt`.\n"
         "stale: (mpilaunch/launcher.py), mpilaunch/stall.py: and docs/GONE.md\n"
         "placeholders: mpilaunch/<package>/x.py, tests/launcher/test_{name}.py, "
         "/opt/mpilaunch/ms-venv, <pkg>/rank/_boot.py\n"
-        "modules: mpilaunch.launch.starter.run_attempt, mpilaunch.launch(),"
-        " mpilaunch.launch.starter.gone, mpilaunch.tune\n"
+        "modules: mpilaunch.supervise.starter.run_attempt, mpilaunch.launch(),"
+        " mpilaunch.supervise.starter.gone, mpilaunch.tune\n"
         "links: [ok](PAGE.md), [web](https://example.org/x.md), [anchor](#top), [gone](OLD.md)\n")
     assert stale_citations(str(tmp_path), [str(page)]) == [
         "docs/PAGE.md:2: mpilaunch/launcher.py",
         "docs/PAGE.md:2: mpilaunch/stall.py",
         "docs/PAGE.md:2: docs/GONE.md",
-        "docs/PAGE.md:4: mpilaunch.launch.starter.gone (mpilaunch.launch.starter has no gone)",
+        "docs/PAGE.md:4: mpilaunch.supervise.starter.gone (mpilaunch.supervise.starter has no gone)",
         "docs/PAGE.md:4: mpilaunch.tune (mpilaunch has no tune)",
         "docs/PAGE.md:5: link OLD.md",
     ]

@@ -16,7 +16,7 @@ PKG = os.path.join(REPO, "mpilaunch")
 # The layers, lowest first: a module may import its own package and the layers below it.
 # "root" is the shared modules beside the entry points (contract, errors, net, netif,
 # pdeathsig, rundir, ssh); run, api and cli are the entry points.
-LAYERS = ("root", "rank", "output", "config", "check", "backends", "hang", "launch", "longrun",
+LAYERS = ("root", "rank", "output", "config", "check", "backends", "hang", "supervise", "longrun",
           "run", "job", "report", "api", "cli")
 ENTRY = {"run": "run", "api": "api", "cli": "cli", "__main__": "cli"}
 # Imports against the order, each for a reason: the package root loads the Python API on
@@ -113,10 +113,10 @@ def test_the_packages_import_one_way():
 
 
 @pytest.mark.parametrize("graph, expected", [
-    ({"mpilaunch.config.options": {"mpilaunch.launch.starter"}},
-     ["mpilaunch.config.options (config) -> mpilaunch.launch.starter (launch)"]),
+    ({"mpilaunch.config.options": {"mpilaunch.supervise.starter"}},
+     ["mpilaunch.config.options (config) -> mpilaunch.supervise.starter (supervise)"]),
     ({"mpilaunch.net": {"mpilaunch.config.hostfile"}}, ["mpilaunch.net (root) -> mpilaunch.config.hostfile (config)"]),
-    ({"mpilaunch.longrun.restart": {"mpilaunch.launch.starter", "mpilaunch.config.longrun"}}, []),
+    ({"mpilaunch.longrun.restart": {"mpilaunch.supervise.starter", "mpilaunch.config.longrun"}}, []),
     ({"mpilaunch.cli": {"mpilaunch.run", "mpilaunch.job.command"}}, []),
 ])
 def test_the_layer_rule_itself(graph, expected):
@@ -155,3 +155,19 @@ def test_private_reach_finds_a_planted_one(tmp_path):
                        "def f():\n    return events._rec, events.emit\n")
     assert [h.split(": ", 1)[1] for h in private_reach(str(planted), _modules())] == [
         "mpilaunch.config.mpi._X", "mpilaunch.output.events._rec"]
+
+
+def test_no_module_shadows_the_python_api():
+    """``mpilaunch.launch()`` and the other names of the Python API are found by the package
+    root's ``__getattr__``; a subpackage or module of the same name, once imported, would
+    replace it (``mpilaunch.launch(...)``: 'module' object is not callable)."""
+    import mpilaunch
+
+    names = {m.split(".")[1] for m in _modules() if m.count(".") >= 1}
+    assert names & set(mpilaunch._API) == set()
+    code = ("import importlib, sys, mpilaunch\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n"
+            "print(all(callable(getattr(mpilaunch, a)) for a in mpilaunch._API))")
+    names = [m for m in _modules() if not m.endswith("__main__")]
+    proc = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert proc.stdout.strip() == "True", proc.stderr

@@ -103,8 +103,8 @@ def test_nothing_imports_the_dispatcher():
 
 # A backend is one room (docs/ARCHITECTURE.md, "Adding a backend"): it may use the shared rooms
 # and backends.base, never another backend, nor what drives the backends.
-DRIVERS = ("mpilaunch.launch.starter", "mpilaunch.longrun.attempts", "mpilaunch.longrun.restart", "mpilaunch.run",
-           "mpilaunch.launch.relays", "mpilaunch.output.outcome", "mpilaunch.cli")
+DRIVERS = ("mpilaunch.supervise.starter", "mpilaunch.longrun.attempts", "mpilaunch.longrun.restart", "mpilaunch.run",
+           "mpilaunch.supervise.relays", "mpilaunch.output.outcome", "mpilaunch.cli")
 # what every backend shares: the protocol, the rank command, where the ranks go
 BACKEND_SHARED = ("mpilaunch.backends", "mpilaunch.backends.base", "mpilaunch.backends.rankcmd",
                   "mpilaunch.backends.placement")
@@ -134,7 +134,7 @@ def test_a_backend_imports_no_other_backend_and_nothing_that_drives_it():
 
 def test_the_launcher_names_no_backend():
     graph = _graph()
-    for m in ("mpilaunch.launch.starter", "mpilaunch.longrun.attempts", "mpilaunch.launch.relays", "mpilaunch.output.outcome",
+    for m in ("mpilaunch.supervise.starter", "mpilaunch.longrun.attempts", "mpilaunch.supervise.relays", "mpilaunch.output.outcome",
               "mpilaunch.output.summary"):
         named = sorted(d for d in graph[m] if d.startswith("mpilaunch.backends.")
                        and d not in BACKEND_SHARED)

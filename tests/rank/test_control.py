@@ -1,4 +1,4 @@
-"""The control channel without a launch (mpilaunch/launch/control.py, mpilaunch/rank/control.py): the
+"""The control channel without a launch (mpilaunch/supervise/control.py, mpilaunch/rank/control.py): the
 launcher's socket and an adapter's link over loopback, real processes as the targets of the
 signals it delivers. The key stays out of the workers' environment and is a secret; a command
 is acted on once, only with the right MAC and a new sequence number; an endpoint that cannot
@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from mpilaunch import contract
-from mpilaunch.launch.control import Control, missing
+from mpilaunch.supervise.control import Control, missing
 from mpilaunch.rank import control
 from helpers.procs import wait_for
 

@@ -59,7 +59,7 @@ _SUBMITTED = []     # every _Jobs of the running test, for _no_job_outlives_its_
 # handler is in place (and every adapter is on the control channel, which SIGCONT takes under
 # srun) the limit is shortened so that the next look sends it. That pair, two signals at once,
 # is what once cost the workers their USR1 in a loaded full run, a launcher bug
-# (mpilaunch/launch/starter.py, wait_starter, says why): these tests hold it too.
+# (mpilaunch/supervise/starter.py, wait_starter, says why): these tests hold it too.
 WARN_LIMIT = ("-t", "10")
 WARN_AT = 300           # s before the end
 DUE_LIMIT = "5"         # min: the end 300 s after the start, WARN_AT before it: due at once

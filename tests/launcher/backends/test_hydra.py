@@ -202,7 +202,7 @@ def test_mpiexecs_environment_ends_with_a_variable_no_rank_needs(tmp_path):
     """MPICH's mpiexec drops the last entry of its environment for remote ranks (hydra.Hydra.env):
     the launcher puts the backend's additions last, in their order, so ENV_END takes that place
     and the control channel's key (or a user's listed variable) never does."""
-    from mpilaunch.launch.starter import starter_environment
+    from mpilaunch.supervise.starter import starter_environment
 
     p = make(["--ssh-port", "2222"], {}, MC, tmp_path)
     additions = hydra.Hydra(MC).env(p)

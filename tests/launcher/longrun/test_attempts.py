@@ -1,7 +1,7 @@
 """The attempts' list printed after a job with --max_restarts (mpilaunch/longrun/attempts.py)."""
 from mpilaunch.config.longrun import LongRun
 from mpilaunch.longrun import attempts
-from mpilaunch.launch.attempt import Attempt
+from mpilaunch.supervise.attempt import Attempt
 
 
 def test_summary_lists_every_attempt_with_its_cause_and_logs():

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 
-from mpilaunch.launch import relays
+from mpilaunch.supervise import relays
 from mpilaunch.backends.openmpi import OpenMpi
 from mpilaunch.check.results import FAIL, CheckResult
 from mpilaunch.config.mpi import OMPI5, MpiInfo

@@ -8,8 +8,8 @@ import sys
 import time
 from collections import namedtuple
 
-from mpilaunch.launch import starter
-from mpilaunch.launch.attempt import Attempt
+from mpilaunch.supervise import starter
+from mpilaunch.supervise.attempt import Attempt
 from mpilaunch.backends.base import Backend
 from mpilaunch.contract import STATUS_PREFIX
 from helpers.procs import wait_for

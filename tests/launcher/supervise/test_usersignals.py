@@ -1,4 +1,4 @@
-"""mpilaunch/launch/usersignals.py without a launch: which way each workers' signal goes (the starter
+"""mpilaunch/supervise/usersignals.py without a launch: which way each workers' signal goes (the starter
 when it forwards it, else the control channel, else a line saying it is not delivered), a
 SIGTSTP from slurmstepd (and another one within 5 s of it or of the resume) not passed on, nothing passed on while no rank runs, and the SIGTSTP
 thread really taking a SIGTSTP sent to this process (with its sender) while installed."""
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mpilaunch.launch import usersignals
+from mpilaunch.supervise import usersignals
 from mpilaunch.output.summary import signal_note
 from helpers.procs import wait_for
 

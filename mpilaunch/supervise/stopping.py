@@ -1,7 +1,7 @@
 """How an attempt comes to an end, and the launcher's stop signals.
 
 SIGINT, SIGTERM and SIGHUP stop the job (as they stop mpirun); SIGUSR1, SIGUSR2, SIGTSTP and
-SIGCONT are the workers' (launch/usersignals.py). During an attempt the supervision
+SIGCONT are the workers' (supervise/usersignals.py). During an attempt the supervision
 (``starter.run_attempt``) takes the stop signals; between two attempts :class:`BetweenAttempts`
 does, so that no further attempt starts."""
 from __future__ import annotations

@@ -30,9 +30,9 @@ from typing import List, Mapping, Optional
 from mpilaunch import rundir
 from mpilaunch.config import allocation
 from mpilaunch.hang import server as hang_server
-from mpilaunch.launch import control as control_channel
-from mpilaunch.launch import relays, usersignals
-from mpilaunch.launch.stopping import STOP_SIGNALS, StopState
+from mpilaunch.supervise import control as control_channel
+from mpilaunch.supervise import relays, usersignals
+from mpilaunch.supervise.stopping import STOP_SIGNALS, StopState
 from mpilaunch.output import events, outcome
 from mpilaunch.output.summary import Collector, render_summary, write_ranks_file
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
@@ -132,7 +132,7 @@ class Job:
 def run_attempt(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
                 attempt) -> int:
     """Start ``plan`` with ``backend`` and supervise it to its end; the attempt's exit status.
-    ``attempt``: the protocol of launch/attempt.py (``Attempt`` for a plain launch;
+    ``attempt``: the protocol of supervise/attempt.py (``Attempt`` for a plain launch;
     longrun/restart.py's ``LongRunAttempt`` for the graceful stop and the stall watchdog)."""
     s = _Supervision(backend, plan, attempt, run_dir)
     s.prepare()                 # nothing started yet: the control channel, the argv

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import List, Optional
 
-from mpilaunch.launch.control import missing
+from mpilaunch.supervise.control import missing
 
 SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTSTP, signal.SIGCONT)
 

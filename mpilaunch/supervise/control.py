@@ -282,7 +282,7 @@ def _keep_stdio() -> None:
     """A closed fd 0, 1 or 2 gets /dev/null: else one of this channel's sockets takes its number,
     and the starter, which inherits the launcher's fd 0, reads its stdin from it (seen: an MPI
     program's rank 0 waited in input() for ever when mpilaunch ran with fd 0 closed). The
-    launcher treats a closed stdin and /dev/null alike (launch/relays.stdin_target)."""
+    launcher treats a closed stdin and /dev/null alike (supervise/relays.stdin_target)."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
