@@ -15,6 +15,7 @@ from helpers import REPO
 from helpers import scale
 from helpers.launch import clean_env
 from helpers.mpis import OMPI5_MPIRUN as OMPI5
+from helpers.procs import wait_for
 
 pytestmark = pytest.mark.multinode
 
@@ -32,7 +33,8 @@ def test_the_scale_set_is_wide_and_its_hosts_are_idle(scalehosts):
     assert len({h.addr for h in th.hosts}) == n
     assert all(h.addr.startswith(th.subnet.rsplit(".", 1)[0] + ".") for h in th.hosts)
     assert th.ssh(n - 1, ["hostname"]).stdout.strip() == th.hosts[-1].hostname
-    assert th.leftovers() == {}
+    # the ssh above has just ended: its session on host n leaves as we look
+    assert wait_for(lambda: th.leftovers() == {}, timeout=10) is True, th.leftovers()
 
 
 def scale_n(th):

@@ -5,6 +5,7 @@ Cpus_allowed_list and the memory policy /proc/<pid>/numa_maps shows, bound throu
 sched_setaffinity + set_mempolicy (no numactl here) or a numactl found on PATH."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -152,6 +153,13 @@ status = dict(l.rstrip("\n").split(":\t", 1) for l in open("/proc/self/status") 
 policy = open("/proc/self/numa_maps").readline().split()[1]
 print("%s %s cpus=%s policy=%s" % (os.environ.get("MS_ROLE"), os.environ["RANK"],
       status["Cpus_allowed_list"], policy), flush=True)
+# "--wait-scheduler": the job's end stops the scheduler, so a worker leaves only once the
+# scheduler's line is in its log
+sched = os.path.join("logs", "scheduler.log")
+while (sys.argv[1:] == ["--wait-scheduler"] and os.environ.get("MS_ROLE") == "MS_WORKER"
+       and not (os.path.exists(sched) and os.path.getsize(sched) > 0)):
+    import time
+    time.sleep(0.01)
 '''
 
 
@@ -173,14 +181,16 @@ def test_real_workers_are_bound_by_sched_setaffinity_and_set_mempolicy(tmp_path)
     cpus = allowed()
     script = tmp_path / "w.py"
     script.write_text(WORKER)
-    p = run(["-np", "2", "--bind_numa", "True", "--scheduler", "--log_dir", "logs", str(script)], tmp_path)
+    p = run(["-np", "2", "--bind_numa", "True", "--scheduler", "--log_dir", "logs", str(script),
+             "--wait-scheduler"], tmp_path)
     assert p.returncode == 0, p.stderr
     assert lines(tmp_path, "worker_0.log") == ["MS_WORKER", "0", f"cpus={cpus}", "policy=bind:0"]
     assert lines(tmp_path, "worker_1.log") == ["MS_WORKER", "1", f"cpus={cpus}", "policy=bind:0"]
     assert lines(tmp_path, "scheduler.log") == ["MS_SCHED", "0", f"cpus={cpus}", "policy=default"]
+    shutil.rmtree(tmp_path / "logs")   # the next job's scheduler line is waited for afresh
     p = run(["-np", "2", "--bind_numa", '{"device0": [0], "scheduler": [0]}', "--bind_core",
-             '{"device0": ["1"], "device1": ["0"]}', "--scheduler", "--log_dir", "logs", str(script)],
-            tmp_path)
+             '{"device0": ["1"], "device1": ["0"]}', "--scheduler", "--log_dir", "logs", str(script),
+             "--wait-scheduler"], tmp_path)
     assert p.returncode == 0, p.stderr
     assert lines(tmp_path, "worker_0.log") == ["MS_WORKER", "0", "cpus=1", "policy=bind:0"]
     assert lines(tmp_path, "worker_1.log") == ["MS_WORKER", "1", "cpus=0", "policy=default"]
