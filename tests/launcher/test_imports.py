@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, package
 
 PKG = os.path.join(REPO, "mpilaunch")
 
@@ -24,15 +24,7 @@ ENTRY = {"run": "run", "api": "api", "cli": "cli", "__main__": "cli"}
 ALLOWED = {("mpilaunch", "mpilaunch.api")}
 
 
-def _modules():
-    out = {}
-    for dirpath, _, files in os.walk(PKG):
-        for f in files:
-            if f.endswith(".py"):
-                path = os.path.join(dirpath, f)
-                rel = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
-                out[rel[: -len(".__init__")] if rel.endswith(".__init__") else rel] = path
-    return out
+_modules = package.modules
 
 
 def _imported(path):

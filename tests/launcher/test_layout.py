@@ -9,21 +9,13 @@ import os
 import pytest
 
 from helpers import REPO as ROOT
+from helpers import package
 
 PKG = os.path.join(ROOT, "mpilaunch")
 MAX_LINES = 400
 
 
-def _modules():
-    out = {}
-    for dirpath, _, files in os.walk(PKG):
-        for f in files:
-            if f.endswith(".py"):
-                path = os.path.join(dirpath, f)
-                rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
-                name = rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
-                out[name] = path
-    return out
+_modules = package.modules
 
 
 def _imports(path, name, modules):
