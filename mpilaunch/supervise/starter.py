@@ -314,9 +314,8 @@ class _Supervision:
         """From the control thread: rank ``rank``'s adapter died (no last word) before the job
         was ending: its failure, as a rank's own (docs/HANGS.md)."""
         job = self.job
-        if self.stop.asked or self.stop.rank_failed or (job is not None and job.ended):
+        if self.stop.asked or (job is not None and job.ended) or not self.stop.take_failure():
             return      # the teardown's victim, or one more after the first failure
-        self.stop.take_failure()
         self.collector.adapter_died(rank, pid, host)
         events.emit("adapter_dead", rank=rank, pid=pid, host=host)
         print(f"mpilaunch: rank {rank}'s adapter (pid {pid} on host {host}) died: its connection "
