@@ -1,5 +1,5 @@
 """The long-run settings, checked where the configuration is built: ``--max_restarts``,
-``--restart-mode``, ``--restart-delay``, ``--term-grace``, ``--stall-timeout``, ``--min-hosts``,
+``--max_no_progress_restarts``, ``--restart-mode``, ``--restart-delay``, ``--term-grace``, ``--stall-timeout``, ``--min-hosts``,
 ``--no-span-check`` and ``--host-discovery-script`` (what each does: docs/LONG_JOBS.md; the
 launcher's part: mpilaunch/longrun/). A setting the chosen backend cannot honour is refused by
 :func:`for_backend`, still before anything starts."""
@@ -18,12 +18,14 @@ DISCOVERY_FLAG = "--host-discovery-script"
 
 
 class LongRun(namedtuple("LongRun", "max_restarts restart_delay term_grace stall_timeout "
-                         "span log_dir port_given rank0_here in_place min_hosts discovery_script",
-                         defaults=(False, None, None))):
+                         "span log_dir port_given rank0_here in_place min_hosts discovery_script "
+                         "max_no_progress", defaults=(False, None, None, 0))):
     """The long-run settings, validated, plus what each attempt needs from the first;
     ``in_place``: ``--restart-mode in-place`` (rank/inplace.py); ``min_hosts``: ``--min-hosts``
     (None: off; mpilaunch/longrun/shrink.py); ``discovery_script``: the absolute path of
-    ``--host-discovery-script`` (None: off; mpilaunch/longrun/discovery.py)."""
+    ``--host-discovery-script`` (None: off; mpilaunch/longrun/discovery.py);
+    ``max_no_progress``: ``--max_no_progress_restarts`` (0: no limit;
+    mpilaunch/longrun/progress.py)."""
 
     __slots__ = ()
 
@@ -55,7 +57,7 @@ def settings(args, env, cfg) -> LongRun:
                  not getattr(args, "no_span_check", False), cfg.log_dir,
                  str(getattr(args, "master_port", None) or "0").strip() != "0",  # 0: pick
                  net.rank0_is_here(cfg.hosts), mode == "in-place" and n > 0,
-                 _min_hosts(args, n), script)
+                 _min_hosts(args, n), script, _max_no_progress(args, n))
     if lr.stall_timeout == 0:
         raise UsageError(f"{options.BY_DEST['stall_timeout'].name}=0: give a number of seconds > 0")
     if cfg.exec_mode and lr.in_place:
@@ -77,6 +79,14 @@ def _min_hosts(args, n: int) -> Optional[int]:
     if not n:
         raise UsageError(f"{source} needs --max_restarts N: the hosts left run the next attempt")
     return m
+
+
+def _max_no_progress(args, n: int) -> int:
+    raw, source = options.setting(args, {}, "max_no_progress_restarts")
+    limit = contract.whole(raw, source, 0, 1000)
+    if source != "default" and limit and not n:
+        raise UsageError(f"{source} needs --max_restarts N: it limits the restarts")
+    return limit if n else 0
 
 
 def for_hosts(lr: LongRun, hosts, hosts_source: str) -> LongRun:

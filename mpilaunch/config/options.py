@@ -167,6 +167,10 @@ OPTIONS = (
     _o(("--max_restarts", "--max-restarts"), "max_restarts",
        "restart the whole job after a failure, up to N times in all (logs: LOG_DIR/attempt<k>/)",
        "long", default="0", metavar="N", commands=(RUN, JOB)),
+    _o(("--max_no_progress_restarts", "--max-no-progress-restarts"), "max_no_progress_restarts",
+       "with --max_restarts: after N attempts in a row failed before any worker made progress "
+       "(see docs/LONG_JOBS.md), do not restart again; 0: no limit", "long", default="3",
+       metavar="N", commands=(RUN, JOB)),
     _o(("--restart-mode", "--restart_mode"), "restart_mode",
        "in-place: a failed worker restarts inside the running job (mpirun and the adapters stay; "
        "a lost host still relaunches); relaunch: a new mpirun every time", "long",

@@ -16,7 +16,7 @@ from mpilaunch.config import longrun
 from mpilaunch.supervise import starter
 from mpilaunch.supervise.attempt import Attempt
 from mpilaunch.supervise.stopping import BetweenAttempts
-from mpilaunch.longrun import discovery, nextattempt, restart, shrink
+from mpilaunch.longrun import discovery, nextattempt, progress, restart, shrink
 from mpilaunch.output import events
 
 
@@ -30,14 +30,17 @@ def run_job(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> 
     k = 0
     base = cfg if base is None else base
     while True:
-        att = (restart.LongRunAttempt(k, lr, plan.np)   # discovery: it learns the lost hosts
-               if longrun.long_run_on(lr) or disc is not None else Attempt(k))
+        # with restarts: it learns the lost hosts and whether any worker made progress
+        att = (restart.LongRunAttempt(k, lr, plan.np)
+               if longrun.long_run_on(lr) or disc is not None or lr.max_restarts else Attempt(k))
         status = starter.run_attempt(backend, plan, env, run_dir, cfg.keep_tune_file, att)
         attempts += getattr(att, "in_place", [])   # restarted in place, inside this launch
         attempts.append(att)
         k = att.index
         if (status == 0 or att.stopped_by is not None or att.usage_error
                 or k >= lr.max_restarts):
+            break
+        if no_progress_stop(attempts, lr, att):
             break
         k += 1
         if disc is not None:   # the script's hosts, less those cooling down or failing checks
@@ -86,12 +89,35 @@ def run_job(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> 
     return status
 
 
+def no_progress_stop(attempts, lr, att) -> bool:
+    """``--max_no_progress_restarts N``: the last N attempts all failed before any worker made
+    progress (progress.py) -> True, said in one line and in the event record; the job ends
+    with the last attempt's status and the rest of the budget unused."""
+    n = progress.streak(attempts)
+    if not lr.max_no_progress or n < lr.max_no_progress:
+        return False
+    left = lr.max_restarts - att.index
+    att.no_progress_end = (f"{n} attempts in a row failed before any worker made progress "
+                           f"(--max_no_progress_restarts {lr.max_no_progress}): not restarted; "
+                           f"restart budget {left} left unused")
+    events.emit("no_progress", attempts=n, limit=lr.max_no_progress, budget_left=left,
+                cause=att.cause)
+    print(f"mpilaunch: {n} attempts in a row failed before any worker made progress (last: "
+          f"{att.cause}): not restarting; restart budget {left} left unused", file=sys.stderr,
+          flush=True)
+    return True
+
+
 def summary(attempts, lr, status: int) -> str:
     lines = [f"mpilaunch: {len(attempts)} attempt(s), restart budget {lr.max_restarts}; "
              f"exit status {status} (the last attempt's)"]
+    end = getattr(attempts[-1], "no_progress_end", None) if attempts else None
+    if end:
+        lines.append(f"  {end}")
     for att in attempts:
         what = ("succeeded" if att.status == 0 else f"exit status {att.status}: {att.cause}"
-                + getattr(att, "note", ""))
+                + getattr(att, "note", "")
+                + ("" if getattr(att, "progress", True) else "; no worker made progress"))
         lines.append(f"  attempt {att.index}: {what}; logs: "
                      f"{os.path.join(lr.log_dir, f'attempt{att.index}')}")
     return "\n".join(lines) + "\n"

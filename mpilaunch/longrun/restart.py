@@ -38,11 +38,12 @@ from mpilaunch.backends import placement
 from mpilaunch.config.longrun import LongRun
 from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
 from mpilaunch.hang.server import stall_verdict
+from mpilaunch.longrun.progress import RankFacts
 from mpilaunch.supervise.attempt import LINGER, Attempt
 from mpilaunch.supervise.control import missing
 from mpilaunch.output import events
 from mpilaunch.output.outcome import event_status
-from mpilaunch.output.summary import Collector, describe_status, who_and_where
+from mpilaunch.output.summary import DEAD_MESSAGE, Collector, describe_status, who_and_where
 
 GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and exit
 
@@ -57,6 +58,7 @@ class _Collector(Collector):
         self.attempt = attempt
 
     def feed_status(self, event) -> None:
+        self.attempt.facts.feed(event)   # did any worker make progress (progress.py)
         if event.cause == LIFE_CAUSE and event.event == "up" and event.rank is not None:
             self.attempt.rank_hosts[event.rank] = event.host   # where each rank runs
         if event.event == RESTART_EVENT:    # an attempt restarted in place
@@ -90,6 +92,9 @@ class LongRunAttempt(Attempt):
         self.rank_hosts = {}    # rank -> the host name its adapter reported
         self.lost = []          # the hosts the starter reported lost
         self.note = ""          # what the attempts' summary adds (a shrink)
+        self.facts = RankFacts()    # the workers' progress in this attempt (progress.py)
+        self.progress = True    # any worker made progress (decided in finish)
+        self.signalled = []     # ranks killed by a signal, or whose adapter died (finish)
 
     def linger(self) -> float:
         """Adapters saving after the starter ended wait for them up to the grace."""
@@ -149,9 +154,13 @@ class LongRunAttempt(Attempt):
         with self.lock:
             done = InPlaceAttempt(self.index, event_status(event), _who(event)
                                   + describe_status(event.code, event.signal))
+            if event.rank is not None and (event.code or event.signal):
+                self.facts.failed.setdefault(event.rank, event.t)
+            done.progress = self.facts.made_progress()
             self.in_place.append(done)
             self.index += 1
             self.silent, self.done = {}, set()
+            self.facts = RankFacts()
         events.emit("restart", next_attempt=self.index, cause=done.cause, delay=0.0,
                     mode="in-place")
         events.next_attempt_in_place(self.index)
@@ -193,6 +202,12 @@ class LongRunAttempt(Attempt):
     def finish(self, status: int, collector: Collector, stopped_by) -> None:
         super().finish(status, collector, stopped_by)
         self.lost = collector.lost_hosts()
+        self.progress = status == 0 or self.facts.made_progress()
+        # the ranks whose process was killed by a signal or whose adapter died: their hosts
+        # are checked before the next attempt (health.py)
+        self.signalled = sorted({e.rank for e in collector.events + collector.dead
+                                 + collector.notices if e.rank is not None and e.cause == "self"
+                                 and (e.signal or e.message == DEAD_MESSAGE)})
         if stopped_by is not None:
             return
         if self.stalled is not None:
@@ -233,6 +248,7 @@ class InPlaceAttempt:
     def __init__(self, index: int, status: int, cause: str):
         self.index, self.status, self.cause = index, status, cause
         self.stopped_by, self.usage_error = None, False
+        self.progress = True
 
 
 def _who(event) -> str:

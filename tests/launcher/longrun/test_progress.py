@@ -1,0 +1,82 @@
+"""The progress rule of --max_no_progress_restarts (mpilaunch/longrun/progress.py) and the
+end it makes in the attempts' loop (mpilaunch/longrun/attempts.py)."""
+import pytest
+
+from mpilaunch.config.longrun import LongRun
+from mpilaunch.longrun import attempts, progress
+from mpilaunch.longrun.restart import InPlaceAttempt
+from mpilaunch.output.summary import Event
+
+
+def _ev(rank, event, cause, t, code=None, sig=None, role="worker"):
+    return Event(rank, "a", role, event, code, sig, cause, None, [], t)
+
+
+@pytest.mark.parametrize("feed, expected", [
+    # a script failing at import: its traceback is its first output, at its exit
+    ([_ev(0, "output", "life", 1.0), _ev(0, "exit", "self", 1.02, code=1),
+      _ev(1, "output", "life", 1.1), _ev(1, "exit", "self", 1.1, code=1)], False),
+    # nothing printed, one rank failed, the other torn down: no progress
+    ([_ev(1, "exit", "self", 1.0, code=1), _ev(0, "exit", "terminated", 1.5, sig=15)], False),
+    # rank 0 printed and was torn down when rank 1 failed: rank 0 was working
+    ([_ev(0, "output", "life", 1.0), _ev(1, "output", "life", 1.0),
+      _ev(1, "exit", "self", 1.01, code=1), _ev(0, "exit", "terminated", 1.5, sig=15)], True),
+    # one rank, first output 5 s before its failure: it went on after writing
+    ([_ev(0, "output", "life", 1.0), _ev(0, "exit", "self", 6.0, code=1)], True),
+    ([_ev(0, "output", "life", 1.0), _ev(0, "exit", "self", 5.9, code=1)], False),
+    # a worker that finished (exit 0) while another failed
+    ([_ev(0, "exit", "life", 2.0, code=0), _ev(1, "exit", "self", 3.0, code=1)], True),
+    # a watchdog progress event (output or heartbeat after a silence)
+    ([_ev(0, "progress", "stall", 9.0), _ev(0, "exit", "self", 9.5, sig=9)], True),
+    # the scheduler's output is not a worker's progress
+    ([_ev(0, "output", "life", 1.0, role="scheduler"), _ev(1, "exit", "self", 9.0, code=1)],
+     False),
+])
+def test_the_rule(feed, expected):
+    facts = progress.RankFacts()
+    for e in feed:
+        facts.feed(e)
+    assert facts.made_progress() is expected
+
+
+def _failed(index, progressed, cause="rank 1 (worker) on host a: exit code 1"):
+    att = InPlaceAttempt(index, 1, cause)
+    att.progress = progressed
+    return att
+
+
+def test_streak_counts_from_the_last_attempt():
+    assert progress.streak([]) == 0
+    assert progress.streak([_failed(0, False), _failed(1, True), _failed(2, False),
+                            _failed(3, False)]) == 2
+    assert progress.streak([_failed(0, False), _failed(1, False)]) == 2
+
+
+def _lr(limit, budget=10):
+    return LongRun(budget, 0.0, None, None, False, "/logs", False, True, max_no_progress=limit)
+
+
+def test_the_limit_ends_the_job_with_one_line_and_the_summary_says_it(capsys):
+    done = [_failed(0, False), _failed(1, False)]
+    assert attempts.no_progress_stop(done, _lr(3), done[-1]) is False
+    done.append(_failed(2, False))
+    assert attempts.no_progress_stop(done, _lr(0), done[-1]) is False    # 0: no limit
+    assert attempts.no_progress_stop(done, _lr(3), done[-1]) is True
+    assert capsys.readouterr().err == (
+        "mpilaunch: 3 attempts in a row failed before any worker made progress (last: rank 1 "
+        "(worker) on host a: exit code 1): not restarting; restart budget 8 left unused\n")
+    assert attempts.summary(done, _lr(3), 1) == (
+        "mpilaunch: 3 attempt(s), restart budget 10; exit status 1 (the last attempt's)\n"
+        "  3 attempts in a row failed before any worker made progress "
+        "(--max_no_progress_restarts 3): not restarted; restart budget 8 left unused\n"
+        "  attempt 0: exit status 1: rank 1 (worker) on host a: exit code 1; no worker made "
+        "progress; logs: /logs/attempt0\n"
+        "  attempt 1: exit status 1: rank 1 (worker) on host a: exit code 1; no worker made "
+        "progress; logs: /logs/attempt1\n"
+        "  attempt 2: exit status 1: rank 1 (worker) on host a: exit code 1; no worker made "
+        "progress; logs: /logs/attempt2\n")
+
+
+def test_an_attempt_with_progress_breaks_the_streak():
+    done = [_failed(0, False), _failed(1, False), _failed(2, True), _failed(3, False)]
+    assert attempts.no_progress_stop(done, _lr(2), done[-1]) is False
