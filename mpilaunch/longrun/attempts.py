@@ -16,7 +16,7 @@ from mpilaunch.config import longrun
 from mpilaunch.supervise import starter
 from mpilaunch.supervise.attempt import Attempt
 from mpilaunch.supervise.stopping import BetweenAttempts
-from mpilaunch.longrun import discovery, nextattempt, progress, restart, shrink
+from mpilaunch.longrun import discovery, health, nextattempt, progress, restart, shrink
 from mpilaunch.output import events
 
 
@@ -29,6 +29,7 @@ def run_job(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> 
     attempts = []
     k = 0
     base = cfg if base is None else base
+    hosts_health = disc.health if disc is not None else health.HostHealth()
     while True:
         # with restarts: it learns the lost hosts and whether any worker made progress
         att = (restart.LongRunAttempt(k, lr, plan.np)
@@ -48,14 +49,24 @@ def run_job(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> 
             if found is None:    # no host left: the job ends with this attempt's status
                 break
             cfg, lr = found
+        checked = None
+        if disc is None:   # the hosts the failure involved, checked before a relaunch onto them
+            try:
+                checked = health.before_relaunch(hosts_health, cfg, base, lr, att, k, health.say)
+            except health.Ended as end:
+                status = end.status
+                att.end_note, att.end_status = f"{end}: exit status {status}", status
+                health.say(str(end))
+                break
         events.emit("restart", next_attempt=k, cause=att.cause, delay=lr.restart_delay)
         print(f"mpilaunch: attempt {k - 1} failed ({att.cause}); restarting the job: attempt "
               f"{k} of at most {lr.max_restarts + 1}"
               + (f" in {lr.restart_delay:g} s" if lr.restart_delay else ""),
               file=sys.stderr, flush=True)
-        smaller = None if disc is not None else shrink.shrink(cfg, base, lr, att)
+        smaller = None if disc is not None else checked or shrink.shrink(cfg, base, lr, att)
         if smaller is not None:    # --min-hosts: the hosts left run the next attempt
             cfg, lr, dropped = smaller
+            dropped = list(dropped)
             att.note = (f"; dropped host {', '.join(dropped)}: attempt {k} on "
                         f"{len(cfg.hosts)} host(s), world size {cfg.np}")
             events.emit("shrink", dropped=dropped, hosts=len(cfg.hosts), np=cfg.np)
@@ -97,7 +108,7 @@ def no_progress_stop(attempts, lr, att) -> bool:
     if not lr.max_no_progress or n < lr.max_no_progress:
         return False
     left = lr.max_restarts - att.index
-    att.no_progress_end = (f"{n} attempts in a row failed before any worker made progress "
+    att.end_note = (f"{n} attempts in a row failed before any worker made progress "
                            f"(--max_no_progress_restarts {lr.max_no_progress}): not restarted; "
                            f"restart budget {left} left unused")
     events.emit("no_progress", attempts=n, limit=lr.max_no_progress, budget_left=left,
@@ -109,9 +120,12 @@ def no_progress_stop(attempts, lr, att) -> bool:
 
 
 def summary(attempts, lr, status: int) -> str:
+    last = attempts[-1] if attempts else None
+    whose = ("a host failed its check before a restart"
+             if getattr(last, "end_status", None) == status else "the last attempt's")
     lines = [f"mpilaunch: {len(attempts)} attempt(s), restart budget {lr.max_restarts}; "
-             f"exit status {status} (the last attempt's)"]
-    end = getattr(attempts[-1], "no_progress_end", None) if attempts else None
+             f"exit status {status} ({whose})"]
+    end = getattr(last, "end_note", None)
     if end:
         lines.append(f"  {end}")
     for att in attempts:

@@ -9,12 +9,11 @@ hold it), ranks, ``LOCAL_*`` and rank 0's address follow from the new plan, as w
 Rules between attempts (:class:`Discovery`):
 
 - A host that failed :data:`FAILS_TO_COOL` times (lost by the starter, or failed its preflight)
-  is left out for :data:`COOL_DOWN` seconds even while the script lists it. Two, not one: the
-  script is the orchestrator's view of what is alive, and a single loss is often a flap (a
-  link or ssh connection cut once); a host the script still lists after one loss is
-  preflighted again before it is used, so a host still down is left out of that attempt
-  anyway. A second failure means the host passes the checks and still kills attempts: then
-  it costs every further attempt, and it sits out the cool-down.
+  is left out for :data:`COOL_DOWN` seconds even while the script lists it: the rule of
+  health.py (:class:`health.HostHealth`), the same as before a relaunch without discovery.
+  The script is the orchestrator's view of what is alive, and a single loss is often a flap; a
+  host the script still lists after one loss is preflighted again before it is used, so a
+  host still down is left out of that attempt anyway.
 - A host not used by an earlier attempt, or lost in the last one, is preflighted (the ssh
   checks of mpilaunch/check/) before it is used; one that fails is left out of that attempt
   and named on stderr. The first attempt's hosts get the launch's own start checks, as hosts
@@ -39,15 +38,14 @@ from mpilaunch.config import hostfile as hf
 from mpilaunch.config import longrun, options
 from mpilaunch.config.longrun import DISCOVERY_FLAG
 from mpilaunch.errors import UsageError
-from mpilaunch.longrun import shrink
+from mpilaunch.longrun import health, shrink
+from mpilaunch.longrun.health import COOL_DOWN, FAILS_TO_COOL  # noqa: F401 (the rule's numbers)
 from mpilaunch.output import events
 from mpilaunch.output.summary import signal_name
 from mpilaunch.ssh import last_line
 
 FLAG = DISCOVERY_FLAG
 TIMEOUT = 30.0          # seconds the script may take (a kubectl or API call, not a scan)
-FAILS_TO_COOL = 2       # failures of a host before it sits out (see the module's text)
-COOL_DOWN = 300.0       # seconds a host that failed FAILS_TO_COOL times is left out
 STDERR_KEPT = 200       # characters of the script's last stderr line kept for the message
 
 
@@ -146,9 +144,8 @@ class Discovery:
         self.script, self.user_np, self.timeout = script, user_np, timeout
         self.clock = clock
         self.runner = runner or (lambda: discover(self.script, self.timeout))
-        self.preflight = preflight or _preflight
-        self.fails: Dict[str, int] = {}
-        self.cooled: Dict[str, float] = {}     # host -> when it may be used again
+        self.preflight = preflight or health.preflight
+        self.health = health.HostHealth(clock)   # failures and cool-downs (health.py)
         self.seen = set()                      # hosts an attempt ran on
         self.last_checked: List[str] = []      # the hosts the last next_hosts preflighted
 
@@ -166,14 +163,17 @@ class Discovery:
                             hosts_source=f"{FLAG} {self.script}")
 
     # ---------------------------------------------------------------- later attempts
+    @property
+    def fails(self) -> Dict[str, int]:
+        return self.health.fails
+
+    @property
+    def cooled(self) -> Dict[str, float]:
+        return self.health.cooled
+
     def charge(self, failed: Sequence[str], warn) -> None:
         """Count a failure against each host; the FAILS_TO_COOL-th sends it to cool down."""
-        for name in failed:
-            self.fails[name] = self.fails.get(name, 0) + 1
-            if self.fails[name] >= FAILS_TO_COOL:
-                self.fails[name] = 0
-                self.cooled[name] = self.clock() + COOL_DOWN
-                warn(f"host {name} failed {FAILS_TO_COOL} times: left out for {COOL_DOWN:g} s")
+        self.health.charge(failed, warn)
 
     def next_hosts(self, k: int, previous: Tuple[hf.Host, ...], lost: Sequence[str],
                    cfg, warn) -> Tuple[Tuple[hf.Host, ...], Dict[str, str]]:
@@ -185,15 +185,12 @@ class Discovery:
         except DiscoveryError as exc:
             warn(f"{exc}; attempt {k} keeps the hosts of attempt {k - 1}")
             listed = previous
-        now = self.clock()
-        for name, until in list(self.cooled.items()):
-            if until <= now:
-                del self.cooled[name]
+        cooling = self.health.cooling()
         out: Dict[str, str] = {}
         hosts = []
         for h in listed:   # a host is its label: one address may be listed once per ssh port
-            if hf.label(h) in self.cooled:
-                out[hf.label(h)] = f"cooling down ({self.cooled[hf.label(h)] - now:.0f} s left)"
+            if hf.label(h) in cooling:
+                out[hf.label(h)] = f"cooling down ({cooling[hf.label(h)]:.0f} s left)"
             else:
                 hosts.append(h)
         fresh = [h for h in hosts if hf.label(h) not in self.seen or hf.label(h) in lost]
@@ -207,21 +204,6 @@ class Discovery:
             hosts = [h for h in hosts if hf.label(h) not in bad]
         self.seen.update(hf.label(h) for h in hosts)
         return tuple(hosts), out
-
-
-def _preflight(cfg, hosts: Sequence[hf.Host]) -> Dict[str, str]:
-    """The launch's ssh checks (resolve, ssh port, login) on ``hosts`` -> failing host -> why."""
-    from mpilaunch import check, net
-
-    remote = [h for h in hosts if not net.is_here(h)]
-    if not remote:
-        return {}
-    probe = cfg._replace(hosts=tuple(remote), np=sum(h.slots for h in remote))
-    bad: Dict[str, str] = {}
-    for r in check.failed(check.run_checks(probe, timeout=check.DEFAULT_TIMEOUT)):
-        if r.host:
-            bad.setdefault(r.host, f"{r.check}: {r.message}")
-    return bad
 
 
 def setup(args, cfg, env):
