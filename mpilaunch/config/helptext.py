@@ -24,7 +24,8 @@ def _launch_statuses() -> str:
             f"  {outcome.STALL_STATUS}      the stall watchdog ended the job (--stall-timeout)\n"
             "  128+N    mpilaunch was asked to stop by signal N (130: Ctrl-C, 143: SIGTERM), or\n"
             "           the failing rank was killed by signal N\n"
-            f"  {outcome.LOST_HOST_STATUS}      a host was lost\n"
+            f"  {outcome.LOST_HOST_STATUS}      a host was lost (with --max_restarts: or failed its check before a\n"
+            "           restart)\n"
             "  other    the failing rank's exit code (the root cause the summary names)\n"
             "with --max_restarts: the last attempt's status.")
 

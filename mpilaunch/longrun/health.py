@@ -169,6 +169,7 @@ def before_relaunch(health: HostHealth, cfg, base, lr, att, k: int, warn: Callab
     ended = bool(out) and (lr.min_hosts is None or len(left) < lr.min_hosts or not left)
     if checked or out:
         events.emit("host_check", next_attempt=k, checked=[hf.label(hosts[i]) for i in checked],
+                    level="deep" if getattr(cfg, "preflight", None) == "deep" else "ssh",
                     failed=record, ended=ended)
     if not out:
         return None

@@ -3,7 +3,7 @@ worker is killed by a signal (SIGKILL) on host 3, whose sshd was stopped just be
 next attempt is not spent on that host: with --min-hosts it is dropped and the job completes on
 the two left; without, the job ends at once, exit 255, one line naming the host and why. Nothing
 of the job is left on any host."""
-import subprocess
+import json
 
 import pytest
 
@@ -90,14 +90,17 @@ def test_without_min_hosts_the_job_ends_at_once_naming_the_host(testhosts_health
     _nothing_left(th)
 
 
-def test_a_healthy_host_is_checked_and_relaunched_onto(testhosts_healthy, tmp_path):
-    """The same crash with host 3's sshd alive: it passes its check, every host runs attempt 1."""
+@pytest.mark.parametrize("level", [[], ["--preflight", "deep"]], ids=["ssh", "deep"])
+def test_a_healthy_host_is_checked_and_relaunched_onto(level, testhosts_healthy, tmp_path):
+    """The same crash with host 3's sshd alive: it passes its check (``check --deep``'s too
+    with --preflight deep), every host runs attempt 1."""
     th = testhosts_healthy
     out = tmp_path / "job"
     out.mkdir()
     script = tmp_path / "crash.py"
     script.write_text(SCRIPT)
-    proc = inhost.launch(th, OMPI5_MPIRUN, out, 3, ["--max_restarts", "1"], [str(script), str(out)])
+    proc = inhost.launch(th, OMPI5_MPIRUN, out, 3, ["--max_restarts", "1", *level],
+                         [str(script), str(out)])
     try:
         assert wait_for(lambda: all((out / f"up_{r}").exists() for r in range(3)), 120, 0.1), \
             (out / "launcher.err").read_text()
@@ -106,5 +109,9 @@ def test_a_healthy_host_is_checked_and_relaunched_onto(testhosts_healthy, tmp_pa
         rc, _, err = inhost.finish(proc, out, 180)
     assert rc == 0, err
     assert "failed its check" not in err
+    recs = [json.loads(line) for line in (out / "logs" / "events.jsonl").read_text().splitlines()]
+    check = [r for r in recs if r["kind"] == "host_check"]
+    assert [(r["checked"], r["level"], r["failed"]) for r in check] == [
+        ([th.host(2).addr], "deep" if level else "ssh", {})], check
     assert "attempt=1" in (out / "logs" / "attempt1" / "worker_2.log").read_text()
     _nothing_left(th)
