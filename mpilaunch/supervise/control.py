@@ -216,6 +216,11 @@ class Control:
         with self.lock:
             return sorted(self.peers)
 
+    def all_said_bye(self, np: int) -> bool:
+        """Every rank's adapter said its last word (none can be left running)."""
+        with self.lock:
+            return np > 0 and all(r in self.said_bye for r in range(np))
+
     def wait_gone(self, timeout: float) -> List[int]:
         """Wait up to ``timeout`` s for every connected adapter to end (its end of the
         connection closes with its process); the ranks still connected then."""

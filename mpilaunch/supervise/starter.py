@@ -31,7 +31,7 @@ from mpilaunch import rundir
 from mpilaunch.config import allocation
 from mpilaunch.hang import server as hang_server
 from mpilaunch.supervise import control as control_channel
-from mpilaunch.supervise import relays, usersignals
+from mpilaunch.supervise import leftovers, relays, usersignals
 from mpilaunch.supervise.stopping import STOP_SIGNALS, StopState
 from mpilaunch.output import events, outcome
 from mpilaunch.output.summary import Collector, render_summary, write_ranks_file
@@ -245,7 +245,10 @@ class _Supervision:
             signal.signal(sig, handler)
         self.forwarder.uninstall()
         if self.control is not None:
+            everyone_left = self.control.all_said_bye(getattr(self.plan, "np", 0))
             self.control.close()
+            if proc is not None and not everyone_left:
+                _end_leftovers(self.control, self.backend.program)
         rundir.close_ssh_masters(self.run_dir)
         rundir.remove_files(self.plan, self.run_dir, keep_tune)
         if proc is not None and proc.returncode is not None:
@@ -350,6 +353,18 @@ def _linger(control, seconds: float, program: str) -> None:
         print(f"mpilaunch: {program} ended; waiting up to {seconds:g} s for rank {shown} to end",
               file=sys.stderr, flush=True)
         control.wait_gone(seconds)
+
+
+def _end_leftovers(control, program: str) -> None:
+    """Processes of this attempt still on this host once its starter has ended (an adapter
+    started as the starter exited never got its parent-death signal): ended (leftovers.py).
+    Only looked for when some rank did not say its last word; a quiet job pays nothing."""
+    found, stuck = leftovers.end(control_channel.TOKEN_VAR, control.token)
+    if found:
+        events.emit("leftovers_ended", pids=found)
+    if stuck:
+        print(f"mpilaunch: {program} ended, but process {', '.join(map(str, stuck))} of this job "
+              "could not be ended on this host", file=sys.stderr, flush=True)
 
 
 def _supervised(plan) -> bool:
