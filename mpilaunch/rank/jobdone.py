@@ -143,6 +143,6 @@ def stop_scheduler_if_all_done(sup) -> bool:
             sched.proc.terminate()
         except OSError:
             pass
-        sup._wait_for([sched], sup.kill_grace)
+        sup.wait_for_children([sched], sup.kill_grace)
     sched.reported = True
     return True

@@ -69,7 +69,7 @@ class Spare:
                     stdin=None if self.spec.inherit_stdin else subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     pass_fds=tuple(self.spec.pass_fds or ()) + (theirs.fileno(),),
-                    close_fds=True, preexec_fn=_idle(sup._preexec(self.spec.cpus)))
+                    close_fds=True, preexec_fn=_idle(sup.child_preexec(self.spec.cpus)))
                 sup.keep.add(self.proc.pid)
         except OSError:
             self.proc = None

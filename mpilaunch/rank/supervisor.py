@@ -92,7 +92,7 @@ class Supervisor:
         self.keep: set = set()     # descendants that outlive this supervisor (rank/inplace.py)
 
     # ------------------------------------------------------------ child threads
-    def _preexec(self, cpus: Optional[List[int]]):
+    def child_preexec(self, cpus: Optional[List[int]]):
         prctl = _prctl()
         parent = self.parent_pid
 
@@ -133,7 +133,7 @@ class Supervisor:
                         spec.argv, spec.env,
                         stdin=None if spec.inherit_stdin else spawn.DEVNULL,
                         stdout=write_fd if write_fd is not None else log_fd,
-                        pass_fds=spec.pass_fds, preexec=self._preexec(spec.cpus))
+                        pass_fds=spec.pass_fds, preexec=self.child_preexec(spec.cpus))
                 except OSError as exc:
                     child.start_error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
                     child.status = 126 if exc.errno in (errno.EACCES, errno.ENOEXEC) else 127
@@ -328,14 +328,14 @@ class Supervisor:
         for c in live:
             _signal(c.proc, signal.SIGTERM)
         descendants.send(self._orphans(), signal.SIGTERM)
-        self._wait_for(live, self.kill_grace)
+        self.wait_for_children(live, self.kill_grace)
         self._end_descendants(0.0)
-        self._wait_for(live, 5.0)
+        self.wait_for_children(live, 5.0)
         for c in targets:
             if c.proc is not None and c.status is not None:   # never-started ones: no event
                 self._report(c, cause=cause, event=event)
 
-    def _wait_for(self, children: List[_Child], timeout: float) -> None:
+    def wait_for_children(self, children: List[_Child], timeout: float) -> None:
         """Wait until each child's exit event has arrived, or ``timeout``; other events stay."""
         end = time.monotonic() + timeout
         held = []

@@ -149,6 +149,41 @@ def test_private_reach_finds_a_planted_one(tmp_path):
         "mpilaunch.config.mpi._X", "mpilaunch.output.events._rec"]
 
 
+# Underscored names that are public by convention: namedtuple's API, os._exit, ctypes' own.
+CONVENTION = {"_replace", "_asdict", "_make", "_fields", "_fields_", "_exit", "_SimpleCData"}
+
+
+def object_reach(path):
+    """'file:line: obj._name' where ``path`` reads an underscored attribute of an object that is
+    not its own (``self``, ``cls``, ``super()``): another class's private method called from
+    outside (``sup._wait_for(...)``), which a rename there would break only on that path."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    rel, out = os.path.relpath(path, REPO), []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__") and node.attr not in CONVENTION):
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if isinstance(owner, ast.Call) and getattr(owner.func, "id", None) == "super":
+                continue
+            out.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_no_module_calls_another_objects_private_methods():
+    found = [hit for path in _modules().values() for hit in object_reach(path)]
+    assert found == []
+
+
+def test_object_reach_finds_a_planted_one(tmp_path):
+    planted = tmp_path / "reach.py"
+    planted.write_text("import os\nclass A:\n    def f(self, sup, t):\n        self._own()\n"
+                       "        super()._base()\n        os._exit(t._replace(a=1))\n"
+                       "        return sup._wait_for([], 1)\n")
+    assert [h.split(": ", 1)[1] for h in object_reach(str(planted))] == ["sup._wait_for"]
+
+
 def test_no_module_shadows_the_python_api():
     """``mpilaunch.launch()`` and the other names of the Python API are found by the package
     root's ``__getattr__``; a subpackage or module of the same name, once imported, would
