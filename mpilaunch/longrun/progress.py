@@ -5,69 +5,80 @@ budget would only be spent relaunching it).
 
 Any output is not progress: a script failing at import prints its traceback, and the adapter
 reports that as the worker's first output. The rule (:func:`made_progress`), from what the
-adapters tell the launcher of every rank (their status lines; rank/firstout.py marks the first
-output, rank/watchdog.py's heartbeat):
+adapters tell the launcher of every rank (their status lines; rank/firstout.py marks a
+worker's first output, rank/watchdog.py its heartbeat), timed by the launcher's clock as the
+lines arrive (one clock for every host):
 
 * a worker that exited 0 (its part of the job is done), or
-* a worker that showed output and did not fail itself in that attempt (it was still running,
-  or ended by the teardown, or lost with its host, when the attempt ended), or
-* a worker whose first output came at least :data:`LEAD` seconds before its own failure
-  (it went on after writing: not just its dying words; both times are its host's clock), or
+* a worker whose first output came at least :data:`LEAD` seconds before the attempt's first
+  failure (any process failing on its own; without one, the attempt's end): it went on
+  after writing, so its output was not just dying words, or
 * a stall-watchdog ``progress`` event (``--stall-timeout``: output or a heartbeat after a
   silence).
 
-A worker that prints nothing and fails (all its output buffered until the exit, or none) never
-shows progress: a 1-rank job whose prints reach the log only at its exit, failing late every
-time, is counted as making none (flush, ``PYTHONUNBUFFERED=1`` or logging to stderr fix that;
-``--max_no_progress_restarts 0`` turns the limit off).
+Why not "a worker that showed output and did not fail itself": in a job that fails at import
+on every rank, the teardown often kills a rank just after it wrote its traceback and before
+its own exit was reported (measured: one run in six with 2 ranks), and that rank would count as
+progress. A worker whose output is all buffered until its exit shows none: a job whose
+prints reach the log only at its exit counts as making no progress (flush,
+``PYTHONUNBUFFERED=1`` or logging to stderr fix that; ``--max_no_progress_restarts 0`` turns
+the limit off).
 """
 from __future__ import annotations
 
+import time
 from typing import Dict, Iterable, Mapping, Optional
 
-LEAD = 5.0   # s between a worker's first output and its failure: more than a traceback's burst
+LEAD = 5.0   # s between a worker's first output and the first failure: more than a traceback's
 
 
 class RankFacts:
-    """What the launcher learnt about the workers of one attempt, rank by rank."""
+    """What the launcher learnt about the workers of one attempt; ``clock``: the launcher's
+    (the arrival of each status line)."""
 
-    def __init__(self):
-        self.first_output: Dict[int, float] = {}   # rank -> its worker's first output (host time)
-        self.failed: Dict[int, float] = {}         # rank -> its worker's own failure (host time)
+    def __init__(self, clock=time.time):
+        self.clock = clock
+        self.first_output: Dict[int, float] = {}   # rank -> its worker's first output
+        self.first_failure: Optional[float] = None  # any process's own failure, the first
+        self.ended: Optional[float] = None         # the attempt's end (finish)
         self.done = set()                          # ranks whose worker exited 0
         self.heartbeat = set()                     # ranks with a watchdog progress event
 
     def feed(self, event) -> None:
-        """A status line (``summary.Event``) of this attempt."""
+        """A status line (``summary.Event``) of this attempt, as it arrives."""
+        if event.cause == "self" and (event.code or event.signal):
+            if self.first_failure is None:
+                self.first_failure = self.clock()
+            return
         if event.rank is None or event.role != "worker":
             return
         if event.event == "output" and event.cause == "life":
-            self.first_output.setdefault(event.rank, event.t)
+            self.first_output.setdefault(event.rank, self.clock())
         elif event.event in ("exit", "done") and event.code == 0 and not event.signal:
-            if event.cause in ("life", "stall", "self"):
-                self.done.add(event.rank)
+            self.done.add(event.rank)
         elif event.event == "progress" and event.cause == "stall":
             self.heartbeat.add(event.rank)
-        elif event.cause == "self" and (event.code or event.signal):
-            self.failed.setdefault(event.rank, event.t)
+
+    def failure(self) -> None:
+        """A failure the status lines do not carry (an in-place restart's, a lost host's)."""
+        if self.first_failure is None:
+            self.first_failure = self.clock()
 
     def made_progress(self) -> bool:
-        return made_progress(self.first_output, self.failed, self.done, self.heartbeat)
+        end = self.first_failure
+        if end is None:
+            end = self.ended if self.ended is not None else self.clock()
+        return made_progress(self.first_output, end, self.done, self.heartbeat)
 
 
-def made_progress(first_output: Mapping[int, float], failed: Mapping[int, float],
-                  done: Iterable[int] = (), heartbeat: Iterable[int] = (),
-                  lead: float = LEAD) -> bool:
-    """The rule of the module's text: ``first_output``/``failed``: rank -> when its worker first
-    wrote output / failed on its own; ``done``: ranks whose worker exited 0; ``heartbeat``: ranks
-    with a watchdog progress event."""
+def made_progress(first_output: Mapping[int, float], end: float, done: Iterable[int] = (),
+                  heartbeat: Iterable[int] = (), lead: float = LEAD) -> bool:
+    """The rule of the module's text: ``first_output``: rank -> when its worker first wrote
+    output; ``end``: the attempt's first failure (or its end); ``done``: ranks whose worker
+    exited 0; ``heartbeat``: ranks with a watchdog progress event."""
     if any(True for _ in done) or any(True for _ in heartbeat):
         return True
-    for rank, t in first_output.items():
-        end: Optional[float] = failed.get(rank)
-        if end is None or end - t >= lead:
-            return True
-    return False
+    return any(end - t >= lead for t in first_output.values())
 
 
 def streak(attempts) -> int:

@@ -154,8 +154,7 @@ class LongRunAttempt(Attempt):
         with self.lock:
             done = InPlaceAttempt(self.index, event_status(event), _who(event)
                                   + describe_status(event.code, event.signal))
-            if event.rank is not None and (event.code or event.signal):
-                self.facts.failed.setdefault(event.rank, event.t)
+            self.facts.failure()
             done.progress = self.facts.made_progress()
             self.in_place.append(done)
             self.index += 1
@@ -202,6 +201,9 @@ class LongRunAttempt(Attempt):
     def finish(self, status: int, collector: Collector, stopped_by) -> None:
         super().finish(status, collector, stopped_by)
         self.lost = collector.lost_hosts()
+        for dead in collector.dead:   # an adapter's death, by the launcher's clock
+            if self.facts.first_failure is None or dead.t < self.facts.first_failure:
+                self.facts.first_failure = dead.t
         self.progress = status == 0 or self.facts.made_progress()
         # the ranks whose process was killed by a signal or whose adapter died: their hosts
         # are checked before the next attempt (health.py)

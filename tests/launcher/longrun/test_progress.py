@@ -9,21 +9,28 @@ from mpilaunch.output.summary import Event
 
 
 def _ev(rank, event, cause, t, code=None, sig=None, role="worker"):
-    return Event(rank, "a", role, event, code, sig, cause, None, [], t)
+    """A status line arriving at the launcher at ``t`` (its own clock, RankFacts' clock)."""
+    return t, Event(rank, "a", role, event, code, sig, cause, None, [], 0.0)
 
 
 @pytest.mark.parametrize("feed, expected", [
     # a script failing at import: its traceback is its first output, at its exit
     ([_ev(0, "output", "life", 1.0), _ev(0, "exit", "self", 1.02, code=1),
       _ev(1, "output", "life", 1.1), _ev(1, "exit", "self", 1.1, code=1)], False),
+    # the same, rank 1 killed by the teardown after its traceback: its exit never reported
+    ([_ev(0, "output", "life", 1.0), _ev(0, "exit", "self", 1.01, code=1),
+      _ev(1, "output", "life", 1.02)], False),
     # nothing printed, one rank failed, the other torn down: no progress
     ([_ev(1, "exit", "self", 1.0, code=1), _ev(0, "exit", "terminated", 1.5, sig=15)], False),
-    # rank 0 printed and was torn down when rank 1 failed: rank 0 was working
-    ([_ev(0, "output", "life", 1.0), _ev(1, "output", "life", 1.0),
-      _ev(1, "exit", "self", 1.01, code=1), _ev(0, "exit", "terminated", 1.5, sig=15)], True),
+    # rank 0 printed 5 s before rank 1 failed (and was torn down): rank 0 was working
+    ([_ev(0, "output", "life", 1.0), _ev(1, "output", "life", 5.9),
+      _ev(1, "exit", "self", 6.0, code=1), _ev(0, "exit", "terminated", 6.5, sig=15)], True),
     # one rank, first output 5 s before its failure: it went on after writing
     ([_ev(0, "output", "life", 1.0), _ev(0, "exit", "self", 6.0, code=1)], True),
     ([_ev(0, "output", "life", 1.0), _ev(0, "exit", "self", 5.9, code=1)], False),
+    # the first failure counts, whoever's: rank 1's output came after it
+    ([_ev(0, "exit", "self", 1.0, sig=9), _ev(1, "output", "life", 1.1),
+      _ev(1, "exit", "self", 9.0, code=1)], False),
     # a worker that finished (exit 0) while another failed
     ([_ev(0, "exit", "life", 2.0, code=0), _ev(1, "exit", "self", 3.0, code=1)], True),
     # a watchdog progress event (output or heartbeat after a silence)
@@ -33,10 +40,27 @@ def _ev(rank, event, cause, t, code=None, sig=None, role="worker"):
      False),
 ])
 def test_the_rule(feed, expected):
-    facts = progress.RankFacts()
-    for e in feed:
+    now = [0.0]
+    facts = progress.RankFacts(clock=lambda: now[0])
+    for t, e in feed:
+        now[0] = t
         facts.feed(e)
+    now[0] = 100.0     # the attempt's end: the first failure decides, not the end
     assert facts.made_progress() is expected
+
+
+def test_without_a_failure_the_attempts_end_decides():
+    now = [1.0]
+    facts = progress.RankFacts(clock=lambda: now[0])
+    facts.feed(_ev(0, "output", "life", 1.0)[1])
+    now[0] = 3.0
+    assert facts.made_progress() is False      # a lost host 2 s after the first output
+    facts = progress.RankFacts(clock=lambda: now[0])
+    facts.feed(_ev(0, "output", "life", 1.0)[1])
+    now[0] = 9.0
+    facts.failure()                            # an in-place restart's failure at 9 s
+    now[0] = 50.0
+    assert facts.made_progress() is True
 
 
 def _failed(index, progressed, cause="rank 1 (worker) on host a: exit code 1"):
