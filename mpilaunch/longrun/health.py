@@ -16,7 +16,8 @@ The rule, the same for both:
   otherwise the job ends at once, exit 255 (a host failed, as for a lost host), one line
   naming the host and why. A rank that failed with an exit code, a worker's own error, leaves
   its host unchecked: the script, not the host, is the suspect.
-- Hosts on this machine need no ssh: a local-only job is never checked.
+- Hosts on this machine need no ssh: a local-only job is never checked; nor are the hosts of
+  a Slurm allocation (mpirun starts its daemons through Slurm there, as at the start).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 from mpilaunch import net
+from mpilaunch.config import allocation
 from mpilaunch.config import hostfile as hf
 from mpilaunch.longrun import shrink
 from mpilaunch.output import events
@@ -142,7 +144,8 @@ def before_relaunch(health: HostHealth, cfg, base, lr, att, k: int, warn: Callab
     as it would have), or (cfg, lr, {dropped host: why}) for the hosts left
     (``--min-hosts``), or raises :class:`Ended`."""
     hosts = tuple(cfg.hosts)
-    if net.all_here(hosts):
+    # inside a Slurm allocation daemons start through Slurm, not ssh: no ssh check (run.py)
+    if net.all_here(hosts) or allocation.from_slurm(getattr(cfg, "hosts_from", "")):
         return None
     lost = set(shrink.lost_indices(cfg, att) or ())
     idx = involved(cfg, att)

@@ -204,7 +204,8 @@ class LongRunAttempt(Attempt):
         for dead in collector.dead:   # an adapter's death, by the launcher's clock
             if self.facts.first_failure is None or dead.t < self.facts.first_failure:
                 self.facts.first_failure = dead.t
-        self.progress = status == 0 or self.facts.made_progress()
+        # a stop asked of mpilaunch is no failure of the script's: it never counts
+        self.progress = status == 0 or stopped_by is not None or self.facts.made_progress()
         # the ranks whose process was killed by a signal or whose adapter died: their hosts
         # are checked before the next attempt (health.py)
         self.signalled = sorted({e.rank for e in collector.events + collector.dead

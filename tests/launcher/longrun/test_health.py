@@ -134,3 +134,12 @@ def test_the_summary_says_why_the_status_is_not_the_last_attempts():
         "before a restart)",
         "  host c failed its check before attempt 1: ssh port: refused; not restarting onto it "
         "(give --min-hosts to go on without it): exit status 255"]
+
+
+def test_a_slurm_allocation_is_not_checked_over_ssh():
+    S = collections.namedtuple("S", "hosts np master_addr hosts_source hosts_from")
+    cfg = S(HOSTS, 3, None, "Slurm", "slurm")
+    checks = Checks({"10.0.0.3": "x"})
+    assert health.before_relaunch(health.HostHealth(), cfg, cfg, lr(None), Att(signalled=[2]),
+                                  1, lambda t: None, checks) is None
+    assert checks.asked == []
