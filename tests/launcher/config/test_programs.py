@@ -87,7 +87,7 @@ def test_stdin_none_and_all(mpirun, tmp_path):
     script = tmp_path / "rd.py"
     script.write_text("import os, sys\nprint('R%s:%r' % (os.environ['RANK'], sys.stdin.read()))\n")
     proc = launch(["--mpirun", mpirun, "--stdin", "none", "-np", "2", "--no-scheduler",
-                   str(script)], tmp_path, timeout=60, input="hello\n")
+                   "--master_port", free_port(), str(script)], tmp_path, timeout=60, input="hello\n")
     assert proc.returncode == 0, proc.stderr
     assert "R0:''" in proc.stdout and "R1:''" in proc.stdout
     proc = launch(["--mpirun", mpirun, "--dry-run", "--stdin", "all", "-np", "2", str(script)], tmp_path)
