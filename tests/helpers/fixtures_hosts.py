@@ -35,6 +35,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -52,6 +53,23 @@ N_SCALE_HOSTS = 16        # CI's size; the bench runs 32 and 64
 
 def scale_hosts_wanted():
     return int(os.environ.get("MPILAUNCH_SCALE_HOSTS") or N_SCALE_HOSTS)
+
+
+# Connect to each ADDR PORT given until it answers, for at most TIMEOUT s (run inside a host).
+_REACH = """\
+import socket, sys, time
+deadline = time.monotonic() + float(sys.argv[1])
+for peer in sys.argv[2:]:
+    addr, port = peer.rsplit(" ", 1)
+    while True:
+        try:
+            socket.create_connection((addr, int(port)), timeout=2).close()
+            break
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                sys.exit("%s port %s: %s" % (addr, port, exc))
+            time.sleep(0.05)
+"""
 
 
 class TestHost:
@@ -184,13 +202,32 @@ class TestHosts:
         return h.sshd_pid
 
     def restore(self, host):
-        """Link up and sshd running again."""
+        """Link up and sshd running again, and the other hosts reaching it."""
         self.link_up(host)
         self.start_sshd(host)
+        self.wait_reachable([host])
 
     def restore_all(self):
         for h in self.hosts:
-            self.restore(h)
+            self.link_up(h)
+            self.start_sshd(h)
+        self.wait_reachable(self.hosts)
+
+    def wait_reachable(self, targets, timeout=30):
+        """Wait until every other host connects to each of ``targets``' ssh port. A link just
+        brought up can lose the first address look-ups, and a host that tried to reach the
+        target while its link was down (a job's ranks did) finds 'No route to host' until
+        the look-up is made again: a full run's next test failed its preflight that way."""
+        wanted = [self.host(t) for t in targets]
+        for other in self.hosts:
+            peers = [f"{h.addr} {h.port}" for h in wanted if h is not other]
+            if not peers:
+                continue
+            r = self.run_in(other, [sys.executable, "-c", _REACH, str(timeout), *peers],
+                            timeout=timeout + 15)
+            if r.returncode != 0:
+                raise hosts.TestHostsError("after restoring: %s cannot reach %s"
+                                           % (other.hostname, r.stderr.strip()))
 
     @contextlib.contextmanager
     def host_lost(self, host, how="link"):
