@@ -25,7 +25,10 @@ LEN MAC`` and LEN bytes of text).
 
 The adapter's last word is ``bye MAC``, sent as it leaves (:func:`bye`): a connection that
 closes without it is an adapter that died (SIGKILL, a crash), which the launcher then ends
-the job for, as for a failed rank (docs/HANGS.md).
+the job for, as for a failed rank (docs/HANGS.md). The other way round, the launcher closes
+the connections only once the attempt's starter has ended (or as the launcher itself dies):
+an adapter still running then has outlived its job (its daemon ended without it, on any host)
+and ends its rank (``on_gone``), as for a SIGTERM.
 
 Everything runs in one daemon thread started with the teardown signals blocked (the main
 thread must get them); it uses ``_socket`` and ``_sha256`` themselves (``socket.py`` and
@@ -120,11 +123,13 @@ class Link(threading.Thread):
     stop; every ``sig N`` is delivered to this adapter's descendants here; ``stacks ID`` is
     answered with this rank's stacks (``stacks()`` -> text, run in a thread of its own)."""
 
-    def __init__(self, channel, rank, on_stop, warn, stacks=None):
+    def __init__(self, channel, rank, on_stop, warn, stacks=None, on_gone=None):
         global _LINK
         super().__init__(name="control", daemon=True)
         self.endpoint, self.token = channel
         self.rank, self.on_stop, self.warn, self.stacks = rank, on_stop, warn, stacks
+        self.on_gone = on_gone      # the launcher closed the connection while this rank runs
+        self.leaving = False        # this adapter said its last word
         self.pid = os.getpid()      # whose descendants get the signals
         self.connected = threading.Event()
         self.done = threading.Event()    # connected, or given up
@@ -181,6 +186,7 @@ class Link(threading.Thread):
                 return False
 
     def say_bye(self) -> None:
+        self.leaving = True
         self.done.wait(1.0)
         if self.nonce is not None:
             self.send(f"bye {mac(self.token, self.nonce, 0, 'bye')}\n".encode())
@@ -198,11 +204,13 @@ class Link(threading.Thread):
         self.connected.set()
         self.done.set()
         last = 0
+        gone = False
         try:
             while True:
                 line = _readline(sock, buf)
                 if line is None:
-                    return          # the launcher is gone (its end of the attempt)
+                    gone = True     # the launcher is gone, or has ended its attempt
+                    return
                 seq, _, rest = line.partition(" ")
                 command, _, tag = rest.rpartition(" ")
                 if not seq.isdigit() or int(seq) <= last or tag != mac(self.token, nonce, int(seq), command):
@@ -210,11 +218,14 @@ class Link(threading.Thread):
                 last = int(seq)
                 self.act(command)
         except OSError:
+            gone = True
             return
         finally:
             with self.send_lock:
                 self.sock = None
             sock.close()
+            if gone and not self.leaving and self.on_gone is not None:
+                self.on_gone()
 
     def act(self, command: str) -> None:
         if command == "stop":

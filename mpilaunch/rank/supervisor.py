@@ -377,11 +377,18 @@ def _signal(proc: spawn.Child, sig: int) -> None:
 
 def listen(sup: Supervisor, channel, on_stop=lambda: None) -> None:
     """Take the launcher's commands (rank/control.py): ``sig N`` to this rank's descendants,
-    ``stop`` -> ``on_stop()``."""
+    ``stop`` -> ``on_stop()``. The launcher closing the connection while this rank runs (its
+    attempt ended without it) ends the rank as a SIGTERM would."""
     from mpilaunch.rank import control
 
-    control.Link(channel, sup.rank, on_stop,
-                 lambda text: status.write_stderr(f"mpilaunch.rank: rank {sup.rank}: {text}\n")).start()
+    def warn(text: str) -> None:
+        status.write_stderr(f"mpilaunch.rank: rank {sup.rank}: {text}\n")
+
+    def gone() -> None:
+        warn("the launcher ended this job's attempt while this rank still ran: ending it")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    control.Link(channel, sup.rank, on_stop, warn, on_gone=gone).start()
 
 
 def supervise(children: Sequence[ChildSpec], rank: int, host: str,

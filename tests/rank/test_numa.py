@@ -17,6 +17,7 @@ from mpilaunch.rank.affinity import (AUTO, NumaBind, NumaEntry, check_numa_nodes
                                      parse_bind_numa, plan_numa, read_numa_topology)
 
 from helpers.launch import clean_env, mpilaunch_argv
+from helpers.ports import free_port
 
 
 def sysfs(tmp_path, nodes):
@@ -128,7 +129,9 @@ def test_a_node_the_host_lacks_is_named(tmp_path):
 # --------------------------------------------------------------------------- the launcher
 
 def run(args, tmp_path, env=None, timeout=120):
-    return subprocess.run(mpilaunch_argv(*args), env=env or clean_env(TMPDIR=str(tmp_path)),
+    # a free port: rank 0 checks the scheduler's port, and 8118 may be another job's
+    return subprocess.run(mpilaunch_argv("--master_port", free_port(), *args),
+                          env=env or clean_env(TMPDIR=str(tmp_path)),
                           cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
 
