@@ -41,6 +41,8 @@ import os
 import _signal as signal   # not signal: its enums cost every rank ~2 ms of CPU
 import threading
 
+from mpilaunch.rank import status
+
 ENDPOINT_VAR = "MPILAUNCH_CONTROL"
 TOKEN_VAR = "MPILAUNCH_CONTROL_TOKEN"
 CONNECT_TIMEOUT = 3.0       # per address; a blackholed address costs this much, once
@@ -251,6 +253,20 @@ class Link(threading.Thread):
         data = text.encode("utf-8", "replace")
         head = f"stacks {ident} {len(data)} {mac(self.token, self.nonce, 0, f'stacks {ident} {len(data)}')}\n"
         self.send(head.encode() + data)
+
+
+def listen(rank: int, channel, on_stop=lambda: None) -> None:
+    """Take the launcher's commands for this adapter: ``sig N`` to its descendants, ``stop``
+    -> ``on_stop()``. The launcher closing the connection while this rank runs (its attempt
+    ended without it) ends the rank as a SIGTERM would."""
+    def warn(text: str) -> None:
+        status.write_stderr(f"mpilaunch.rank: rank {rank}: {text}\n")
+
+    def gone() -> None:
+        warn("the launcher ended this job's attempt while this rank still ran: ending it")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    Link(channel, rank, on_stop, warn, on_gone=gone).start()
 
 
 def _disposition(pid: int, sig: int) -> str:

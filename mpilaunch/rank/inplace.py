@@ -165,7 +165,7 @@ def supervise(specs_for, specs, opts, rank: int, hostname: str, coord_addr: str,
     ``specs``: attempt ``opts.longrun.restart_count``'s, already made."""
     from mpilaunch.rank import longrun
     from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS
-    from mpilaunch.rank.supervisor import listen
+    from mpilaunch.rank.control import listen
 
     lr = opts.longrun
     k, last = lr.restart_count or 0, lr.max_restarts or 0
@@ -196,7 +196,7 @@ def supervise(specs_for, specs, opts, rank: int, hostname: str, coord_addr: str,
             asked.append(True)
             deliver(("signal", signal.SIGTERM))
     if channel is not None:
-        listen(_Rank(rank), channel, on_stop)
+        listen(rank, channel, on_stop)
     pipe = PIPE_SIZE if local_size <= 8 else PIPE_SIZE_MANY_RANKS
     spare = None
     try:
@@ -260,11 +260,6 @@ def supervise(specs_for, specs, opts, rank: int, hostname: str, coord_addr: str,
             client.close()
         if coord is not None:
             coord.close()
-
-
-class _Rank:
-    def __init__(self, rank):
-        self.rank = rank
 
 
 def _drain(src, dst, keep=("signal", "restart", "finish"), after=None) -> None:

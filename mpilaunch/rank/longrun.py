@@ -89,7 +89,8 @@ def prepare(opts, info, user_env: dict, span_check: bool = True) -> None:
 def supervise(specs, opts, rank: int, hostname: str, local_size: int = 1, channel=None) -> int:
     """:func:`mpilaunch.rank.supervisor.supervise` with the graceful stop and the watchdog."""
     from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS
-    from mpilaunch.rank.supervisor import Supervisor, listen
+    from mpilaunch.rank.control import listen
+    from mpilaunch.rank.supervisor import Supervisor
 
     lr = opts.longrun
     sup = Supervisor(specs, rank, hostname, scheduler_grace=opts.scheduler_grace,
@@ -107,7 +108,7 @@ def supervise(specs, opts, rank: int, hostname: str, local_size: int = 1, channe
         def on_stop():
             pass
     if channel is not None:
-        listen(sup, channel, on_stop)
+        listen(sup.rank, channel, on_stop)
     dog = None
     if lr.stall_timeout:
         dog = start_watchdog(sup, opts, rank, hostname, lr.stall_timeout)

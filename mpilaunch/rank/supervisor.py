@@ -375,22 +375,6 @@ def _signal(proc: spawn.Child, sig: int) -> None:
         pass
 
 
-def listen(sup: Supervisor, channel, on_stop=lambda: None) -> None:
-    """Take the launcher's commands (rank/control.py): ``sig N`` to this rank's descendants,
-    ``stop`` -> ``on_stop()``. The launcher closing the connection while this rank runs (its
-    attempt ended without it) ends the rank as a SIGTERM would."""
-    from mpilaunch.rank import control
-
-    def warn(text: str) -> None:
-        status.write_stderr(f"mpilaunch.rank: rank {sup.rank}: {text}\n")
-
-    def gone() -> None:
-        warn("the launcher ended this job's attempt while this rank still ran: ending it")
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    control.Link(channel, sup.rank, on_stop, warn, on_gone=gone).start()
-
-
 def supervise(children: Sequence[ChildSpec], rank: int, host: str,
               scheduler_grace: float = 30.0, local_size: int = 1, tell_rank0: bool = True,
               channel=None) -> int:
@@ -398,5 +382,7 @@ def supervise(children: Sequence[ChildSpec], rank: int, host: str,
     sup = Supervisor(children, rank, host, scheduler_grace=scheduler_grace,
                      pipe_size=pipe_size, tell_rank0=tell_rank0)
     if channel is not None:
-        listen(sup, channel)
+        from mpilaunch.rank import control     # only a launch with the channel pays for it
+
+        control.listen(rank, channel)
     return sup.run()
