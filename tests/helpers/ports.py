@@ -1,20 +1,49 @@
 """Ports for tests: never assume a fixed one is free (MindSpore processes of other tests or
 jobs may hold 8118 or anything else)."""
+import random
 import socket
+
+_GIVEN = set()      # this process's answers: two calls never give the same port
+
+
+def _ephemeral():
+    """The kernel's range for ports picked by bind(0) and connect()."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _candidates():
+    low, high = _ephemeral()
+    if low - 10000 >= 2000:
+        return range(10000, low)
+    return range(high + 1, 65536)
 
 
 def free_port():
-    """A TCP port free on 127.0.0.1 right now, as the string a command line takes
-    (``int(free_port())`` where a number is needed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
+    """A TCP port free right now, as the string a command line takes (``int(free_port())``
+    where a number is needed). Outside the kernel's ephemeral range: a port that bind(0) gave
+    was taken again, between this call and the job's bind, by another socket's bind(0) (the
+    launcher's control channel, mpirun's own listeners): '--master-port 47113 is already in
+    use' once in about four full runs."""
+    choices = _candidates()
+    for _ in range(500):
+        port = random.choice(choices)
+        if port in _GIVEN:
+            continue
+        if port_free(port) and port_free(port, ""):
+            _GIVEN.add(port)
+            return str(port)
+    raise RuntimeError(f"no free port in {choices.start}-{choices.stop - 1}")
 
 
-def port_free(port):
+def port_free(port, addr="127.0.0.1"):
     with socket.socket() as s:
         try:
-            s.bind(("127.0.0.1", int(port)))
+            s.bind((addr, int(port)))
             return True
         except OSError:
             return False
