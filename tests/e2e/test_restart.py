@@ -15,6 +15,7 @@ from helpers.launch import clean_env, mpilaunch_argv
 from helpers.mpis import MPIRUNS
 from helpers.ports import free_port
 from helpers.restart import TRAIN
+from helpers.procs import watch_to_end
 from mpilaunch.config.longrun import LongRun
 
 from mpilaunch.longrun import nextattempt
@@ -33,22 +34,10 @@ def _launch(mpirun, tmp_path, name, *args, script_args=(), timeout=240):
     argv = mpilaunch_argv("--mpirun", mpirun, "-np", "2", "--no-scheduler", "--master_port", "0",
                           "--log_dir",
                           str(out / "logs"), *args, str(script), "--out", str(out), *script_args)
-    t0 = time.monotonic()
     proc = subprocess.Popen(argv, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    kids = []
-    try:
-        while proc.poll() is None and time.monotonic() - t0 < timeout:
-            try:
-                kids += [c for c in psutil.Process(proc.pid).children(recursive=True) if c not in kids]
-            except psutil.Error:
-                pass
-            time.sleep(0.2)
-        stdout, stderr = proc.communicate(timeout=max(1, timeout - (time.monotonic() - t0)))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return proc.returncode, stdout, stderr, out, kids
+    rc, stdout, stderr, kids = watch_to_end(proc, timeout)
+    return rc, stdout, stderr, out, kids
 
 
 def _left(kids, out):

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -20,7 +19,7 @@ from helpers.mpis import IMPI, MPICH, MPIRUNS
 # Hydra's mpiexec too, with this interpreter (the one with torch) running launcher and ranks
 STARTERS = MPIRUNS + [pytest.param(m.mpirun, id=m.id, marks=pytest.mark.skipif(
     not os.access(m.mpirun, os.X_OK), reason=f"{m.id} not installed")) for m in (MPICH, IMPI)]
-from helpers.procs import wait_for
+from helpers.procs import wait_for, watch_to_end
 from helpers.restart import TRAIN
 
 pytestmark = pytest.mark.skipif(
@@ -42,26 +41,7 @@ def _start(mpirun, tmp_path, name, *args, script_args=()):
 
 
 def _finish(proc, timeout=240):
-    kids, t0 = [], time.monotonic()
-    try:
-        while proc.poll() is None and time.monotonic() - t0 < timeout:
-            try:
-                kids += [c for c in psutil.Process(proc.pid).children(recursive=True)
-                         if c not in kids]
-            except psutil.Error:
-                pass
-            time.sleep(0.1)
-        stdout, stderr = proc.communicate(timeout=max(1, timeout - (time.monotonic() - t0)))
-    finally:
-        if proc.poll() is None:
-            for k in kids:
-                try:
-                    k.kill()
-                except psutil.Error:
-                    pass
-            proc.kill()
-            proc.wait()
-    return proc.returncode, stdout, stderr, kids
+    return watch_to_end(proc, timeout, kill_seen=True)
 
 
 def _left(kids, out):

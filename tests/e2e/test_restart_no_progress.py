@@ -11,6 +11,7 @@ import pytest
 from helpers import REPO
 from helpers.launch import clean_env, mpilaunch_argv
 from helpers.mpis import MPIRUNS
+from helpers.procs import watch_to_end
 from mpilaunch.longrun import progress
 
 # Rank 1 fails once the launcher has recorded rank 0's first output (its event record) and
@@ -46,19 +47,7 @@ def _run(mpirun, tmp_path, script_text, *args):
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    kids = []
-    try:
-        while proc.poll() is None and time.monotonic() - t0 < 180:
-            try:
-                kids += [c for c in psutil.Process(proc.pid).children(recursive=True)
-                         if c not in kids]
-            except psutil.Error:
-                pass
-            time.sleep(0.1)
-        _, err = proc.communicate(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, _, err, kids = watch_to_end(proc, 180)
     took = time.monotonic() - t0
     left = [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
     left += [p for p in psutil.process_iter(["cmdline"])

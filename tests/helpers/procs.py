@@ -86,3 +86,27 @@ def adapter_of_rank(procs, rank):
         if any(env.get(name) == str(rank) for name in RANK_VARS):
             return p
     return None
+
+
+def watch_to_end(proc, timeout=240, kill_seen=False):
+    """Wait for the launcher ``proc`` (a Popen with pipes) to end, collecting every process it
+    started on the way (they are gone by the end, so they are looked at while it runs); killed
+    after ``timeout`` s, and the processes seen with it when ``kill_seen`` (else they are left
+    for the test to find). -> (returncode, stdout, stderr, the processes seen)."""
+    kids, t0 = [], time.monotonic()
+    try:
+        while proc.poll() is None and time.monotonic() - t0 < timeout:
+            try:
+                kids += [c for c in psutil.Process(proc.pid).children(recursive=True)
+                         if c not in kids]
+            except psutil.Error:
+                pass
+            time.sleep(0.1)
+        stdout, stderr = proc.communicate(timeout=max(1, timeout - (time.monotonic() - t0)))
+    finally:
+        if proc.poll() is None:
+            if kill_seen:
+                kill_leftovers(kids)
+            proc.kill()
+            proc.wait()
+    return proc.returncode, stdout, stderr, kids

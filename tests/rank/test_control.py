@@ -202,15 +202,21 @@ def test_missing_names_the_ranks_not_reached():
                                     "launcher's control port)")
 
 
-def test_the_launcher_closing_the_connection_while_the_rank_runs_ends_it():
-    # the launcher closes the channel only once the attempt's starter has ended: a rank still
-    # running then outlived its job (its daemon ended without it), on whatever host
+def _watched_link():
+    """A connected adapter's link whose ``on_gone`` sets the returned event."""
     ctl = Control([])
     gone = threading.Event()
     link = control.Link((ctl.env[control.ENDPOINT_VAR], ctl.token), 1, lambda: None,
                         lambda text: None, on_gone=gone.set)
     link.start()
     assert link.connected.wait(10)
+    return ctl, link, gone
+
+
+def test_the_launcher_closing_the_connection_while_the_rank_runs_ends_it():
+    # the launcher closes the channel only once the attempt's starter has ended: a rank still
+    # running then outlived its job (its daemon ended without it), on whatever host
+    ctl, link, gone = _watched_link()
     assert not gone.is_set()
     ctl.close()
     assert gone.wait(10)
@@ -218,12 +224,7 @@ def test_the_launcher_closing_the_connection_while_the_rank_runs_ends_it():
 
 
 def test_a_rank_that_said_its_last_word_is_not_ended_again():
-    ctl = Control([])
-    gone = threading.Event()
-    link = control.Link((ctl.env[control.ENDPOINT_VAR], ctl.token), 1, lambda: None,
-                        lambda text: None, on_gone=gone.set)
-    link.start()
-    assert link.connected.wait(10)
+    ctl, link, gone = _watched_link()
     link.say_bye()
     assert wait_for(lambda: 1 in ctl.said_bye, 10)
     ctl.close()
