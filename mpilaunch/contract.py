@@ -1,6 +1,7 @@
 """The rules launcher and rank side share, each defined once.
 
-Import-light on purpose (only ``re``): every rank imports it before the user's script starts.
+Import-light on purpose (only ``os`` and ``re``): every rank imports it before the user's script
+starts.
 
 * **Secrets**: which variable names are secret (:func:`is_secret`), the one mask
   (:data:`MASK`), and masking of values in text (:func:`mask_lines`). Used for the tune file,
@@ -9,10 +10,15 @@ Import-light on purpose (only ``re``): every rank imports it before the user's s
   the helper protocols over ssh (:data:`PROBE_PREFIX`, :data:`PEER_PREFIX`).
 * **Defaults**: the scheduler / master port (:data:`DEFAULT_MASTER_PORT`).
 * **The tail spec** (``--tail_worker_log``): :func:`parse_tail_spec`.
+* **The error file** a torch worker's ``@record`` writes its exception to
+  (``TORCHELASTIC_ERROR_FILE``): :func:`error_file_path`, set by the rank side, read by the
+  launcher's summary after a failure.
 * **Value validators** with one message style, ``NAME=value: why; how to fix``
   (:func:`whole`, :func:`seconds`, :func:`port`, :func:`master_port`).
 """
 from __future__ import annotations
+
+import os
 
 from mpilaunch.errors import UsageError
 
@@ -167,3 +173,12 @@ def tail_spec_text(spec) -> str:
     if not spec:
         return "none"
     return ",".join(str(r) for r in sorted(spec))
+
+
+# --------------------------------------------------------------------------- error file
+
+def error_file_path(log_dir: str, rank: int) -> str:
+    """Where rank ``rank``'s ``TORCHELASTIC_ERROR_FILE`` is: beside its ``worker_<rank>.log``
+    in ``log_dir``, the log dir of this attempt (torch's ``@record`` writes the exception there
+    as JSON; the launcher reads it once the rank failed)."""
+    return os.path.join(log_dir, f"error_{rank}.json")
