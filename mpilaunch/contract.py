@@ -8,7 +8,8 @@ starts.
   the mpirun argv, ``--dry-run``, summaries, log tails and ``mpilaunch job``.
 * **Status lines**: the prefix of the adapter -> launcher lines (:data:`STATUS_PREFIX`) and of
   the helper protocols over ssh (:data:`PROBE_PREFIX`, :data:`PEER_PREFIX`).
-* **Defaults**: the scheduler / master port (:data:`DEFAULT_MASTER_PORT`).
+* **Defaults**: the scheduler / master port (:data:`DEFAULT_MASTER_PORT`), the adapter's kill
+  grace (:data:`ADAPTER_KILL_GRACE`) and scheduler grace (:data:`SCHEDULER_GRACE`).
 * **The tail spec** (``--tail_worker_log``): :func:`parse_tail_spec`.
 * **The error file** a torch worker's ``@record`` writes its exception to
   (``TORCHELASTIC_ERROR_FILE``): :func:`error_file_path`, set by the rank side, read by the
@@ -92,6 +93,12 @@ GRACE_EVENT = "grace-stop"
 DEFAULT_MASTER_PORT = 8118              # msrun's default scheduler port
 DEFAULT_LOG_DIR = "."
 DEFAULT_TAIL_SPEC = "-1"
+# s a rank adapter gives its children between SIGTERM and SIGKILL when it ends them (after a
+# failure, or a stop signal without --term-grace); the launcher waits at least this long for
+# adapters still tearing down
+ADAPTER_KILL_GRACE = 2.0
+# s rank 0's adapter waits for the scheduler after its worker exited 0 (--scheduler-grace)
+SCHEDULER_GRACE = 300.0
 
 # --------------------------------------------------------------------------- validators
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 
+from mpilaunch import procstat
+
 PREFIX = "mpilaunch-"
 OWNER = "owner"
 
@@ -47,21 +49,9 @@ def write_atomic(path: str, text: str, mode: int = 0o600) -> None:
 
 
 def _start_time(pid: int):
-    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), or
-    None if there is no such process or it is a zombie. Tells a live launcher from a reused
-    pid."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    try:
-        fields = data[data.rindex(b")") + 2:].split()
-        if fields[0] in (b"Z", b"X"):   # a zombie has ended: only its parent has not reaped it
-            return None
-        return int(fields[19])
-    except (ValueError, IndexError):
-        return None
+    """The process's start time (``/proc/PID/stat`` field 22), or None if there is no such
+    process or it is a zombie. Tells a live launcher from a reused pid."""
+    return procstat.start_time(pid)
 
 
 def make() -> str:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+from mpilaunch import procstat
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, List
@@ -35,14 +37,10 @@ def _parents() -> Dict[int, int]:
     """{pid: parent pid} of every process, from /proc/<n>/stat."""
     res = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        res[int(name)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+        if name.isdigit():
+            parent = procstat.parent(name)
+            if parent is not None:
+                res[int(name)] = parent
     return res
 
 

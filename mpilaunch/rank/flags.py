@@ -118,7 +118,10 @@ FLAGS = (
          ATTEMPT, "in_place", SET),
     Flag("--module", "module", SWITCH, None, False,
          "SCRIPT is a module name: run python -m SCRIPT [ARGS...]", CONFIG, "module", SET),
-    Flag("--scheduler-grace", "scheduler_grace", SECONDS, "SECONDS", "300",
+    Flag("--run-id", "run_id", TEXT, "ID", None,
+         "the job's id, the same on every rank and attempt: TORCHELASTIC_RUN_ID of a torch "
+         "worker (absent: \"none\", torchrun's default --rdzv-id)", CONFIG, "run_id", SET),
+    Flag("--scheduler-grace", "scheduler_grace", SECONDS, "SECONDS", f"{contract.SCHEDULER_GRACE:g}",
          "seconds rank 0 waits for the scheduler after its worker exits 0 (other nodes may "
          "still be finishing)", ADAPTER),
 )

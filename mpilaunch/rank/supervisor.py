@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from mpilaunch.rank.plan import ChildSpec   # what to start: rank/plan.py decides it
 
+from mpilaunch.contract import ADAPTER_KILL_GRACE, SCHEDULER_GRACE
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl as _prctl
 from mpilaunch.rank import descendants, firstout, jobdone, logs, spawn, status
 from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS, grow_pipe, relay
@@ -75,7 +76,8 @@ class _Child:
 
 class Supervisor:
     def __init__(self, children: Sequence[ChildSpec], rank: int, host: str,
-                 scheduler_grace: float = 30.0, kill_grace: float = 2.0,
+                 scheduler_grace: float = SCHEDULER_GRACE,
+                 kill_grace: float = ADAPTER_KILL_GRACE,
                  stdout_fd: int = 1, pipe_size: int = PIPE_SIZE, tell_rank0: bool = True):
         self.children: Dict[str, _Child] = {c.role: _Child(c) for c in children}
         self.rank, self.host = rank, host
@@ -376,7 +378,7 @@ def _signal(proc: spawn.Child, sig: int) -> None:
 
 
 def supervise(children: Sequence[ChildSpec], rank: int, host: str,
-              scheduler_grace: float = 30.0, local_size: int = 1, tell_rank0: bool = True,
+              scheduler_grace: float = SCHEDULER_GRACE, local_size: int = 1, tell_rank0: bool = True,
               channel=None) -> int:
     pipe_size = PIPE_SIZE if local_size <= 8 else PIPE_SIZE_MANY_RANKS
     sup = Supervisor(children, rank, host, scheduler_grace=scheduler_grace,

@@ -28,6 +28,7 @@ import subprocess
 import threading
 import time
 
+from mpilaunch import procstat
 from mpilaunch.rank import status
 
 HEARTBEAT_VAR = "MPILAUNCH_HEARTBEAT_FILE"
@@ -88,12 +89,7 @@ def py_spy_dump(pid: int, py_spy: str, more=()) -> str:
 
 def is_stopped(pid) -> bool:
     """``pid`` is stopped (state T: SIGTSTP/SIGSTOP) or traced (t)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except (OSError, TypeError):
-        return False
-    return stat[stat.rindex(b")") + 2:][:1] in (b"T", b"t")
+    return procstat.state(pid) in procstat.STOPPED
 
 
 def _children(pid: int) -> list:

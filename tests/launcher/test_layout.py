@@ -135,7 +135,7 @@ def test_the_launcher_names_no_backend():
 
 # What the rank side may import (docs/ARCHITECTURE.md, start-up): every rank pays for each.
 RANK_SIDE_MAY_IMPORT = ("mpilaunch.contract", "mpilaunch.errors", "mpilaunch.pdeathsig",
-                        "mpilaunch.netif", "mpilaunch.net")
+                        "mpilaunch.netif", "mpilaunch.net", "mpilaunch.procstat")
 
 
 def _rank_side(name):

@@ -105,7 +105,7 @@ def test_a_supervisor_keys_its_children_by_role(tmp_path):
     sup = _sup(w, s)
     assert sorted(sup.children) == ["scheduler", "worker"]
     assert sup.children["worker"].spec is w and sup.children["worker"].status is None
-    assert (sup.scheduler_grace, sup.kill_grace, sup.pipe_size, sup.tell_rank0) == (30.0, 2.0, PIPE_SIZE, True)
+    assert (sup.scheduler_grace, sup.kill_grace, sup.pipe_size, sup.tell_rank0) == (300.0, 2.0, PIPE_SIZE, True)
     assert not sup.stopping and sup.parent_pid == os.getpid()
 
 
