@@ -24,7 +24,7 @@
 
    ``in-place`` is ``mpilaunch --max_restarts 1 --restart-mode in-place``: mpirun and the
    adapters stay, the next attempt's worker interpreter was started (torch imported) while
-   attempt 0 ran (mpilaunch/rank/inplace.py). Each trial also times the *floor*: a fresh
+   attempt 0 ran (mpilaunch/rank/inplace/loop.py). Each trial also times the *floor*: a fresh
    interpreter importing torch and torch.distributed, what a restart costs at least without
    such a spare.
 

@@ -21,7 +21,7 @@ class LongRun(namedtuple("LongRun", "max_restarts restart_delay term_grace stall
                          "span log_dir port_given rank0_here in_place min_hosts discovery_script "
                          "max_no_progress", defaults=(False, None, None, 0))):
     """The long-run settings, validated, plus what each attempt needs from the first;
-    ``in_place``: ``--restart-mode in-place`` (rank/inplace.py); ``min_hosts``: ``--min-hosts``
+    ``in_place``: ``--restart-mode in-place`` (rank/inplace/); ``min_hosts``: ``--min-hosts``
     (None: off; mpilaunch/longrun/shrink.py); ``discovery_script``: the absolute path of
     ``--host-discovery-script`` (None: off; mpilaunch/longrun/discovery.py);
     ``max_no_progress``: ``--max_no_progress_restarts`` (0: no limit;

@@ -7,7 +7,7 @@ relaunches mpirun: a failure of any worker, the scheduler or a host tears the wh
 ``--max_restarts`` times for the whole job. That is the only way that also survives a lost host
 or a killed adapter/daemon (the MPI job is gone then), and every attempt gets fresh processes
 all the way down. With ``--restart-mode in-place`` a worker's or scheduler's failure is
-restarted by the adapters inside the running job (rank/inplace.py: rank 0's adapter
+restarted by the adapters inside the running job (rank/inplace/: rank 0's adapter
 coordinates, every rank's children restart on a fresh port, the next worker pre-started);
 what ends the starter still comes back here and is relaunched (and shrunk: shrink.py). Every
 rank's worker and rank 0's scheduler restart, never one worker alone: MindSpore refuses a node
@@ -148,7 +148,7 @@ class LongRunAttempt(Attempt):
 
     # -- in-place restarts
     def in_place_event(self, event) -> None:
-        """Rank 0's adapter restarted attempt ``index`` in place (rank/inplace.py): it is
+        """Rank 0's adapter restarted attempt ``index`` in place (rank/inplace/): it is
         recorded like a relaunched attempt (its status and root cause), and this one becomes
         the next."""
         with self.lock:

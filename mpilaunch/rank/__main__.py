@@ -101,12 +101,12 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
 
     if opts.longrun is not None and opts.longrun.in_place:   # restarts in place
-        from mpilaunch.rank import inplace
+        from mpilaunch.rank.inplace import loop
 
         def specs_for(k, port):
             return _attempt_specs(opts, info, ag, user_env, argv, hostname, ip, ifname, cpus,
                                   numa, k, port)
-        return inplace.supervise(specs_for, specs, opts, info.rank, hostname, ag.sched_addr,
+        return loop.supervise(specs_for, specs, opts, info.rank, hostname, ag.sched_addr,
                                  info.size, argv, local_size=info.local_size, channel=channel)
     if opts.longrun is not None:   # graceful stop, stall watchdog (rank/longrun.py)
         return longrun.supervise(specs, opts, info.rank, hostname, local_size=info.local_size,
@@ -120,7 +120,7 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
 
 def _attempt_specs(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifname, cpus, numa,
                    k: int, port: int):
-    """The children of attempt ``k`` restarted in place (rank/inplace.py): its log dir
+    """The children of attempt ``k`` restarted in place (rank/inplace/): its log dir
     (LOG_DIR/attempt<k>, beside this attempt's), restart count and rendezvous port."""
     from mpilaunch.rank import longrun
 

@@ -114,13 +114,10 @@ FLAGS = (
          "each rank checks it and takes its node index from it", ATTEMPT, "expect_ranks", SET),
     Flag("--in-place", "in_place", WHOLE, "PORT", None,
          "restart a failed worker (rank 0: and scheduler) in place, up to --max-restarts, "
-         "coordinated by rank 0's adapter listening on PORT (mpilaunch/rank/inplace.py)",
+         "coordinated by rank 0's adapter listening on PORT (mpilaunch/rank/inplace/)",
          ATTEMPT, "in_place", SET),
     Flag("--module", "module", SWITCH, None, False,
          "SCRIPT is a module name: run python -m SCRIPT [ARGS...]", CONFIG, "module", SET),
-    Flag("--run-id", "run_id", TEXT, "ID", None,
-         "the job's id, the same on every rank and attempt: TORCHELASTIC_RUN_ID of a torch "
-         "worker (absent: \"none\", torchrun's default --rdzv-id)", CONFIG, "run_id", SET),
     Flag("--scheduler-grace", "scheduler_grace", SECONDS, "SECONDS", f"{contract.SCHEDULER_GRACE:g}",
          "seconds rank 0 waits for the scheduler after its worker exits 0 (other nodes may "
          "still be finishing)", ADAPTER),

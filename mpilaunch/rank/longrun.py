@@ -32,7 +32,7 @@ class LongRun(namedtuple("LongRun", "restart_count max_restarts term_grace stall
                          "in_place", defaults=(None,))):
     """restart_count, max_restarts: int or None; term_grace, stall_timeout: float or None;
     expect: the ``--expect-ranks`` spec (str) or None; in_place: the coordinator's port of
-    in-place restarts (rank/inplace.py) or None."""
+    in-place restarts (rank/inplace/loop.py) or None."""
 
     __slots__ = ()
 

@@ -91,7 +91,7 @@ class Supervisor:
         self.parent_pid = os.getpid()
         self.signal_grace = None   # the kill grace after a stop signal, if not kill_grace
         self.stop_signal = None    # the signal that tore this rank down, once one did
-        self.keep: set = set()     # descendants that outlive this supervisor (rank/inplace.py)
+        self.keep: set = set()     # descendants that outlive this supervisor (rank/inplace/)
 
     # ------------------------------------------------------------ child threads
     def child_preexec(self, cpus: Optional[List[int]]):
@@ -262,7 +262,7 @@ class Supervisor:
                 return 0
             if ev[0] == "signal":
                 return self._teardown(ev[1])
-            if ev[0] == "restart":   # in place (rank/inplace.py): every child stops, the rank stays
+            if ev[0] == "restart":   # in place (rank/inplace/): every child stops, the rank stays
                 self._terminate(list(self.children.values()), cause="terminated")
                 return RESTART
             if ev[0] == "sigchld":

@@ -1,4 +1,4 @@
-"""In-place restarts (--restart-mode in-place, mpilaunch/rank/inplace.py): a SIGKILLed worker
+"""In-place restarts (--restart-mode in-place, mpilaunch/rank/inplace/): a SIGKILLed worker
 is restarted by the adapters inside the running mpirun (one starter for every attempt), from
 the checkpoint, with the final parameters of an uninterrupted run; every attempt's logs, a
 fresh rendezvous port and the restart count in the worker's environment; what is not a

@@ -1,4 +1,4 @@
-"""In-place restarts, the adapters' coordination (mpilaunch/rank/coordinate.py), in one
+"""In-place restarts, the adapters' coordination (mpilaunch/rank/inplace/coordinate.py), in one
 process over loopback TCP: the first failure of an attempt restarts every rank on a fresh port,
 later ones of the same attempt change nothing, the status line names the earliest failure,
 the budget's last attempt is not restarted, and the finished workers' barrier."""
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from mpilaunch.contract import STATUS_PREFIX
-from mpilaunch.rank import coordinate
+from mpilaunch.rank.inplace import coordinate
 
 
 def _port():

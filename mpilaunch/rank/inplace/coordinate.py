@@ -1,4 +1,4 @@
-"""In-place restarts: the adapters' coordination without MPI (rank/inplace.py says what for).
+"""In-place restarts: the adapters' coordination without MPI (rank/inplace/loop.py says what for).
 
 Rank 0's adapter is the :class:`Coordinator`; every adapter, rank 0's too, talks to it through
 a :class:`Client`. Lines, one per message:

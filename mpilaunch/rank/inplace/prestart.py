@@ -1,5 +1,5 @@
 """In-place restarts: the next attempt's worker interpreter, started before it is needed
-(rank/inplace.py says when; rank/spare.py is what it runs)."""
+(rank/inplace/loop.py says when; rank/inplace/spare.py is what it runs)."""
 from __future__ import annotations
 
 import json
@@ -128,7 +128,7 @@ def _can_leave_idle() -> bool:
 
 
 def _idle(hook):
-    """The spare imports at SCHED_IDLE where it may leave it (rank/spare.py does on the
+    """The spare imports at SCHED_IDLE where it may leave it (rank/inplace/spare.py does on the
     restart): it then takes only CPU the running attempt leaves idle. Measured on 2 cores
     without it: a fresh launch's first step 1.8 s later (2 workers and 2 spares importing
     torch at once)."""

@@ -1,4 +1,4 @@
-"""The next attempt's worker, started before it is needed (in-place restarts, rank/inplace.py).
+"""The next attempt's worker, started before it is needed (in-place restarts, rank/inplace/loop.py).
 
 Run by the worker's own interpreter as ``PYTHON spare.py MODULES FD``: it imports MODULES (a
 comma list, e.g. ``torch``: the second or so a fresh interpreter spends before the script's
@@ -35,7 +35,7 @@ def _receive(sock):
 
 def _normal_priority():
     """Leave SCHED_IDLE (the adapter started this process there while it waited, where it may
-    leave it: rank/prestart.py), every thread of it."""
+    leave it: rank/inplace/prestart.py), every thread of it."""
     try:
         if os.sched_getscheduler(0) != os.SCHED_IDLE:
             return

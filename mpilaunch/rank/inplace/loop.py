@@ -6,7 +6,7 @@ each adapter stops its children and starts the next attempt's: a fresh rendezvou
 ``LOG_DIR/attempt<k>/``. What is not a worker's failure (a lost host, a killed adapter or
 daemon) still ends the starter, and the launcher relaunches it (mpilaunch/longrun/attempts.py).
 
-**Coordination, without MPI** (rank/coordinate.py). Rank 0's adapter is the coordinator: it
+**Coordination, without MPI** (rank/inplace/coordinate.py). Rank 0's adapter is the coordinator: it
 listens on TCP ``PORT`` (the launcher's choice; rank 0's address is the one every rank already
 has, the scheduler's) and every other adapter keeps one connection to it.
 
@@ -19,8 +19,8 @@ ordinary one: status lines, the adapter exits with the worker's status, the star
 job down. An adapter whose worker exited 0 waits for ``finish`` (a rank may still fail and
 restart everyone, its own rank included) before it exits.
 
-**The spare worker** (rank/prestart.py, rank/spare.py). While attempt K runs, each adapter starts attempt K+1's worker
-interpreter (rank/spare.py) with the heavy modules the script imports (``torch``,
+**The spare worker** (rank/inplace/prestart.py, rank/inplace/spare.py). While attempt K runs, each adapter starts attempt K+1's worker
+interpreter (rank/inplace/spare.py) with the heavy modules the script imports (``torch``,
 ``mindspore``... ``MPILAUNCH_SPARE_PRELOAD`` overrides the list, empty: no spare) already
 imported, blocked on a socket; the restart hands it the attempt's environment and log and it
 runs the script. A fresh interpreter importing torch is most of a restart's time otherwise.
@@ -37,8 +37,8 @@ import threading
 import time
 
 from mpilaunch.rank import status
-from mpilaunch.rank.coordinate import Client, Coordinator
-from mpilaunch.rank.prestart import Spare, preload_for, spare_eligible
+from mpilaunch.rank.inplace.coordinate import Client, Coordinator
+from mpilaunch.rank.inplace.prestart import Spare, preload_for, spare_eligible
 from mpilaunch.rank.supervisor import RESTART, TEARDOWN_SIGNALS, Supervisor
 
 
