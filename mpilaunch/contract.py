@@ -131,8 +131,9 @@ def seconds(value, name: str, allow_zero: bool = False) -> float:
         number = float(text)
     except ValueError:
         number = None
-    ok = number is not None and number == number and number not in (float("inf"), float("-inf"))
-    if ok and (number > 0 or (allow_zero and number == 0)):
+    # NaN compares false with everything, so the range test turns it away with the infinities
+    if number is not None and float("-inf") < number < float("inf") \
+            and (number > 0 or (allow_zero and number == 0)):
         return number
     least = "0 or more" if allow_zero else "more than 0"
     why = "not a number" if number is None else "out of range"
