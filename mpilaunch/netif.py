@@ -12,7 +12,7 @@ import ctypes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import List, Tuple
+    from typing import Dict, List, Optional, Tuple
 
 AF_INET, AF_INET6 = 2, 10   # Linux values (socket.AF_INET, socket.AF_INET6)
 
@@ -42,7 +42,7 @@ def addresses() -> List[Tuple[str, int, str]]:
     if libc.getifaddrs(ctypes.byref(head)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, "getifaddrs failed")
-    by_name = {}
+    by_name: Dict[str, List[Tuple[str, int, str]]] = {}
     try:
         node = head
         while node:

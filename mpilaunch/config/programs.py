@@ -24,7 +24,7 @@ import os
 import re
 import sys
 from collections import namedtuple
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 MINDSPORE = ("mindspore", "mindformers")
 MPI = ("mpi4py", "horovod")
@@ -93,16 +93,17 @@ def _module_file(root: str, dotted: str) -> Optional[str]:
     return None
 
 
-def find_module(module: str, search: Sequence[str]) -> Tuple[Optional[str], Optional[str]]:
+def find_module(module: str, search: Sequence[str]) -> Optional[Tuple[str, str]]:
     """(file ``python -m module`` runs, the sys.path root it was found under), without
-    importing anything: ``pkg/mod.py``, ``pkg/mod/__main__.py``, a package's ``__main__``."""
+    importing anything: ``pkg/mod.py``, ``pkg/mod/__main__.py``, a package's ``__main__``;
+    None when no root holds it."""
     parts = module.split(".")
     for root in search:
         base = os.path.join(root or ".", *parts)
         for cand in (base + ".py", os.path.join(base, "__main__.py")):
             if os.path.isfile(cand):
                 return cand, root or "."
-    return None, None
+    return None
 
 
 def _watch(dotted: str, level: int) -> Optional[str]:
@@ -121,8 +122,9 @@ def scan(entries: Iterable[str], roots: Sequence[str],
     ``within`` (default: ``roots``) are followed."""
     entries = [os.path.abspath(e) for e in entries]
     within = tuple(os.path.join(os.path.abspath(w), "") for w in (within or roots))
-    todo, seen = list(entries), set()
-    found = {"mindspore": None, "mpi": None}
+    todo: List[str] = list(entries)
+    seen: Set[str] = set()
+    found: Dict[str, Optional[Found]] = {"mindspore": None, "mpi": None}
     while todo and len(seen) < MAX_FILES:
         path = todo.pop(0)
         if path in seen:
@@ -176,9 +178,10 @@ def inspect(script: Optional[str], module: Optional[str], script_args: Sequence[
     executable and its arguments that are files (``bash run.sh``, ``python3 train.py``)."""
     if module:
         search = [os.getcwd()] + [p for p in sys.path[1:] if p]
-        entry, root = find_module(module, search)
-        if entry is None:
+        where = find_module(module, search)
+        if where is None:
             return Program(None, None, None, 0)
+        entry, root = where
         top = os.path.join(root, module.split(".")[0])
         inits = [os.path.join(top, "__init__.py")] if os.path.isdir(top) else []
         # the module's own package is followed (mpi4py.bench -> mpi4py), not all site-packages
