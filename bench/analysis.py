@@ -274,7 +274,7 @@ import re as _re
 
 _REPO = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 RANK_PATH = ["rank/__main__.py", "rank/_boot.py", "rank/supervisor.py", "rank/identity.py", "rank/agree.py",
-             "rank/frameworkenv.py", "rank/logs.py", "rank/status.py", "rank/affinity.py"]
+             "rank/frameworkenv.py", "rank/logs.py", "rank/status.py", "rank/binding/affinity.py"]
 FRONT_PATH = ["__main__.py", "cli.py", "config/launchconfig.py", "config/hostfile.py", "config/mpi.py",
               "config/mpiargs.py", "config/broadcast.py", "supervise/starter.py", "output/summary.py", "errors.py"]
 

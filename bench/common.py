@@ -109,7 +109,7 @@ def prewarm(pythons: Sequence[str]) -> None:
             "mpilaunch.config.tuneimport, mpilaunch.rank.options, mpilaunch.rank.plan, "
             "mpilaunch.rank.supervisor, mpilaunch.rank.agree, mpilaunch.rank.identity, "
             "mpilaunch.rank.frameworkenv, mpilaunch.rank.logs, mpilaunch.rank.status, "
-            "mpilaunch.rank.affinity, psutil, json, argparse, subprocess, threading, queue, socket, "
+            "mpilaunch.rank.binding.affinity, psutil, json, argparse, subprocess, threading, queue, socket, "
             "shutil, tempfile, logging, ctypes, dataclasses, resource, select")
     for py in pythons:
         if py and os.access(py, os.X_OK) and py != MS_PY:   # MindSpore jobs run without the prefix

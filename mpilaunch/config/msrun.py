@@ -1,5 +1,5 @@
 """The rest of msrun's command line, checked for config.build: --bind_numa (the rule is
-mpilaunch/rank/affinity.py's), --sim_level / --sim_rank_id (MindSpore's DryRun, as msrun 2.x
+mpilaunch/rank/binding/affinity.py's), --sim_level / --sim_rank_id (MindSpore's DryRun, as msrun 2.x
 takes them: mindspore/parallel/cluster/process_entity/_api.py), --rank_table_file and
 --node_rank. UsageError naming the flag, before anything starts."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Mapping, Optional, Tuple
 
 from mpilaunch import contract, net
 from mpilaunch.errors import UsageError
-from mpilaunch.rank import affinity
+from mpilaunch.rank.binding import affinity
 
 
 def bind_numa(value: Optional[str]) -> Optional[str]:
-    """``--bind_numa`` checked (mpilaunch/rank/affinity.py's rule) -> what the ranks get: True,
+    """``--bind_numa`` checked (mpilaunch/rank/binding/affinity.py's rule) -> what the ranks get: True,
     or the JSON itself (a file's content: the other hosts need not have the file)."""
     spec = affinity.parse_bind_numa(value, "--bind_numa")
     if spec is None:

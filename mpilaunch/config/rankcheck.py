@@ -3,7 +3,7 @@ would refuse is one line and exit 2 here, instead of mpirun's banner and N copie
 adapter's error after every rank started.
 
 No rule is written here: each check calls the rank side's own function with the launcher's
-flag name (``rank/affinity.py`` --bind_core, ``rank/logs.py`` the log name and dir,
+flag name (``rank/binding/affinity.py`` --bind_core, ``rank/logs.py`` the log name and dir,
 ``rank/frameworkenv.py`` --visible-devices, ``rank/agree.py`` rank 0's address,
 ``net.py`` the address and port the scheduler binds), so both sides give the same answer.
 What depends on the machine (CPUs, the log dir, the master address and port) is checked only
@@ -17,7 +17,8 @@ import os
 
 from mpilaunch import contract, net
 from mpilaunch.errors import UsageError
-from mpilaunch.rank import affinity, agree, frameworkenv, logs
+from mpilaunch.rank import agree, frameworkenv, logs
+from mpilaunch.rank.binding import affinity
 
 
 def check(cfg) -> None:

@@ -43,7 +43,7 @@ def _cpus(opts):
     """(available CPUs, NUMA nodes) when --bind-core needs them, else empty."""
     if opts.bind is None:
         return (), ()
-    from mpilaunch.rank import affinity
+    from mpilaunch.rank.binding import affinity
 
     return affinity.available_cpus(), affinity.read_numa_nodes()
 

@@ -72,7 +72,7 @@ FLAGS = (
          "comma list: DEVICE_ID = list[local rank]", CONFIG, "visible_devices", SET),
     Flag("--bind-numa", "bind_numa", TEXT, "SPEC", None,
          "True, or msrun's JSON dict of NUMA nodes per device (a file's content: the launcher "
-         "reads it): each worker's CPUs and memory, through rank/numabind.py",
+         "reads it): each worker's CPUs and memory, through rank/binding/numabind.py",
          CONFIG, "bind_numa", SET),
     Flag("--sim-level", "sim_level", WHOLE, "N", None,
          "MindSpore DryRun: MS_SIMULATION_LEVEL=N, and no MS_ROLE, MS_SCHED_* or MS_TOPO_TIMEOUT "

@@ -94,7 +94,7 @@ class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr ma
     scheduler_grace: float; command: [SCRIPT, ARGS...] (``module``: SCRIPT is a module name);
     port_check: rank 0 checks --master-port (``--exec`` without a port the user gave: no);
     longrun: the flags each attempt writes (:class:`mpilaunch.rank.longrun.LongRun`) or None;
-    numa: ``--bind-numa`` as given (checked; rank/numabind.py reads it again in the child);
+    numa: ``--bind-numa`` as given (checked; rank/binding/numabind.py reads it again in the child);
     sim_level, sim_rank_id, sim_world: int or None; rank_table_file: str or None."""
 
     __slots__ = ()
@@ -126,7 +126,7 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
     logs.check_log_name(ns.worker_log_name)
     bind = None
     if ns.bind_core is not None or ns.bind_numa is not None:
-        from mpilaunch.rank import affinity   # 23 KB of code every other rank need not load
+        from mpilaunch.rank.binding import affinity   # 23 KB of code every other rank need not load
 
         bind = affinity.parse_bind_core(ns.bind_core, cpu_count)
         if ns.bind_numa is not None:

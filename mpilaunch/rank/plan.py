@@ -19,8 +19,8 @@ Decisions made here (and only here):
 * ``GLOO_SOCKET_IFNAME`` (worker only) = the interface routing to rank 0 when the ranks span
   hosts and the user did not set it: gloo picks its interface by resolving this host's name
   and falls back to loopback when the name does not resolve, and then no rank reaches another;
-* ``--bind-core`` CPUs (:func:`mpilaunch.rank.affinity.plan_cpus`);
-* ``--bind-numa``: the child's argv goes behind rank/numabind.py (:func:`numa_argv`), which
+* ``--bind-core`` CPUs (:func:`mpilaunch.rank.binding.affinity.plan_cpus`);
+* ``--bind-numa``: the child's argv goes behind rank/binding/numabind.py (:func:`numa_argv`), which
   binds CPUs and memory in the child itself, then execs it;
 * ``--exec``: Python scripts with our own interpreter run under ``python -m mpi4py``.
 """
@@ -70,18 +70,18 @@ def framework_opts(opts) -> FrameworkOpts:
 
 
 def numa_argv(opts, argv: List[str], role: str, info, device: str, keep_cpus: bool) -> List[str]:
-    """``argv`` behind rank/numabind.py when ``--bind-numa`` binds ``role`` (the scheduler
+    """``argv`` behind rank/binding/numabind.py when ``--bind-numa`` binds ``role`` (the scheduler
     only by its own key, as in msrun), else ``argv``."""
     if opts.numa is None:
         return argv
-    from mpilaunch.rank import affinity
+    from mpilaunch.rank.binding import affinity
 
     spec = affinity.parse_bind_numa(opts.numa)
     if spec is None or (role == "scheduler" and (spec == affinity.AUTO or "scheduler" not in spec)):
         return argv
     import sys
 
-    from mpilaunch.rank import numabind
+    from mpilaunch.rank.binding import numabind
 
     return numabind.prefix(sys.executable, opts.numa, role, info.local_rank, info.local_size,
                            device, keep_cpus) + list(argv)
@@ -125,7 +125,7 @@ def children(opts, info, sched_addr: str, sched_port: int, user_env: Mapping[str
         opts.worker_log_name, info.rank, hostname, ip))
     worker_cpus = sched_cpus = None
     if opts.bind is not None:
-        from mpilaunch.rank import affinity
+        from mpilaunch.rank.binding import affinity
 
         worker_cpus, sched_cpus = affinity.plan_cpus(
             opts.bind, cpus, numa_nodes, info.local_rank, info.local_size,
@@ -173,7 +173,7 @@ def exec_plan(opts, info, sched_addr: str, user_env: Mapping[str, str], argv: Li
     env = framework_env(info, sched_addr, opts.master_port, framework_opts(opts), user_env)
     bound = None
     if opts.bind is not None:
-        from mpilaunch.rank import affinity
+        from mpilaunch.rank.binding import affinity
 
         bound, _ = affinity.plan_cpus(opts.bind, cpus, numa_nodes, info.local_rank,
                                       info.local_size, False, env["DEVICE_ID"])

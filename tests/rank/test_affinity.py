@@ -2,7 +2,7 @@
 import pytest
 
 from mpilaunch.errors import UsageError
-from mpilaunch.rank.affinity import AUTO, order_by_numa, parse_bind_core, plan_cpus
+from mpilaunch.rank.binding.affinity import AUTO, order_by_numa, parse_bind_core, plan_cpus
 
 
 def test_parse_forms():

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from mpilaunch.errors import UsageError
-from mpilaunch.rank import numabind
-from mpilaunch.rank.affinity import (AUTO, NumaBind, NumaEntry, check_numa_nodes,
+from mpilaunch.rank.binding import numabind
+from mpilaunch.rank.binding.affinity import (AUTO, NumaBind, NumaEntry, check_numa_nodes,
                                      parse_bind_numa, plan_numa, read_numa_topology)
 
 from helpers.launch import clean_env, mpilaunch_argv
@@ -227,10 +227,11 @@ def test_numactl_is_used_where_it_is_found(tmp_path):
 
 
 def test_set_membind_binds_this_process_and_refuses_a_missing_node():
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from mpilaunch.rank import numabind; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from mpilaunch.rank.binding import numabind; "
             "numabind.set_membind([0]); print(open('/proc/self/numa_maps').readline().split()[1]); "
             "numabind.set_membind([63])")
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(numabind.__file__))))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(numabind.__file__)))))
     p = subprocess.run([sys.executable, "-c", code, repo], capture_output=True, text=True, timeout=30)
     assert p.stdout.split() == ["bind:0"]
     assert "OSError: [Errno 22] set_mempolicy: Invalid argument" in p.stderr

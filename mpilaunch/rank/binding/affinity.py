@@ -189,7 +189,7 @@ def available_cpus() -> List[int]:
 # "cpu"|"numa"|"none", "bind_memory_mode": "numa"|"none"}, "bind_cpu": {...},
 # "bind_memory": {...}}. A worker's key is device<DEVICE_ID>; the scheduler is bound only by
 # its own key (as in msrun). Each entry binds CPUs (the nodes' CPUs, or a CPU list) and
-# memory (MPOL_BIND to the nodes): rank/numabind.py does it, with numactl when it is there.
+# memory (MPOL_BIND to the nodes): rank/binding/numabind.py does it, with numactl when it is there.
 
 class NumaEntry(namedtuple("NumaEntry", "cpus cpu_nodes mem_nodes")):
     """CPUs (list or None), NUMA nodes whose CPUs to use, NUMA nodes for memory."""

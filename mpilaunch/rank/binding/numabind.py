@@ -1,7 +1,7 @@
 """``--bind-numa``, done: the few lines that run between the adapter and a worker (or the
 scheduler) it binds, then exec it. rank/plan.py puts ``python -S -c`` of :data:`ENTRY` in
 front of the child's argv; this reads the host's NUMA topology, plans with
-mpilaunch/rank/affinity.py (the same rule the launcher checked), and binds:
+mpilaunch/rank/binding/affinity.py (the same rule the launcher checked), and binds:
 
 * with ``numactl`` on PATH: ``exec numactl --membind=N [--physcpubind=CPUS] -- ARGV``
   (msrun's way);
@@ -15,7 +15,7 @@ import os
 import sys
 
 # ``python -S -c ENTRY PKG_PARENT ARGS...``: no site (docs/ARCHITECTURE.md, start-up)
-ENTRY = ("import sys; sys.path.insert(0, sys.argv[1]); from mpilaunch.rank import numabind; "
+ENTRY = ("import sys; sys.path.insert(0, sys.argv[1]); from mpilaunch.rank.binding import numabind; "
          "sys.exit(numabind.main(sys.argv[2:]))")
 MPOL_BIND = 2
 SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237, "ppc64le": 261, "s390x": 270}
@@ -24,7 +24,8 @@ SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237, "ppc64le": 261, "s390x": 270
 def prefix(python: str, spec_text: str, role: str, local_rank: int, local_size: int,
            device_id: str, keep_cpus: bool) -> list:
     """The argv to put before the child's (``keep_cpus``: --bind-core chose its CPUs)."""
-    parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
     return [python, "-S", "-c", ENTRY, parent, spec_text, role, str(local_rank),
             str(local_size), device_id, "keep" if keep_cpus else "numa", "--"]
 
@@ -66,7 +67,7 @@ def _ranges(values) -> str:
 
 def main(argv) -> int:
     from mpilaunch.errors import UsageError
-    from mpilaunch.rank import affinity
+    from mpilaunch.rank.binding import affinity
     spec_text, role, local_rank, local_size, device_id, cpus_mode = argv[:6]
     cmd = argv[7:]
     try:
