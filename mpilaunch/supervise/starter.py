@@ -25,14 +25,15 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import List, Mapping, Optional
+from typing import Any, Callable, ContextManager, List, Mapping, Optional
 
 from mpilaunch import rundir
 from mpilaunch.config import allocation
 from mpilaunch.hang import server as hang_server
 from mpilaunch.supervise import control as control_channel
 from mpilaunch.supervise import leftovers, relays, usersignals
-from mpilaunch.supervise.stopping import STOP_SIGNALS, StopState
+from mpilaunch.supervise.ending import Ending
+from mpilaunch.supervise.stopping import STOP_SIGNALS
 from mpilaunch.output import events, outcome
 from mpilaunch.output.summary import Collector, render_summary, write_ranks_file
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
@@ -86,14 +87,18 @@ def _child_setup_for(prctl):
 
 
 class Job:
-    """The running starter (mpirun, mpiexec, srun), as backends and attempts act on it."""
+    """The running starter (mpirun, mpiexec, srun), as backends and attempts act on it.
+    ``lock``: the attempt's one door of its ending (``StopState.lock``: supervise/ending.py),
+    under which :meth:`end` decides; its own when none is given."""
 
-    def __init__(self, proc: subprocess.Popen, collector: Collector, program: str):
+    def __init__(self, proc: subprocess.Popen, collector: Optional[Collector], program: str,
+                 lock: Optional[ContextManager[Any]] = None):
         self.proc, self.pid, self.collector, self.program = proc, proc.pid, collector, program
         self.timers: List[threading.Timer] = []
         self.ended = False
-        self.control = None     # control.Control, when the attempt has the channel
+        self.control: Optional[control_channel.Control] = None   # when the attempt has the channel
         self.np = 0
+        self.lock = lock if lock is not None else threading.RLock()
 
     def kill(self, sig: int) -> None:
         try:
@@ -101,7 +106,7 @@ class Job:
         except ProcessLookupError:
             pass
 
-    def later(self, seconds: float, fn, *args) -> None:
+    def later(self, seconds: float, fn: Callable[..., object], *args: object) -> None:
         timer = threading.Timer(seconds, fn, args)
         timer.daemon = True
         timer.start()
@@ -109,20 +114,23 @@ class Job:
 
     def end(self, escalate: float = ESCALATE_AFTER) -> None:
         """SIGTERM to the starter (its own teardown of every rank), SIGKILL after ``escalate``
-        s if it has not ended (the adapters then end by PDEATHSIG)."""
-        if self.ended:
-            return
-        self.ended = True
-        events.teardown(f"mpilaunch ended {self.program}")   # the event record (docs/EVENTS.md)
-        self.kill(signal.SIGTERM)
-        self.later(escalate, self.kill, signal.SIGKILL)
+        s if it has not ended (the adapters then end by PDEATHSIG). Once, whoever asks."""
+        with self.lock:
+            if self.ended:
+                return
+            self.ended = True
+            events.teardown(f"mpilaunch ended {self.program}")   # the event record (docs/EVENTS.md)
+            self.kill(signal.SIGTERM)
+            self.later(escalate, self.kill, signal.SIGKILL)
 
     def host_lost(self, hosts: List[str], escalate: float) -> None:
         """A backend found hosts lost (their connection ended, their ssh port does not answer)."""
-        self.collector.unreachable = list(hosts)
-        print(f"mpilaunch: host {', '.join(hosts)} lost (its ssh connection ended and its ssh port "
-              "does not answer): stopping the job", file=sys.stderr, flush=True)
-        self.end(escalate)
+        with self.lock:
+            if self.collector is not None:
+                self.collector.unreachable = list(hosts)
+            print(f"mpilaunch: host {', '.join(hosts)} lost (its ssh connection ended and its ssh "
+                  "port does not answer): stopping the job", file=sys.stderr, flush=True)
+            self.end(escalate)
 
     def cancel(self) -> None:
         for timer in self.timers:
@@ -144,12 +152,13 @@ class _Supervision:
     """One attempt from the starter's start to its summary. Its phases, in order: ``prepare``,
     ``start_and_watch`` (files, the starter, relays, its end, every file and process of ours
     gone), ``conclude`` (the exit status and the summary). The stop-signal handler, the relays
-    and the control thread act on it through ``on_signal``, ``rank_failed`` and
-    ``adapter_died``; what they learnt is ``self.stop`` (:class:`StopState`)."""
+    and the control thread act on it through ``self.ending`` (ending.py: one lock for every
+    decision that ends the attempt); what they learnt is ``self.stop``."""
 
     def __init__(self, backend, plan, attempt, run_dir: str):
         self.backend, self.plan, self.attempt, self.run_dir = backend, plan, attempt, run_dir
-        self.stop = StopState()
+        self.ending = Ending(backend, attempt)
+        self.stop = self.ending.stop
         self.proc: Optional[subprocess.Popen] = None
         self.job: Optional[Job] = None
         self.control = None
@@ -160,12 +169,12 @@ class _Supervision:
     # -- phases
     def prepare(self) -> None:
         try:
-            self.collector = self.attempt.collector(self.backend)
+            self.collector = self.ending.collector = self.attempt.collector(self.backend)
             # before any socket of ours exists: with fd 0 closed, the control channel's socket
             # would be fd 0, and read as a stdin for rank 0 that never ends
             self.plan = relays.stdin_target(self.backend, self.plan)
             self.control = self.forwarder.control = _open_control(self.backend, self.plan,
-                                                                  self.attempt, self.adapter_died)
+                                                                  self.attempt, self.ending.adapter_died)
             if self.control is not None:   # its two variables reach every rank as the starter exports them
                 self.plan = self.backend.with_control(self.plan, self.control.names)
             events.attempt_start(self.attempt.index, self.plan)   # the event record (docs/EVENTS.md)
@@ -179,7 +188,8 @@ class _Supervision:
     def start_and_watch(self, env: Mapping[str, str], keep_tune: bool) -> int:
         """-> the starter's return code (0 when a stop came before it started)."""
         backend, plan, stop = self.backend, self.plan, self.stop
-        previous = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}
+        previous = {sig: signal.signal(sig, self.ending.on_signal) for sig in STOP_SIGNALS}
+        self.ending.start()     # a signal before it started waits in its queue
         try:
             for path, text in backend.files(plan):
                 rundir.write_atomic(path, text)
@@ -202,20 +212,18 @@ class _Supervision:
         )
         rundir.record_mpirun(self.run_dir, proc.pid)
         events.emit("starter_start", program=backend.program, pid=proc.pid, argv=self.cmd)
-        job = Job(proc, self.collector, backend.program)
+        job = Job(proc, self.collector, backend.program, lock=stop.lock)
         job.control, job.np = control, getattr(plan, "np", 0)
         self.job = job
         self.stacks_server = hang_server.open_for(self.run_dir, plan, control)   # mpilaunch stacks LOG_DIR
         self.forwarder.started(job, job.np)
-        if stop.asked and not stop.forwarded and not stop.graceful:
-            self.act(stop.first)   # the stop came while Popen ran (the handler saw no job yet)
-        elif stop.dead_early:
-            backend.on_rank_failure(plan, job)   # an adapter died before the job object existed
+        # a stop that came while Popen ran, an adapter that died before the job existed
+        self.ending.attach(job, plan)
 
     def _watch(self) -> int:
         backend, plan, proc, job = self.backend, self.plan, self.proc, self.job
         progress = relays.startup_line(plan)   # a terminal only: how far the start-up got
-        streams = [relays.ErrRelay(proc.stderr, self.collector, self.rank_failed, progress),
+        streams = [relays.ErrRelay(proc.stderr, self.collector, self.ending.rank_failed, progress),
                    relays.OutRelay(proc.stdout, self.collector, progress)]
         if proc.stdin is not None:
             relays.StdinRelay(proc.stdin).start()   # not joined: it may wait on the terminal
@@ -235,14 +243,15 @@ class _Supervision:
         """Every exit path: nothing of this attempt left running, the launcher's signal state
         as it was, the run files removed."""
         proc = self.proc
-        if self.job is not None:
-            self.job.cancel()
         hang_server.close(self.stacks_server)
         if proc is not None and proc.poll() is None:  # an exception on our side: never leave it running
             proc.kill()
             proc.wait()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        self.ending.close()     # every stop signal acted on: no timer is started after this
+        if self.job is not None:
+            self.job.cancel()
         self.forwarder.uninstall()
         if self.control is not None:
             everyone_left = self.control.all_said_bye(getattr(self.plan, "np", 0))
@@ -282,52 +291,6 @@ class _Supervision:
                 relays.Sink(2).write(f"  scheduler: {cause}\n".encode("utf-8", "replace"))
                 events.emit("scheduler_stop", cause=cause)
         return status
-
-    # -- what the handler, the relays and the control thread do
-    def on_signal(self, signum, _frame) -> None:
-        events.stop_signal(signum)   # the event record (docs/EVENTS.md)
-        self.stop.signal_came(signum)
-        if self.job is None or self.proc.poll() is not None:
-            return  # before the starter started: acted on right after Popen returns (_start)
-        self.act(signum)
-
-    def act(self, signum: int) -> None:
-        """Stop the running job: the first stop, a repeated one, a forced one."""
-        stop, job = self.stop, self.job
-        if not stop.graceful and self.attempt.on_stop(job, signum, self.act):
-            stop.graceful = True      # --term-grace: the workers save first (restart.py)
-        elif not stop.forwarded:
-            stop.forwarded = True
-            print(f"mpilaunch: {signal.Signals(signum).name} received, stopping the job",
-                  file=sys.stderr, flush=True)
-            job.end()   # once: a second SIGTERM makes Open MPI 4.1 exit and orphan its ranks
-        elif stop.signals >= 3:
-            print(f"mpilaunch: stopping now (SIGKILL to {self.backend.program})", file=sys.stderr,
-                  flush=True)
-            job.kill(signal.SIGKILL)
-        else:
-            print("mpilaunch: already stopping; signal again to force", file=sys.stderr, flush=True)
-
-    def rank_failed(self, event) -> None:
-        """From a relay: a rank's own failure (a status line); the first one ends the job."""
-        if event.cause == "self" and (event.code or event.signal) and self.stop.take_failure():
-            self.backend.on_rank_failure(self.plan, self.job)
-
-    def adapter_died(self, rank, pid, host) -> None:
-        """From the control thread: rank ``rank``'s adapter died (no last word) before the job
-        was ending: its failure, as a rank's own (docs/HANGS.md)."""
-        job = self.job
-        if self.stop.asked or (job is not None and job.ended) or not self.stop.take_failure():
-            return      # the teardown's victim, or one more after the first failure
-        self.collector.adapter_died(rank, pid, host)
-        events.emit("adapter_dead", rank=rank, pid=pid, host=host)
-        print(f"mpilaunch: rank {rank}'s adapter (pid {pid} on host {host}) died: its connection "
-              "to the launcher closed without its last word; stopping the job",
-              file=sys.stderr, flush=True)
-        if job is not None:
-            self.backend.on_rank_failure(self.plan, job)
-        else:
-            self.stop.dead_early = True
 
 
 def starter_environment(base: Mapping[str, str], control: Mapping[str, str],

@@ -7,8 +7,9 @@ does, so that no further attempt starts."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
-from typing import Optional
+from typing import Dict, Optional
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -19,24 +20,34 @@ class StopState:
 
     first        the first stop signal (None: none came); the attempt then ends stopped by it
     signals      how many came (the third forces: SIGKILL to the starter)
+    (those two are written by the stop-signal handler alone, which never takes ``lock``:
+    supervise/ending.py says why; everything below is read and written under ``lock``)
     graceful     the attempt took the stop itself (``--term-grace``: the workers save first)
     forwarded    the starter was asked to end (once: a second SIGTERM makes Open MPI 4.1 exit
                  and orphan its ranks)
     rank_failed  the first failure of a rank (or its adapter) was handed to the backend
     dead_early   an adapter died before the starter's Job existed: handed over once it does
+    handled      the number of the last stop signal acted on (each is acted on once)
+    lock         the one door of the attempt's ending (supervise/ending.py): the first failure
+                 taken, the starter asked to end (``starter.Job.end``), the escalation
     """
 
-    __slots__ = ("first", "signals", "graceful", "forwarded", "rank_failed", "dead_early")
+    __slots__ = ("first", "signals", "graceful", "forwarded", "rank_failed", "dead_early",
+                 "handled", "lock")
 
     def __init__(self) -> None:
         self.first: Optional[int] = None
         self.signals = 0
         self.graceful = self.forwarded = self.rank_failed = self.dead_early = False
+        self.handled = 0
+        self.lock = threading.RLock()
 
-    def signal_came(self, signum: int) -> None:
+    def signal_came(self, signum: int) -> int:
+        """In the stop-signal handler: count it -> its number (1 for the first)."""
         self.signals += 1
         if self.first is None:
             self.first = signum
+        return self.signals
 
     @property
     def asked(self) -> bool:
@@ -45,20 +56,21 @@ class StopState:
 
     def take_failure(self) -> bool:
         """True for the first failure only (the later ones are its teardown's victims)."""
-        if self.rank_failed:
-            return False
-        self.rank_failed = True
-        return True
+        with self.lock:
+            if self.rank_failed:
+                return False
+            self.rank_failed = True
+            return True
 
 
 class BetweenAttempts:
     """A stop signal between two attempts: no further attempt starts."""
 
-    def __init__(self):
-        self.signum = None
-        self.previous = {s: signal.signal(s, self._on) for s in STOP_SIGNALS}
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+        self.previous: Dict[int, object] = {s: signal.signal(s, self._on) for s in STOP_SIGNALS}
 
-    def _on(self, signum, _frame):
+    def _on(self, signum: int, _frame: object) -> None:
         self.signum = self.signum or signum
 
     def sleep(self, seconds: float) -> None:
