@@ -1,5 +1,6 @@
 """The adapter's argv fast path (argparse and the imports it brings cost every rank ~8 ms)
 must give exactly what argparse gives, and hand everything else to argparse."""
+import ast
 import subprocess
 import sys
 
@@ -60,12 +61,26 @@ HEAVY = ("argparse", "psutil", "socket", "json", "shutil", "dataclasses", "typin
          "subprocess", "signal", "enum", "ctypes", "re", "queue", "selectors", "locale", "mpi4py")
 
 
+# Every module of the package a plain rank loads (the launcher's argv, no opt-in feature): each
+# costs every rank its load, so one more is a decision to make here, not a side effect.
+PLAIN_RANK = {
+    "mpilaunch", "mpilaunch.contract", "mpilaunch.errors", "mpilaunch.net", "mpilaunch.pdeathsig",
+    "mpilaunch.procstat", "mpilaunch.rank", "mpilaunch.rank.__main__", "mpilaunch.rank.agree",
+    "mpilaunch.rank.control", "mpilaunch.rank.descendants", "mpilaunch.rank.firstout",
+    "mpilaunch.rank.flags", "mpilaunch.rank.frameworkenv", "mpilaunch.rank.identity",
+    "mpilaunch.rank.jobdone", "mpilaunch.rank.logs", "mpilaunch.rank.longrun",
+    "mpilaunch.rank.options", "mpilaunch.rank.plan", "mpilaunch.rank.relay", "mpilaunch.rank.span",
+    "mpilaunch.rank.spawn", "mpilaunch.rank.status", "mpilaunch.rank.supervisor"}
+
+
 @pytest.mark.parametrize("rank, hosts", [(0, 1), (1, 1), (1, 2)])
 def test_a_plain_rank_runs_without_the_heavy_imports(tmp_path, rank, hosts):
     """Rank 0 or 1 of 2, no scheduler, the launcher's argv, both ranks on one host or each on
     its own (then the worker gets GLOO_SOCKET_IFNAME, the interface towards rank 0): the whole
     adapter run (parse, plan, rank 0's port check, supervise a worker, reap) loads none of the
-    modules that cost every rank milliseconds (docs/ARCHITECTURE.md, start-up)."""
+    modules that cost every rank milliseconds (docs/ARCHITECTURE.md, start-up), and of the
+    package exactly :data:`PLAIN_RANK`: a new import on the plain path shows here (the opt-in
+    features, rank/inplace/ and rank/binding/, are imported only by a rank that uses them)."""
     worker = tmp_path / "w.py"
     worker.write_text("import os; print('hi', os.environ.get('GLOO_SOCKET_IFNAME'))\n")
     if hosts == 1:
@@ -80,6 +95,7 @@ def test_a_plain_rank_runs_without_the_heavy_imports(tmp_path, rank, hosts):
             str(net.free_port()), *where, "--no-scheduler", "--python", sys.executable,
             "--expect-ranks", plan, "--", str(worker)]
     code = ("import sys; from mpilaunch.rank.__main__ import main; rc = main(%r); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'mpilaunch')); "
             "print(rc, sorted(m for m in %r if m in sys.modules))" % (argv, HEAVY))
     local = (str(rank), "2") if hosts == 1 else ("0", "1")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": options.__file__.rsplit("/mpilaunch/", 1)[0],
@@ -88,4 +104,6 @@ def test_a_plain_rank_runs_without_the_heavy_imports(tmp_path, rank, hosts):
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                          env=env, timeout=60)
     assert out.stdout.splitlines()[-1] == "0 []", out.stdout + out.stderr
+    ours = set(ast.literal_eval(out.stdout.splitlines()[-2]))
+    assert ours == PLAIN_RANK
     assert (tmp_path / "logs" / f"worker_{rank}.log").read_text() == f"hi {iface}\n"
