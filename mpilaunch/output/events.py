@@ -41,6 +41,7 @@ class _Record:
         self.attempt = 0
         self.teardown = None     # why this attempt's teardown started (once per attempt)
         self.preflight_t0 = None
+        self.exception = None    # the last attempt's root cause's exception (job_end)
 
 
 _rec = None
@@ -263,9 +264,13 @@ def status(event) -> None:
             event.role == "adapter" and event.event == "error"):
         emit("process_exit", status=event_status(event), code=event.code, signal=event.signal,
              cause=event.cause, by=_BY.get(event.cause, event.cause), event=event.event,
-             log=event.log, message=event.message, tail=event.tail, **common)
-    else:   # the stall watchdog's stall / progress / done, an adapter's graceful stop
-        emit("rank_status", event=event.event, cause=event.cause, message=event.message, **common)
+             log=event.log, message=event.message, exception=event.exception,
+             tail=event.tail, **common)
+    else:   # the stall watchdog's stall / progress / done, an adapter's graceful stop, an
+            # attempt restarted in place (its root cause's exception with it)
+        extra = {"exception": event.exception} if event.exception else {}
+        emit("rank_status", event=event.event, cause=event.cause, message=event.message,
+             **extra, **common)
     if event.cause == "self" and (event.code or event.signal):
         teardown(f"{who(event)} failed on {event.host}")
 
@@ -276,11 +281,15 @@ def attempt_end(attempt, collector) -> None:
         return
     root = collector.root_cause()
     lost = collector.lost_hosts()
+    if root is None or lost or attempt.stopped_by is not None:
+        root = None
+    _rec.exception = root.exception if root is not None else None   # job_end's, if last
     emit("attempt_end", status=attempt.status, cause=attempt.cause,
          stopped_by=attempt.stopped_by, lost_hosts=lost,
-         root=None if root is None or lost or attempt.stopped_by is not None else {
+         root=None if root is None else {
              "rank": root.rank, "host": root.host, "role": root.role, "code": root.code,
-             "signal": root.signal, "log": root.log, "message": root.message})
+             "signal": root.signal, "log": root.log, "message": root.message,
+             "exception": root.exception})
 
 
 def summary(text: str) -> str:
@@ -301,9 +310,11 @@ def hint() -> str:
 
 def job_end(status: "int | None", attempts: int, error: "str | None" = None) -> None:
     """The record's last line: the job's exit status (None: an error of the launcher's own
-    ended it before any attempt, ``error``)."""
+    ended it before any attempt, ``error``); with the last attempt's root cause's exception
+    (``exception``, null when it named none)."""
+    exc = _rec.exception if _rec is not None and status else None
     if error is None:
-        emit("job_end", status=status, attempts=attempts)
+        emit("job_end", status=status, attempts=attempts, exception=exc)
     else:
-        emit("job_end", status=status, attempts=attempts, error=error)
+        emit("job_end", status=status, attempts=attempts, error=error, exception=exc)
     close()

@@ -14,10 +14,11 @@ from collections import namedtuple
 from typing import List, Optional
 
 from mpilaunch.contract import LIFE_CAUSE, STATUS_PREFIX
+from mpilaunch.output.exctext import exception_lines, exception_text
 
 
-class Event(namedtuple("Event", "rank host role event code signal cause log tail t message pid",
-                       defaults=(None, None))):
+class Event(namedtuple("Event", "rank host role event code signal cause log tail t message pid "
+                       "exception", defaults=(None, None, None))):
     """rank: Optional[int];
     host: str;
     role: str;
@@ -29,13 +30,16 @@ class Event(namedtuple("Event", "rank host role event code signal cause log tail
     tail: List[str];
     t: float;
     message: Optional[str];
-    pid: Optional[int] (lifecycle lines: the process they are about).
+    pid: Optional[int] (lifecycle lines: the process they are about);
+    exception: Optional[dict] (what a failed worker died of, found by its rank:
+    mpilaunch/rank/exception.py; None from a line without it).
     (A namedtuple: docs/ARCHITECTURE.md, start-up.)"""
 
     __slots__ = ()
 
     @classmethod
     def from_json(cls, payload: dict) -> "Event":
+        exc = payload.get("exception")
         return cls(
             rank=payload.get("rank"), host=str(payload.get("host", "?")),
             role=str(payload.get("role", "worker")), event=str(payload.get("event", "exit")),
@@ -43,6 +47,7 @@ class Event(namedtuple("Event", "rank host role event code signal cause log tail
             cause=str(payload.get("cause", "self")), log=payload.get("log"),
             tail=[str(x) for x in payload.get("tail") or []], t=float(payload.get("t", 0.0)),
             message=payload.get("message"), pid=payload.get("pid"),
+            exception=exc if isinstance(exc, dict) else None,
         )
 
 
@@ -169,6 +174,13 @@ def how_it_ended(dead: Event, notices: List[Event]) -> Event:
     return dead
 
 
+def describe_failure(event) -> str:
+    """``exit code 1``, with the exception the rank found when it found one
+    (``exit code 1: ValueError: bad batch size 0 (train.py:41 in load_batch)``)."""
+    text = describe_status(event.code, event.signal)
+    return text + (f": {exception_text(event.exception)}" if event.exception else "")
+
+
 def describe_status(code: Optional[int], sig: Optional[int]) -> str:
     if sig:
         return f"killed by signal {sig} ({signal_name(sig)})"
@@ -265,12 +277,13 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
         lines.append(f"  no rank reported a failure; see {program}'s messages above")
         _others(lines, collector, None, ranks_file)
         return "\n".join(lines) + "\n"
-    lines.append(f"  root cause: {who_and_where(root)}: {describe_status(root.code, root.signal)}")
+    lines.append(f"  root cause: {who_and_where(root)}: {describe_failure(root)}")
     note = signal_note(root.signal, delivered, program)
     if note:
         lines.append(note)
     if root.message:
         lines.append(f"  error: {root.message}")
+    lines += exception_lines(root.exception)
     if root.log:
         lines.append(f"  log: {root.log}")
     if root.tail:
@@ -372,4 +385,4 @@ def root_text(collector: Collector, status: int) -> str:
     root = collector.root_cause()
     if root is None:
         return f"exit status {status} (no rank reported a failure)"
-    return f"{who_and_where(root)}: {describe_status(root.code, root.signal)}"
+    return f"{who_and_where(root)}: {describe_failure(root)}"

@@ -100,22 +100,21 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
         if os.path.dirname(spec.log_path):
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
 
+    restarts = None
     if opts.longrun is not None and opts.longrun.in_place:   # restarts in place
-        from mpilaunch.rank.inplace import loop
-
         def specs_for(k, port):
             return _attempt_specs(opts, info, ag, user_env, argv, hostname, ip, ifname, cpus,
                                   numa, k, port)
-        return loop.supervise(specs_for, specs, opts, info.rank, hostname, ag.sched_addr,
-                                 info.size, argv, local_size=info.local_size, channel=channel)
-    if opts.longrun is not None:   # graceful stop, stall watchdog (rank/longrun.py)
-        return longrun.supervise(specs, opts, info.rank, hostname, local_size=info.local_size,
-                                 channel=channel)
-    from mpilaunch.rank.supervisor import supervise
 
-    return supervise(specs, info.rank, hostname, scheduler_grace=opts.scheduler_grace,
-                     local_size=info.local_size, tell_rank0=not opts.no_scheduler,
-                     channel=channel)
+        def restarts(inbox, opts):
+            from mpilaunch.rank.inplace import loop
+
+            return loop.Restarts(inbox, opts, info.rank, hostname, ag.sched_addr, info.size,
+                                 argv, specs_for)
+    from mpilaunch.rank.runner import supervise
+
+    return supervise(specs, opts, info.rank, hostname, local_size=info.local_size,
+                     channel=channel, restarts=restarts)
 
 
 def _attempt_specs(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifname, cpus, numa,
@@ -123,10 +122,10 @@ def _attempt_specs(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifna
     """The children of attempt ``k`` restarted in place (rank/inplace/): its log dir
     (LOG_DIR/attempt<k>, beside this attempt's), restart count and rendezvous port."""
     from mpilaunch.rank import longrun
+    from mpilaunch.rank.inplace.loop import attempt_dir
 
-    opts = opts._replace(log_dir=os.path.join(os.path.dirname(os.path.normpath(opts.log_dir)),
-                                              f"attempt{k}"),
-                         master_port=port, longrun=opts.longrun._replace(restart_count=k))
+    opts = opts._replace(log_dir=attempt_dir(opts.log_dir, k), master_port=port,
+                         longrun=opts.longrun._replace(restart_count=k))
     env = dict(user_env)
     longrun.prepare(opts, info, env, span_check=False)
     _make_log_dir(opts.log_dir)

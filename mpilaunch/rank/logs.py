@@ -1,5 +1,7 @@
 """Log names, which ranks are tailed to the console, and the tail of a log for the status
-line (secret values masked, then cut). Pure apart from :func:`read_tail` / :func:`status_tail`.
+line (secret values masked, then cut), and the exception a failed worker died of
+(:func:`status_exception`). Pure apart from :func:`open_log`, :func:`read_tail`,
+:func:`status_tail` and :func:`status_exception`.
 
 The tail spec itself (``--tail-worker-log``) is parsed by :func:`mpilaunch.contract.parse_tail_spec`;
 secrets are masked by :func:`mpilaunch.contract.mask_lines` (the one rule for both sides)."""
@@ -85,13 +87,20 @@ def check_log_dir(path: str, name: str = "--log-dir") -> None:
         raise UsageError(f"{name}={path!r}: {what}; {fix}")
 
 
+# log path -> its modification time right after it was opened (truncated), on the file
+# system's own clock: an error file older than that is another run's (status_exception)
+OPENED_NS = {}
+
+
 def open_log(path: str) -> int:
     """The log file opened for writing (truncated, append mode); UsageError if it cannot be."""
     try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
     except OSError as exc:
         raise UsageError(f"log file {path!r} cannot be created: {exc.strerror}; give "
                          f"--log_dir a writable directory") from None
+    OPENED_NS[path] = os.fstat(fd).st_mtime_ns
+    return fd
 
 
 def read_tail(path: str, n: int = TAIL_LINES, max_bytes: int = 16384) -> List[str]:
@@ -115,3 +124,17 @@ def status_tail(path: str, env: Mapping[str, str]) -> List[str]:
     """The ``tail`` of a status line: the log's last lines with every secret value of ``env``
     masked, each line then cut to :data:`TAIL_LINE_CHARS` characters."""
     return mask_lines(read_tail(path), env, cut=TAIL_LINE_CHARS)
+
+
+def status_exception(path: str, env: Mapping[str, str], code: Optional[int],
+                     sig: Optional[int], cause: str = "self") -> Optional[dict]:
+    """The ``exception`` of a failed worker's status line (mpilaunch/rank/exception.py: torch's
+    error file, ``TORCHELASTIC_ERROR_FILE`` of its environment, first, else a traceback in its
+    log ``path``), secrets of ``env`` masked; None when neither names one, and for a process
+    that did not fail on its own (``cause``: the teardown's victims are not looked at)."""
+    if cause != "self" or not (code or sig):
+        return None
+    from mpilaunch.rank import exception   # only after a failure: every rank pays for imports
+
+    return exception.find(env.get("TORCHELASTIC_ERROR_FILE"), path, env, code, sig,
+                          since_ns=OPENED_NS.get(path))

@@ -21,12 +21,16 @@ from mpilaunch.contract import LIFE_CAUSE, STATUS_PREFIX
 def status_line(rank: Optional[int], host: str, role: str, event: str, code: Optional[int],
                 signal: Optional[int], cause: str, log: Optional[str],
                 tail: Optional[List[str]] = None, message: Optional[str] = None,
-                t: Optional[float] = None) -> str:
+                t: Optional[float] = None, exception: Optional[dict] = None) -> str:
+    """One terminal status line; ``exception``: what a failed worker died of (rank/exception.py),
+    sent only when known (a launcher reading an older adapter's line finds no such field)."""
     obj = {"v": 1, "rank": rank, "host": host, "role": role, "event": event, "code": code,
            "signal": signal, "cause": cause, "log": log, "tail": list(tail or []),
            "t": round(time.time() if t is None else t, 3)}
     if message is not None:
         obj["message"] = message
+    if exception is not None:
+        obj["exception"] = exception
     import json  # only when a status line is written (a failure), not at every start
 
     return STATUS_PREFIX + json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n"

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 from mpilaunch.contract import ADAPTER_KILL_GRACE, SCHEDULER_GRACE
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl as _prctl
 from mpilaunch.rank import descendants, firstout, jobdone, logs, spawn, status
-from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS, grow_pipe, relay
+from mpilaunch.rank.relay import PIPE_SIZE, grow_pipe, relay
 
 TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # A child killed by SIGTERM is usually Open MPI's teardown signalling the whole process group;
@@ -362,12 +362,14 @@ class Supervisor:
         self._finish_relay(child)
         spec = child.spec
         if child.start_error is not None:
-            tail, message, ev = [], child.start_error, "start-failed"
+            tail, message, ev, exc = [], child.start_error, "start-failed", None
         else:
             tail = logs.status_tail(spec.log_path, spec.env)
             message, ev = None, event
+            exc = logs.status_exception(spec.log_path, spec.env, child.status, child.signal,
+                                        cause)
         status.emit(self.rank, self.host, spec.role, ev, child.status, child.signal, cause,
-                    os.path.abspath(spec.log_path), tail, message=message)
+                    os.path.abspath(spec.log_path), tail, message=message, exception=exc)
 
 
 def _signal(proc: spawn.Child, sig: int) -> None:
@@ -375,16 +377,3 @@ def _signal(proc: spawn.Child, sig: int) -> None:
         proc.send_signal(sig)
     except OSError:
         pass
-
-
-def supervise(children: Sequence[ChildSpec], rank: int, host: str,
-              scheduler_grace: float = SCHEDULER_GRACE, local_size: int = 1, tell_rank0: bool = True,
-              channel=None) -> int:
-    pipe_size = PIPE_SIZE if local_size <= 8 else PIPE_SIZE_MANY_RANKS
-    sup = Supervisor(children, rank, host, scheduler_grace=scheduler_grace,
-                     pipe_size=pipe_size, tell_rank0=tell_rank0)
-    if channel is not None:
-        from mpilaunch.rank import control     # only a launch with the channel pays for it
-
-        control.listen(rank, channel)
-    return sup.run()

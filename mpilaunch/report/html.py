@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 
+from mpilaunch.output.exctext import exception_lines, exception_text
 from mpilaunch.report import model as M
 
 WIDTH, LABEL, ROW_H, BAR_H = 1100, 190, 18, 12
@@ -22,6 +23,7 @@ CSS = """
 body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:18px;color:#222;background:#fff}
 h1{font-size:20px;margin:0 0 6px} h2{font-size:16px;margin:18px 0 6px}
 .ok{color:#2e7d32} .bad{color:#c62828} .facts{color:#555;margin:2px 0}
+.exception{color:#b71c1c;margin:2px 0}
 .legend span{display:inline-block;margin-right:14px} .legend i{display:inline-block;width:14px;
 height:10px;margin-right:4px;vertical-align:middle}
 details.host,.lane{margin:2px 0;border-left:3px solid #ddd;padding-left:6px}
@@ -113,9 +115,24 @@ def _describe(row) -> str:
     what = f"exit status {row.status}"
     if row.by:
         what += f", stopped by {row.by}" if row.by != "itself" else ", by itself"
+    if isinstance(row.exception, dict):
+        what += f"; {exception_text(row.exception)}"
     if row.log:
         what += f"; log {row.log}"
     return what
+
+
+def _exception(att) -> str:
+    """The root cause's exception, when its rank found one: the summary's words, then where
+    the raising frame is in full (the summary names its file only)."""
+    root = att.root or {}
+    exc = root.get("exception")
+    if not isinstance(exc, dict):
+        return ""
+    where = f" at {exc['file']}:{exc.get('line')}" if exc.get("file") else ""
+    more = "".join(f"<br>{_e(line.strip())}" for line in exception_lines(exc))
+    return (f'<p class="exception" data-rank="{_e(root.get("rank"))}" data-type="{_e(exc.get("type"))}">'
+            f'root cause\'s exception: <b>{_e(exception_text(exc))}</b>{_e(where)}{more}</p>')
 
 
 def _axis(scale, y, t0) -> str:
@@ -211,6 +228,7 @@ def _attempt(job, att) -> str:
                    f'{_e(att.program)} (median {slow["median"]:.3f} s); slowest host: '
                    f'<b>{_e(slow["host"])}</b> ({slow["host_seconds"]:.3f} s, of '
                    f'{slow["hosts"]} host(s))</p>')
+    out += [p for p in (_exception(att),) if p]
     if att.teardown_reason:
         out.append(f'<p class="facts">teardown started {att.teardown_start - t0:.3f} s: '
                    f'{_e(att.teardown_reason)}</p>')

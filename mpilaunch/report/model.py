@@ -28,6 +28,7 @@ class Row:
         self.started = self.pid = self.output = None
         self.exit = self.exit_host_t = self.status = self.signal = None
         self.cause = self.by = self.log = self.message = None
+        self.exception = None   # what it died of, as its rank found it (rank/exception.py)
         self.tail = []
         self.phases = []
         self.root = False
@@ -189,7 +190,7 @@ def _apply(job, rec):
         row = _row(att, rec)
         if row.exit is None or row.cause == "ok":
             row.exit, row.exit_host_t = t, rec.get("host_t")
-            for k in ("status", "signal", "cause", "by", "log", "message"):
+            for k in ("status", "signal", "cause", "by", "log", "message", "exception"):
                 setattr(row, k, rec.get(k))
             row.tail = rec.get("tail") or []
     elif kind == "rank_status":

@@ -130,7 +130,7 @@ class Coordinator:
                     RESTART_EVENT, root.get("code"), root.get("signal"), "restart",
                     root.get("log"), root.get("tail") or [],
                     message=f"attempt {k} failed; attempt {k + 1} started in place",
-                    t=root.get("t"))
+                    t=root.get("t"), exception=root.get("exception"))
 
     def finished(self, k: int, rank: str) -> None:
         with self.lock:

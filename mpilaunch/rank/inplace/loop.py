@@ -31,7 +31,6 @@ attempt's start. Only a plain ``PYTHON SCRIPT`` worker gets one (not ``--no-pyth
 from __future__ import annotations
 
 import os
-import queue
 import _signal as signal   # not signal: its enums cost every rank ~2 ms of CPU
 import threading
 import time
@@ -83,10 +82,12 @@ class InPlaceSupervisor(Supervisor):
             if cause == "self" and child.status:
                 spec = child.spec
                 tail = ([] if child.start_error else logs.status_tail(spec.log_path, spec.env))
+                exc = None if child.start_error else logs.status_exception(
+                    spec.log_path, spec.env, child.status, child.signal)
                 return {"rank": self.rank, "host": self.host, "role": spec.role,
                         "code": child.status,
                         "signal": child.signal, "log": os.path.abspath(spec.log_path),
-                        "tail": tail, "t": round(t, 3)}
+                        "tail": tail, "t": round(t, 3), "exception": exc}
         return None
 
     def _run_child(self, child) -> None:
@@ -156,150 +157,116 @@ class InPlaceSupervisor(Supervisor):
         return True
 
 
-# ------------------------------------------------------------------ the adapter's loop
+# ------------------------------------------------------------------ the hooks of runner.supervise
 
-def supervise(specs_for, specs, opts, rank: int, hostname: str, coord_addr: str, size: int,
-              argv, local_size: int = 1, channel=None) -> int:
-    """Attempts in place until one succeeds, the budget is spent, or the rank is stopped.
-    ``specs_for(k, port)``: the children of attempt ``k`` rendezvousing at ``port``;
-    ``specs``: attempt ``opts.longrun.restart_count``'s, already made."""
-    from mpilaunch.rank import longrun
-    from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS
-    from mpilaunch.rank.control import listen
+class Restarts:
+    """In-place restarts as the hooks of :func:`mpilaunch.rank.runner.supervise`: one
+    supervisor per attempt until one succeeds, the budget is spent, or the rank is stopped.
+    ``specs_for(k, port)``: the children of attempt ``k`` rendezvousing at ``port``."""
 
-    lr = opts.longrun
-    k, last = lr.restart_count or 0, lr.max_restarts or 0
-    between: "queue.SimpleQueue" = queue.SimpleQueue()
-    box = {"sup": None}
-    box_lock = threading.Lock()
-
-    def deliver(ev) -> None:
-        with box_lock:
-            sup = box["sup"]
-        (sup.events if sup is not None else between).put(ev)
-
-    coord = None
-    if rank == 0:
-        try:
-            coord = Coordinator(lr.in_place, k, last, size, hostname)
-        except OSError as exc:
-            status.write_stderr(f"mpilaunch.rank: in-place restarts off: port {lr.in_place} "
-                                f"cannot be bound on rank 0's host ({exc.strerror}); a failure "
-                                "ends the job (and a relaunch follows)\n")
-    client = None
-    if rank != 0 or coord is not None:
-        client = Client(rank, deliver, coordinator=coord, addr=coord_addr, port=lr.in_place)
-    asked = []
-
-    def on_stop():      # the launcher's graceful stop: the same teardown as a SIGTERM
-        if lr.term_grace is not None and not asked:
-            asked.append(True)
-            deliver(("signal", signal.SIGTERM))
-    if channel is not None:
-        listen(rank, channel, on_stop)
-    pipe = PIPE_SIZE if local_size <= 8 else PIPE_SIZE_MANY_RANKS
-    spare = None
-    try:
-        while True:
-            worker = next((s for s in specs if s.role == "worker"), None)
-            sup = InPlaceSupervisor(specs, rank, hostname, scheduler_grace=opts.scheduler_grace,
-                                    pipe_size=pipe, tell_rank0=not opts.no_scheduler,
-                                    quiet=client is not None and k < last, spare=spare)
-            spare = None
-            if lr.term_grace is not None:
-                sup.signal_grace = lr.term_grace
-            with box_lock:
-                box["sup"] = sup
-            _drain(between, sup.events, after=k)
-            if client is not None and k < last and worker is not None:
-                spare = _start_spare(sup, worker, argv, opts)
-            here = opts._replace(log_dir=os.path.join(  # this attempt's heartbeat and stacks
-                os.path.dirname(os.path.normpath(opts.log_dir)), f"attempt{k}"))
-            dog = longrun.start_watchdog(sup, here, rank, hostname, lr.stall_timeout) \
-                if lr.stall_timeout else None
+    def __init__(self, inbox, opts, rank: int, hostname: str, coord_addr: str, size: int, argv,
+                 specs_for) -> None:
+        lr = opts.longrun
+        self.inbox, self.opts, self.argv, self.specs_for = inbox, opts, argv, specs_for
+        self.k, self.last = lr.restart_count or 0, lr.max_restarts or 0
+        self.status = 0          # the rank's, once next() said there is no next attempt
+        self.spare = None        # the next attempt's worker, already started (prestart.py)
+        self.coord = None
+        if rank == 0:
             try:
-                rc = sup.run()
-            finally:
-                if dog is not None:
-                    dog.done.set()
-                with box_lock:
-                    box["sup"] = None
-                if sup.jobdone is not None and sup.jobdone.sock is not None:
-                    sup.jobdone.sock.close()
-            _drain(sup.events, between)
-            if sup.stop_signal is not None:
-                sup.flush()
-                return _graceful(lr, sup, asked, rank, hostname, rc)
-            if rc == RESTART:
-                pass
-            elif rc == 0 and client is not None and k < last:
-                if not client.done(k):
-                    return 0
-                got = _wait(between, client, k)
-                if got[0] == "signal":
-                    return 128 + got[1]
-                if got[0] == "finish":
-                    return 0
-            elif rc != 0 and client is not None and k < last:
-                info = sup.failure_info()
-                if info is None or not client.fail(k, info):
-                    sup.flush()
-                    return rc
-                got = _wait(between, client, k)
-                if got[0] == "signal":
-                    sup.flush()
-                    return 128 + got[1]
-            else:
-                return rc
-            k, port = client.latest
-            specs = specs_for(k, port)
-    finally:
-        if spare is not None:
-            spare.discard()
-        if client is not None:
-            client.close()
-        if coord is not None:
-            coord.close()
+                self.coord = Coordinator(lr.in_place, self.k, self.last, size, hostname)
+            except OSError as exc:
+                status.write_stderr(f"mpilaunch.rank: in-place restarts off: port {lr.in_place} "
+                                    f"cannot be bound on rank 0's host ({exc.strerror}); a "
+                                    "failure ends the job (and a relaunch follows)\n")
+        self.client = None
+        if rank != 0 or self.coord is not None:
+            self.client = Client(rank, inbox.put, coordinator=self.coord, addr=coord_addr,
+                                 port=lr.in_place)
 
+    def restartable(self) -> bool:
+        """A failure of this attempt is restarted in place (not the budget's last)."""
+        return self.client is not None and self.k < self.last
 
-def _drain(src, dst, keep=("signal", "restart", "finish"), after=None) -> None:
-    """Move the events that matter from ``src`` to ``dst``; ``after``: the attempt ``dst``
-    runs (a restart to it, or to an earlier one, is done)."""
-    while True:
+    def supervisor(self, specs, rank: int, hostname: str, **kw) -> InPlaceSupervisor:
+        sup = InPlaceSupervisor(specs, rank, hostname, quiet=self.restartable(), spare=self.spare,
+                                **kw)
+        self.spare = None
+        return sup
+
+    def started(self, sup) -> None:
+        """``sup`` takes the events: start the next attempt's spare worker."""
+        worker = sup.children.get("worker")
+        if self.restartable() and worker is not None:
+            self.spare = _start_spare(sup, worker.spec, self.argv, self.opts)
+
+    def attempt_opts(self):
+        """``opts`` with this attempt's log dir (its heartbeat and stacks)."""
+        return self.opts._replace(log_dir=attempt_dir(self.opts.log_dir, self.k))
+
+    def next(self, sup, rc: int):
+        """After an attempt that no stop signal ended: the next attempt's children, or None
+        when the rank ends here (with :attr:`status`)."""
+        if sup.jobdone is not None and sup.jobdone.sock is not None:
+            sup.jobdone.sock.close()
+        if rc != RESTART:
+            end = self._between(sup, rc)
+            if end is not None:
+                self.status = end
+                return None
+        self.k, port = self.client.latest
+        return self.specs_for(self.k, port)
+
+    def _between(self, sup, rc: int):
+        """Attempt ``k`` ended with ``rc`` by itself: the rank's status if it ends, None when
+        the coordinator restarts the attempt."""
+        if not self.restartable():
+            return rc
+        if rc == 0:     # wait for the others: one may still fail and restart everyone
+            if not self.client.done(self.k):
+                return 0
+            got = self._wait()
+            return 128 + got[1] if got[0] == "signal" else 0 if got[0] == "finish" else None
+        info = sup.failure_info()
+        if info is None or not self.client.fail(self.k, info):
+            sup.flush()
+            return rc
+        got = self._wait()
+        if got[0] == "signal":
+            sup.flush()
+            return 128 + got[1]
+        return None
+
+    def _wait(self):
+        """Between attempts: the next restart, the finish of attempt ``k``, or a stop signal."""
+        waiting, client, k = self.inbox.waiting, self.client, self.k
+        old = {s: signal.signal(s, lambda n, f: waiting.put(("signal", n)))
+               for s in TEARDOWN_SIGNALS}
         try:
-            ev = src.get_nowait()
-        except queue.Empty:
-            return
-        if ev[0] not in keep or (after is not None and ev[0] == "restart" and ev[1] <= after):
-            continue
-        dst.put(ev)
+            while True:
+                if client.latest is not None and client.latest[0] > k:
+                    return ("restart", client.latest[0])
+                if client.finished >= k:
+                    return ("finish", k)
+                ev = waiting.get()
+                if ev[0] == "signal":
+                    return ev
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def close(self) -> None:
+        if self.spare is not None:
+            self.spare.discard()
+        if self.client is not None:
+            self.client.close()
+        if self.coord is not None:
+            self.coord.close()
 
 
-def _wait(between, client, k: int):
-    """Between attempts: the next restart, the finish of attempt ``k``, or a stop signal."""
-    old = {s: signal.signal(s, lambda n, f: between.put(("signal", n))) for s in TEARDOWN_SIGNALS}
-    try:
-        while True:
-            if client.latest is not None and client.latest[0] > k:
-                return ("restart", client.latest[0])
-            if client.finished >= k:
-                return ("finish", k)
-            ev = between.get()
-            if ev[0] == "signal":
-                return ev
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def _graceful(lr, sup, asked, rank: int, hostname: str, rc: int) -> int:
-    from mpilaunch.rank import longrun
-
-    if lr.term_grace is None:
-        return rc
-    got = 0 if asked and sup.stop_signal == signal.SIGTERM else sup.stop_signal
-    status.emit(rank, hostname, "adapter", longrun.GRACE_EVENT, rc, got, "grace", None)
-    return 0
+def attempt_dir(log_dir: str, k: int) -> str:
+    """Attempt ``k``'s log dir, beside ``log_dir`` (LOG_DIR/attempt<j>, another attempt's)."""
+    return os.path.join(os.path.dirname(os.path.normpath(log_dir)), f"attempt{k}")
 
 
 def _start_spare(sup, worker, argv, opts):
