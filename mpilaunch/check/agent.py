@@ -100,7 +100,7 @@ def compute(cmd, np):
             "cpu": [c / t for _, t, c in got]}
 
 
-_BUFFERS = []
+_BUFFERS: "list[bytearray]" = []
 
 
 def memory(cmd):
@@ -160,28 +160,25 @@ class Receiver:
         self.cond = threading.Condition()
 
     def serve(self, conn, h):
-        rec = {"bytes": 0, "seconds": 0.0}
+        rec: dict[str, object] = {"bytes": 0, "seconds": 0.0}
         tid = h.get("id")
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             for _ in range(h["pings"]):
                 conn.sendall(conn.recv(1))
             buf = bytearray(CHUNK)
-            first = last = None
-            end = None
-            while True:
-                n = conn.recv_into(buf)
-                if not n:
-                    break
-                last = time.monotonic()
-                if first is None:
-                    first, end = last, last + h["window"]
-                else:
-                    rec["bytes"] += n     # bytes after the first read, over first->last
-                if last >= end:
-                    break
-            if first is not None and last > first:
-                rec["seconds"] = last - first
+            if conn.recv_into(buf):     # the first bytes start the clock
+                first = last = time.monotonic()
+                end, got = first + h["window"], 0
+                while last < end:
+                    n = conn.recv_into(buf)
+                    if not n:
+                        break
+                    last = time.monotonic()
+                    got += n            # bytes after the first read, over first->last
+                rec["bytes"] = got
+                if last > first:
+                    rec["seconds"] = last - first
         except (OSError, ValueError, KeyError) as exc:
             rec["error"] = str(exc)
         finally:
@@ -283,7 +280,7 @@ def serve(ask, listener):
     the probe's answer)."""
     signal.signal(signal.SIGALRM, lambda *a: os._exit(3))
     signal.alarm(max(1, int(ask["life"])))
-    np = []
+    np: list = []   # numpy, once prepare has imported it
 
     def prepare(cmd):
         """The checker says whether to use numpy (it knows which hosts share a machine)."""

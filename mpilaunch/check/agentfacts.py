@@ -17,7 +17,7 @@ def boot_id():
 
 def devices():
     """What accelerators this host shows: Ascend device nodes, nvidia-smi's GPUs."""
-    out = {}
+    out: dict[str, object] = {}   # davinci / nvidia: device numbers; nvidia_err: why none
     try:
         ids = sorted(int(n[7:]) for n in os.listdir("/dev")
                      if n.startswith("davinci") and n[7:].isdigit())
@@ -48,7 +48,7 @@ def cpu_limit():
             lines = [ln.rstrip("\n").split(":", 2) for ln in f]
     except OSError:
         return None, ""
-    best = (None, "")
+    best: tuple[float | None, str] = (None, "")
     for _, ctrl, path in (ln for ln in lines if len(ln) == 3):
         v1 = "cpu" in ctrl.split(",")
         if not v1 and ctrl != "":
@@ -67,8 +67,8 @@ def cpu_limit():
                     src = "%s/cpu.cfs_quota_us=%d per %d" % (d, quota, period)
                 else:
                     with open(os.path.join(d, "cpu.max")) as f:
-                        q, period = f.read().split()
-                    quota, period = (-1 if q == "max" else int(q)), int(period)
+                        q, per = f.read().split()
+                    quota, period = (-1 if q == "max" else int(q)), int(per)
                     src = "%s/cpu.max=%s %d" % (d, q, period)
                 if quota > 0 and (best[0] is None or quota / period < best[0]):
                     best = (quota / period, src)

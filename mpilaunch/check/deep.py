@@ -24,7 +24,7 @@ import socket
 import time
 from collections import namedtuple
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from mpilaunch import ssh
 from mpilaunch.check import outliers
@@ -119,16 +119,13 @@ def _measure_host(a: Agent, w: Windows, dp: DeepParams, slack: float, disk: bool
     more than the write it times, and its figure only warns)."""
     comp = a.ask({"op": "compute", "slots": a.slots, "window": w.compute}, w.compute * 20 + slack)
     mem = a.ask({"op": "memory", "window": w.memory}, w.memory * 20 + slack)
-    if disk:
-        disk = a.ask({"op": "disk", "dir": dp.log_dir, "bytes": DISK_BYTES,
-                      "window": ROUNDS * w.disk}, ROUNDS * w.disk * 20 + slack)
-    else:
-        disk = None
+    disk_ans = a.ask({"op": "disk", "dir": dp.log_dir, "bytes": DISK_BYTES,
+                      "window": ROUNDS * w.disk}, ROUNDS * w.disk * 20 + slack) if disk else None
     for what, ans in (("compute", comp), ("memory", mem)):
         if ans.get("error"):
             raise AgentError(f"its {what} probe failed: {ans['error']}")
     return outliers.Host(a.name, a.addr, own_name(a), a.slots, comp.get("rates"), comp.get("kind"),
-                         mem.get("rate"), disk, a.hello.get("devices"), cpus(a))
+                         mem.get("rate"), disk_ans, a.hello.get("devices"), cpus(a))
 
 
 def cpus(a: Agent) -> Optional[tuple]:
@@ -143,7 +140,7 @@ def own_name(a: Agent) -> str:
 
 
 def host_stage(agents: Sequence[Agent], only: Sequence[int], w: Windows, dp: DeepParams,
-               slack: float, parallel: int) -> Dict[int, object]:
+               slack: float, parallel: int) -> Dict[int, Union[outliers.Host, AgentError]]:
     """Measure hosts ``only``, one at a time per machine, machines at once."""
     groups: Dict[str, List[int]] = {}
     for i in only:
@@ -162,7 +159,7 @@ def host_stage(agents: Sequence[Agent], only: Sequence[int], w: Windows, dp: Dee
                     failed[i] = exc
         return {i: failed.get(i) or combine(got[i]) for i in idx}
 
-    out: Dict[int, object] = {}
+    out: Dict[int, Union[outliers.Host, AgentError]] = {}
     for res in ssh.parallel_map(one_machine, list(groups.values()), parallel):
         if isinstance(res, BaseException):
             raise res
@@ -219,7 +216,7 @@ def agent_ports(results: Sequence[CheckResult]) -> Dict[str, int]:
 
 
 def start_agents(hosts: Sequence[tuple], ports: Mapping[str, int], token: str, timeout: float,
-                 parallel: int) -> tuple:
+                 parallel: int) -> Tuple[List[Agent], List[CheckResult]]:
     """Connect to the agents of ``hosts`` (the probe started them) -> (agents that said
     hello, [CheckResult] for those that did not)."""
     def start(h):
@@ -232,7 +229,8 @@ def start_agents(hosts: Sequence[tuple], ports: Mapping[str, int], token: str, t
         except AgentError as exc:
             return CheckResult(name, addr, "compute", FAIL, str(exc))
 
-    agents, bad = [], []
+    agents: List[Agent] = []
+    bad: list = []   # CheckResult, or what start raised
     for r in ssh.parallel_map(start, list(hosts), parallel):
         (agents if isinstance(r, Agent) else bad).append(r)
     for k, a in enumerate(agents):

@@ -84,8 +84,10 @@ def check_host(index: int, host: hf.Host, p: Params, timeout: float) -> List[Che
     out.append(CheckResult(name, addr, "ssh-port", OK, f"port {target.port}", time.monotonic() - t1))
 
     t2 = time.monotonic()
-    remote = "true" if p.level != LEVEL_FULL else ssh.remote_command(probe_argv(p, rank0, timeout))
-    if p.ssh_mux and p.level != LEVEL_FULL:
+    remote: Optional[str] = "true"
+    if p.level == LEVEL_FULL:
+        remote = ssh.remote_command(probe_argv(p, rank0, timeout))
+    elif p.ssh_mux:
         remote = None   # the launch preflight: authenticate, leave the master for mpirun's ssh
     try:
         extra = list(p.ssh_extra) + ssh.mux_master_options(p.ssh_mux)

@@ -149,23 +149,22 @@ def findings(hosts: Sequence[Host], links: Sequence[Link], threshold: float,
         for i, h in enumerate(hosts):
             if counts[i] < h.slots:
                 out.append(Finding(i, "devices", counts[i], h.slots, None, device_kind(h.devices)))
-    figs = net_figures(len(hosts), links)
     bws = [ln.bw for ln in links if ln.bw is not None]
     if len(bws) >= 2:
-        med = statistics.median(bws)
-        for i, fig in figs.items():
-            v = host_net(fig)
-            if v is not None and (v == 0 or med / v >= threshold):
+        bw_med = statistics.median(bws)
+        for i, fig in net_figures(len(hosts), links).items():
+            bw = host_net(fig)
+            if bw is not None and (bw == 0 or bw_med / bw >= threshold):
                 slow = [ln for ln in links if i in (ln.src, ln.dst) and ln.bw is not None
-                        and (ln.bw == 0 or med / ln.bw >= threshold)]
-                out.append(Finding(i, "net", v, med, med / v if v else float("inf"), slow))
+                        and (ln.bw == 0 or bw_med / ln.bw >= threshold)]
+                out.append(Finding(i, "net", bw, bw_med, bw_med / bw if bw else float("inf"), slow))
     rtts = [ln.rtt for ln in links if ln.rtt is not None]
     if len(rtts) >= 2:
-        med = statistics.median(rtts)
+        rtt_med = statistics.median(rtts)
         for i in range(len(hosts)):
-            v = host_rtt(i, links)
-            if v is not None and v >= threshold * med and v - med >= RTT_SLACK:
-                out.append(Finding(i, "rtt", v, med, v / med if med else float("inf"), ""))
+            rtt = host_rtt(i, links)
+            if rtt is not None and rtt >= threshold * rtt_med and rtt - rtt_med >= RTT_SLACK:
+                out.append(Finding(i, "rtt", rtt, rtt_med, rtt / rtt_med if rtt_med else float("inf"), ""))
     return out
 
 
@@ -192,7 +191,8 @@ def merge_better(first: Sequence[Host], again: Mapping[int, Host]) -> List[Host]
     for i, h in again.items():
         old = out[i]
         compute, kind = old.compute, old.kind
-        if h.compute and (not compute or slot_figure(h) > slot_figure(old)):
+        new_fig, old_fig = slot_figure(h), slot_figure(old)   # None: no compute figures
+        if new_fig is not None and (old_fig is None or new_fig > old_fig):
             compute, kind = h.compute, h.kind
         memory = max(v for v in (old.memory, h.memory, 0.0) if v is not None) or old.memory
         disk = old.disk

@@ -133,21 +133,22 @@ def evaluate_sysctl(host: str, addr: str, values: Mapping[str, int], ranks: int)
     return out
 
 
-def _mpirun(host: str, addr: str, probe: Mapping, p: Params) -> CheckResult:
+def _mpirun(host: str, addr: str, probe: Mapping, p: Params, mpirun: str) -> CheckResult:
+    """The probe's run of ``mpirun`` (p.mpirun, when the check has one) on ``host``."""
     want = ".".join(map(str, p.mpi_version or ()))
     if "mpirun_err" in probe or probe.get("mpirun_rc") not in (0, None):
         why = probe.get("mpirun_err") or f"exit {probe.get('mpirun_rc')}"
         return CheckResult(host, addr, "mpirun", FAIL,
-                           f"{p.mpirun} does not run there ({why}) — install the same MPI "
+                           f"{mpirun} does not run there ({why}) — install the same MPI "
                            f"({want}) at the same path on every host")
     try:
-        got, dialect = parse_version_output(probe.get("mpirun_out", ""), p.mpirun)
+        got, dialect = parse_version_output(probe.get("mpirun_out", ""), mpirun)
         got_s = f"{NAMES.get(dialect, dialect)} " + ".".join(map(str, got))
     except UsageError:
         got, got_s = None, "an unrecognised MPI"
     if p.mpi_version is not None and got != tuple(p.mpi_version):
         return CheckResult(host, addr, "mpirun", FAIL,
-                           f"{p.mpirun} is {got_s} there, {want} here — install the same "
+                           f"{mpirun} is {got_s} there, {want} here — install the same "
                            "MPI at the same path on every host")
     return CheckResult(host, addr, "mpirun", OK, got_s)
 
@@ -172,7 +173,7 @@ def evaluate_probe(host: str, addr: str, probe: Mapping, p: Params, rank0_host: 
                                f"{p.python} -m pip install mpi4py there"))
     else:
         res.append(CheckResult(host, addr, "mpi4py", OK, str(probe.get("mpi4py", ""))))
-    res.append(_mpirun(host, addr, probe, p) if p.mpirun else CheckResult(host, addr, "mpirun", SKIP))
+    res.append(_mpirun(host, addr, probe, p, p.mpirun) if p.mpirun else CheckResult(host, addr, "mpirun", SKIP))
     if not p.script:
         res.append(CheckResult(host, addr, "script", SKIP))
     elif probe.get("script"):
