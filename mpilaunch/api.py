@@ -94,7 +94,7 @@ class Launch:
     """A running launch: :meth:`wait` for its :class:`Result`, :meth:`stop` to end it as a
     SIGTERM to the command does (every rank torn down; status 143)."""
 
-    def __init__(self, proc: subprocess.Popen, events_path: "str | None", log_dir: str):
+    def __init__(self, proc: subprocess.Popen, events_path: "str | None", log_dir: "str | None"):
         self.proc, self.pid = proc, proc.pid
         self.events_path, self.log_dir = events_path, log_dir
 
@@ -118,10 +118,10 @@ class Launch:
             self.proc.wait()
 
 
-def _result(path, log_dir, returncode) -> Result:
+def _result(path: "str | None", log_dir: "str | None", returncode: int) -> Result:
     job = model.load(path) if path and os.path.exists(path) else None
     att = job.last if job is not None else None
-    if att is None:
+    if job is None or att is None:
         return Result(returncode, None, [], 0, path, log_dir, None)
     status = job.status if job.finished and job.status is not None else returncode
     root = None

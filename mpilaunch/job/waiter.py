@@ -17,7 +17,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from mpilaunch import net, ssh
 from mpilaunch.errors import UsageError
@@ -37,7 +37,7 @@ def liveness_every(n_hosts: int) -> float:
 
 def worker0_alive_probe(spec: JobSpec) -> Callable[[], bool]:
     """A function: does worker-0's sshd port accept a TCP connection (3 s bound)?"""
-    cache: Dict[str, object] = {}
+    cache: Dict[str, Tuple[str, int]] = {}
 
     def alive() -> bool:
         if "target" not in cache:
@@ -46,7 +46,7 @@ def worker0_alive_probe(spec: JobSpec) -> Callable[[], bool]:
             if addrs is None:
                 return False
             cache["target"] = (addrs[0], target.port)
-        addr, port = cache["target"]  # type: ignore[misc]
+        addr, port = cache["target"]
         return ssh.tcp_probe(addr, port, 3.0) is None
 
     return alive
@@ -82,7 +82,7 @@ class Waiter:
         self._stop = threading.Event()
         self.sock: Optional[socket.socket] = None
 
-    def bind(self) -> None:
+    def bind(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind("\0" + self.spec.socket_name(self.spec.index))
@@ -92,6 +92,7 @@ class Waiter:
                              f"(VC_TASK_INDEX={self.spec.index}): {exc.strerror}") from None
         sock.listen(128)
         self.sock = sock
+        return sock
 
     def _liveness(self) -> None:
         # spread the first probes of many hosts started at once over one interval
@@ -133,8 +134,8 @@ class Waiter:
                 return None
             if op == "done":
                 try:
-                    status = int(msg.get("status"))
-                except (TypeError, ValueError):
+                    status = int(msg["status"])
+                except (KeyError, TypeError, ValueError):
                     status = 1
                 status = status if 0 <= status <= 255 else 1
                 _send(conn, {"ok": True, "index": self.spec.index})
@@ -160,17 +161,16 @@ class Waiter:
         return False
 
     def serve(self) -> int:
-        if self.sock is None:
-            self.bind()
+        sock = self.sock if self.sock is not None else self.bind()
         started = time.monotonic()
         watcher = threading.Thread(target=self._liveness, name="worker0-liveness", daemon=True)
         watcher.start()
         try:
             while True:
-                ready, _, _ = select.select([self.sock], [], [], 1.0)
+                ready, _, _ = select.select([sock], [], [], 1.0)
                 if ready:
                     try:
-                        conn, _ = self.sock.accept()
+                        conn, _ = sock.accept()
                     except OSError:
                         conn = None
                     if conn is not None:
@@ -182,4 +182,4 @@ class Waiter:
                     return LOST_STATUS
         finally:
             self._stop.set()
-            self.sock.close()
+            sock.close()

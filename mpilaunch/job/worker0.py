@@ -47,7 +47,7 @@ class Progress:
     def __init__(self, total: int, out: Callable[[str], None] = log):
         self.total = total
         self.out = out
-        self.last = None
+        self.last: Optional[str] = None   # the status line shown last
         self.when = 0.0
 
     def show(self, ready: int, waiting: Sequence[Tuple[str, str]], now: Optional[float] = None) -> None:
