@@ -94,7 +94,7 @@ def ipv4s(name: str) -> List[str]:
         infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
     except (OSError, UnicodeError):
         return []
-    return list(dict.fromkeys(i[4][0] for i in infos))
+    return list(dict.fromkeys(str(i[4][0]) for i in infos))   # AF_INET: (address text, port)
 
 
 def resolve_ipv4(name: str, flag: str = "--master-addr") -> str:
@@ -119,7 +119,7 @@ def resolve_ipv4(name: str, flag: str = "--master-addr") -> str:
             why = why or str(exc.args[1] if isinstance(exc, socket.gaierror)
                              and len(exc.args) > 1 else exc)
         if infos:
-            return infos[0][4][0]
+            return str(infos[0][4][0])   # (address text, port, ...)
     raise UsageError(f"{flag}={name!r}: does not resolve to an address ({why or 'no address'}); "
                      f"{MASTER_ADDR_FIX}")
 
@@ -369,11 +369,11 @@ def rank0_address(hosts: Sequence, node_addr=None) -> Optional[str]:
 
     if not is_here(first):
         addr = first.name if literal(first.name) else node_addr(first.name) if node_addr else None
-        return addr if literal(addr) and not is_loopback(addr) else None
+        return addr if addr is not None and literal(addr) and not is_loopback(addr) else None
     for h in hosts[1:]:
         if is_here(h):
             continue
         addr = h.name if literal(h.name) else node_addr(h.name) if node_addr else None
-        return route_source(addr) if literal(addr) else None
+        return route_source(addr) if addr is not None and literal(addr) else None
     return None
 

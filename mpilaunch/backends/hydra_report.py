@@ -16,7 +16,7 @@ teardown's victims (mpilaunch's own stop), never a root cause, and are skipped.
 from __future__ import annotations
 
 import re
-from typing import List
+from typing import List, Set
 
 from mpilaunch import net, ssh
 
@@ -111,10 +111,10 @@ class ProxyWatch:
         self.thread.start()
         return self
 
-    def _hosts_with_ssh(self, proc, names) -> set:
+    def _hosts_with_ssh(self, proc, names) -> Set[str]:
         import psutil
 
-        seen = set()
+        seen: Set[str] = set()
         for child in proc.children():
             try:
                 if child.name() != "ssh":

@@ -23,7 +23,7 @@ an alias: they run on the real hosts and derive their addresses there (rank/agre
 from __future__ import annotations
 
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from mpilaunch.errors import UsageError
 
@@ -69,7 +69,7 @@ def port_of(host, default: Optional[int]) -> Optional[int]:
 def conflicts(hosts: Sequence) -> Optional[str]:
     """Why these entries cannot be told apart by their aliases (an entry named like another's
     alias), or None."""
-    seen = {}
+    seen: Dict[str, Tuple[str, Optional[int]]] = {}
     for h in hosts:
         key = alias(h).lower()
         if key in seen and seen[key] != (h.name.lower(), h.port):
