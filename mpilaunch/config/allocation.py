@@ -69,9 +69,15 @@ def tasks_per_node(value: str, name: str) -> List[int]:
     return counts
 
 
+def slurm_job_id(env: Mapping[str, str]) -> Optional[str]:
+    """The id of the Slurm job this process runs in (SLURM_JOB_ID, else the older SLURM_JOBID
+    that Slurm still sets), or None outside one."""
+    return env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or None
+
+
 def slurm(env: Mapping[str, str]) -> Optional[Allocation]:
     """The Slurm job this process runs in, or None outside one."""
-    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    job = slurm_job_id(env)
     if not job:
         return None
     list_name = "SLURM_JOB_NODELIST" if env.get("SLURM_JOB_NODELIST") else "SLURM_NODELIST"
@@ -88,7 +94,7 @@ def slurm(env: Mapping[str, str]) -> Optional[Allocation]:
     if len(counts) != len(names):
         raise UsageError(f"{count_name}={env[count_name]!r} gives {len(counts)} node(s) but "
                          f"{list_name}={env[list_name]!r} lists {len(names)}")
-    hosts = tuple(hf.Host(hf.parse_line(n, list_name).name, c) for n, c in zip(names, counts))
+    hosts = tuple(hf.Host(hf.check_name(n, list_name), c) for n, c in zip(names, counts))
     total = sum(counts)
     if env.get("SLURM_NTASKS") and env["SLURM_NTASKS"].strip() != str(total):
         raise UsageError(f"SLURM_NTASKS={env['SLURM_NTASKS']} but {count_name}="
@@ -206,7 +212,7 @@ def discover(env: Mapping[str, str], slots_per_host, volcano_root: str = VOLCANO
 
 def in_slurm(env: Mapping[str, str]) -> bool:
     """This process runs inside a Slurm job (whatever the hosts came from: who may stop it)."""
-    return bool(env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"))
+    return slurm_job_id(env) is not None
 
 
 # JobState of a Slurm job that the scheduler is ending -> what the summary says
@@ -249,8 +255,7 @@ def slurm_stop_reason(text: str) -> Optional[str]:
     reason = re.search(r"\bReason=(\S+)", text)
     why = _SLURM_STOPS[state.group(1)]
     if state.group(1) == "TIMEOUT":
-        limit = re.search(r"\bTimeLimit=(\S+)", text)
-        why += f" (TimeLimit={limit.group(1)})" if limit else ""
+        why += f" (TimeLimit={field['TimeLimit']})" if "TimeLimit" in field else ""
     elif reason and reason.group(1) not in ("None", "(null)"):
         why += f" (Reason={reason.group(1)})"
     return why
@@ -262,7 +267,7 @@ def slurm_stop_cause(env: Mapping[str, str], timeout: float = 3.0) -> Optional[s
     import shutil
     import subprocess
 
-    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    job = slurm_job_id(env)
     scontrol = shutil.which("scontrol", path=env.get("PATH", os.defpath))
     if not job or not scontrol:
         return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import namedtuple
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Tuple
 
 from mpilaunch import net
 from mpilaunch.config import sshconfig
@@ -71,8 +71,9 @@ def _port(text: str, where: str) -> int:
     return value
 
 
-def _check_name(name: str, where: str) -> str:
-    """A host name or address as given -> as kept (IPv6 brackets dropped); UsageError else."""
+def check_name(name: str, where: str) -> str:
+    """A host name or address as given -> as kept (IPv6 brackets dropped); UsageError naming
+    ``where`` else."""
     if "%" in name and ":" in name:
         raise UsageError(f"{where}: {name!r}: an IPv6 address with a zone index (%...) names a "
                          "link of one machine only; give a global or ULA (fd00::/8) address")
@@ -87,7 +88,7 @@ def _check_name(name: str, where: str) -> str:
     return bare
 
 
-def split_item(item: str, where: str):
+def split_item(item: str, where: str) -> Tuple[str, Optional[int], Optional[int]]:
     """``host[:N][@P]`` (``[v6]:N@P``; a bare IPv6 literal takes no ``:N``) -> (name, slots or
     None, port or None). The form of Hydra's hostfile lines, -H items, VC_WORKER_HOSTS and a
     discovery script's lines."""
@@ -109,7 +110,7 @@ def split_item(item: str, where: str):
     if not name:
         raise UsageError(f"{where}: no host name in {item!r}")
     slots = _count(count, "slot count", where) if count is not None else None
-    return _check_name(name, where), slots, port
+    return check_name(name, where), slots, port
 
 
 def parse_line(line: str, where: str) -> Optional[Host]:
@@ -124,11 +125,11 @@ def parse_line(line: str, where: str) -> Optional[Host]:
         # MPICH style: host:N, host:N@P (no further fields allowed)
         if len(fields) > 1:
             raise UsageError(f"{where}: unexpected {fields[1]!r} after {head!r}")
-        name, count, port = split_item(head, where)
+        name, count, item_port = split_item(head, where)
         if count is None and ":" not in name and "@" not in head:
             raise UsageError(f"{where}: {head!r} is not host:slots")
-        return Host(name, count or 1, None, port)
-    name = _check_name(head, where)
+        return Host(name, count or 1, None, item_port)
+    name = check_name(head, where)
     slots: Optional[int] = None
     max_slots: Optional[int] = None
     port: Optional[int] = None
@@ -153,7 +154,7 @@ def parse_line(line: str, where: str) -> Optional[Host]:
 
 
 def _no_duplicates(hosts: Iterable[tuple[Host, str]]) -> List[Host]:
-    seen: dict[str, str] = {}
+    seen: dict[tuple[str, Optional[int]], str] = {}   # (name, port) -> where it was listed
     out: List[Host] = []
     for host, where in hosts:
         # host names are case-insensitive (localhost = LOCALHOST); one address with two ports is

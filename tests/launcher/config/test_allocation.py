@@ -48,6 +48,18 @@ def test_slurm_nodelist_and_tasks_per_node():
                         "SLURM_TASKS_PER_NODE=2(x3),1,4)")
 
 
+@pytest.mark.parametrize("env, job", [
+    ({"SLURM_JOB_ID": "7", "SLURM_JOBID": "8"}, "7"),
+    ({"SLURM_JOBID": "8"}, "8"),      # the older name alone
+    ({"SLURM_JOB_ID": "", "SLURM_JOBID": ""}, None),
+    ({}, None),
+])
+def test_the_slurm_job_id_is_read_in_one_place(env, job):
+    assert al.slurm_job_id(env) == job
+    assert al.in_slurm(env) is (job is not None)
+    assert (al.slurm(dict(env, SLURM_JOB_NODELIST="vm")) or al.Allocation((), "", "")).job_id == job
+
+
 @pytest.mark.parametrize("nodelist, names", [
     ("a[1-2]-ib,b3", ["a1-ib", "a2-ib", "b3"]),
     ("vm", ["vm"]),
