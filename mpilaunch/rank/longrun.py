@@ -1,5 +1,6 @@
 """Long jobs, rank side: the restart count in the worker's environment, the span
-check, the graceful stop and the stall watchdog around :class:`~mpilaunch.rank.supervisor.Supervisor`.
+check, the graceful stop and the stall watchdog around :class:`~mpilaunch.rank.supervisor.Supervisor`
+(:class:`Hooks`, which rank/runner.py calls).
 
 **Graceful stop** (``--term-grace S``). The launcher asks for it over its control channel
 (``rank/control.py``: a ``stop`` command only the launcher can make; a user's SIGUSR1 is the
@@ -86,44 +87,46 @@ def prepare(opts, info, user_env: dict, span_check: bool = True) -> None:
         user_env[watchdog.HEARTBEAT_VAR] = watchdog.heartbeat_path(opts.log_dir, info.rank)
 
 
-def supervise(specs, opts, rank: int, hostname: str, local_size: int = 1, channel=None) -> int:
-    """:func:`mpilaunch.rank.supervisor.supervise` with the graceful stop and the watchdog."""
-    from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS
-    from mpilaunch.rank.control import listen
-    from mpilaunch.rank.supervisor import Supervisor
+class Hooks:
+    """The long-job flags around each supervisor's run (rank/runner.py): ``--term-grace``
+    (the launcher's stop command taken as a SIGTERM, the kill grace, the ``grace-stop`` status
+    line) and ``--stall-timeout`` (the watchdog). ``deliver``: where an event for the running
+    supervisor goes (runner.Inbox.put)."""
 
-    lr = opts.longrun
-    sup = Supervisor(specs, rank, hostname, scheduler_grace=opts.scheduler_grace,
-                     pipe_size=PIPE_SIZE if local_size <= 8 else PIPE_SIZE_MANY_RANKS,
-                     tell_rank0=not opts.no_scheduler)
-    asked = []
-    if lr.term_grace is not None:
-        sup.signal_grace = lr.term_grace
+    def __init__(self, lr: LongRun, deliver) -> None:
+        self.lr, self.deliver = lr, deliver
+        self.asked = False      # the launcher asked for the graceful stop (not a signal)
 
-        def on_stop():      # the launcher's command: the same teardown as a SIGTERM
-            if not asked:
-                asked.append(True)
-                sup.events.put(("signal", signal.SIGTERM))
-    else:
-        def on_stop():
-            pass
-    if channel is not None:
-        listen(sup.rank, channel, on_stop)
-    dog = None
-    if lr.stall_timeout:
-        dog = start_watchdog(sup, opts, rank, hostname, lr.stall_timeout)
-    try:
-        rc = sup.run()
-    finally:
-        if dog is not None:
-            dog.done.set()
-    if lr.term_grace is None or sup.stop_signal is None:
-        return rc
-    from mpilaunch.rank import status
+    def on_stop(self) -> None:
+        """The launcher's ``stop`` (the control thread): the same teardown as a SIGTERM."""
+        if self.lr.term_grace is not None and not self.asked:
+            self.asked = True
+            self.deliver(("signal", signal.SIGTERM))
 
-    got = 0 if asked and sup.stop_signal == signal.SIGTERM else sup.stop_signal
-    status.emit(rank, hostname, "adapter", GRACE_EVENT, rc, got, "grace", None)
-    return 0
+    def run(self, sup, opts, rank: int, hostname: str) -> int:
+        """``sup.run()`` with the kill grace of ``--term-grace`` and the stall watchdog
+        (heartbeat and stacks in ``opts.log_dir``)."""
+        if self.lr.term_grace is not None:
+            sup.signal_grace = self.lr.term_grace
+        dog = None
+        if self.lr.stall_timeout:
+            dog = start_watchdog(sup, opts, rank, hostname, self.lr.stall_timeout)
+        try:
+            return sup.run()
+        finally:
+            if dog is not None:
+                dog.done.set()
+
+    def stopped(self, sup, rank: int, hostname: str, rc: int) -> int:
+        """The rank's status after ``sup`` was torn down by a stop signal: under
+        ``--term-grace`` a ``grace-stop`` status line and 0, else ``rc``."""
+        if self.lr.term_grace is None:
+            return rc
+        from mpilaunch.rank import status
+
+        got = 0 if self.asked and sup.stop_signal == signal.SIGTERM else sup.stop_signal
+        status.emit(rank, hostname, "adapter", GRACE_EVENT, rc, got, "grace", None)
+        return 0
 
 
 def start_watchdog(sup, opts, rank: int, hostname: str, timeout: float):

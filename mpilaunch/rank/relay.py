@@ -13,6 +13,12 @@ READ_CHUNK = 1 << 20
 # for non-root), so nodes with many ranks use less.
 PIPE_SIZE = 1 << 20
 PIPE_SIZE_MANY_RANKS = 256 << 10
+MANY_RANKS = 8      # more ranks than this on one host: each relay gets PIPE_SIZE_MANY_RANKS
+
+
+def pipe_size(local_size: int) -> int:
+    """The relay pipe's capacity for a rank whose host runs ``local_size`` ranks."""
+    return PIPE_SIZE if local_size <= MANY_RANKS else PIPE_SIZE_MANY_RANKS
 
 
 def _write_all(fd: int, *parts) -> bool:
