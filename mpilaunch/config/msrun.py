@@ -17,7 +17,7 @@ def bind_numa(value: Optional[str]) -> Optional[str]:
     """``--bind_numa`` checked (mpilaunch/rank/binding/affinity.py's rule) -> what the ranks get: True,
     or the JSON itself (a file's content: the other hosts need not have the file)."""
     spec = affinity.parse_bind_numa(value, "--bind_numa")
-    if spec is None:
+    if spec is None or value is None:   # None: not asked for
         return None
     if spec == affinity.AUTO:
         return "True"
