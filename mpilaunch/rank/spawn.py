@@ -112,37 +112,8 @@ def start(argv, env, stdin=None, stdout=None, pass_fds=(), preexec=None) -> Chil
         code = 0
         try:
             os.close(err_r)
-            for sig in _RESTORED:   # as Popen's restore_signals: Python ignores SIGPIPE/SIGXFSZ
-                _signal.signal(sig, _signal.SIG_DFL)   # itself, and exec would keep them ignored
-            if preexec is not None:
-                preexec()
-            if stdin == DEVNULL:
-                fd = os.open(os.devnull, os.O_RDONLY)
-                if fd != 0:
-                    os.dup2(fd, 0)
-                    os.close(fd)
-            if stdout is not None:
-                if stdout != 1:
-                    os.dup2(stdout, 1)
-                os.dup2(1, 2)
-            for fd in keep:
-                os.set_inheritable(fd, True)
-            for fd in _open_fds():
-                if fd > 2 and fd != err_w and fd not in keep:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
-            first = last = None
-            for path in tries:   # execvpe's rule: the first error other than "not there" wins
-                try:
-                    os.execve(path, argv, env)
-                except OSError as exc:
-                    last = exc
-                    if first is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-                        first = exc
-            failed = first or last
-            code = (failed.errno or 0) if failed is not None else errno.ENOENT
+            _prepare_child(stdin, stdout, keep, err_w, preexec)
+            code = _exec(tries, argv, env)
         except OSError as exc:
             code = exc.errno or 0
         except BaseException:
@@ -153,12 +124,7 @@ def start(argv, env, stdin=None, stdout=None, pass_fds=(), preexec=None) -> Chil
             os._exit(255)
     os.close(err_w)
     try:
-        got = b""
-        while True:
-            part = os.read(err_r, 64)
-            if not part:
-                break
-            got += part
+        got = _read_all(err_r)
     finally:
         os.close(err_r)
     if got:   # the exec did not happen: reap the child, raise its reason
@@ -168,3 +134,53 @@ def start(argv, env, stdin=None, stdout=None, pass_fds=(), preexec=None) -> Chil
             raise OSError(code, os.strerror(code), argv[0])
         raise OSError(f"the pre-exec step failed for {argv[0]!r}")
     return Child(pid, argv)
+
+
+def _prepare_child(stdin, stdout, keep, err_w: int, preexec) -> None:
+    """In the child, before the exec: signals as Popen leaves them, the pre-exec hook, the
+    standard streams, and every fd closed but ``keep`` (and ``err_w``, closed by the exec)."""
+    for sig in _RESTORED:   # as Popen's restore_signals: Python ignores SIGPIPE/SIGXFSZ
+        _signal.signal(sig, _signal.SIG_DFL)   # itself, and exec would keep them ignored
+    if preexec is not None:
+        preexec()
+    if stdin == DEVNULL:
+        fd = os.open(os.devnull, os.O_RDONLY)
+        if fd != 0:
+            os.dup2(fd, 0)
+            os.close(fd)
+    if stdout is not None:
+        if stdout != 1:
+            os.dup2(stdout, 1)
+        os.dup2(1, 2)
+    for fd in keep:
+        os.set_inheritable(fd, True)
+    for fd in _open_fds():
+        if fd > 2 and fd != err_w and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _exec(tries, argv, env) -> int:
+    """In the child: exec the first of ``tries`` that can be; returns only when none could,
+    with the errno ``execvpe`` would raise (the first error other than "not there" wins)."""
+    first = last = None
+    for path in tries:
+        try:
+            os.execve(path, argv, env)
+        except OSError as exc:
+            last = exc
+            if first is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                first = exc
+    failed = first or last
+    return (failed.errno or 0) if failed is not None else errno.ENOENT
+
+
+def _read_all(fd: int) -> bytes:
+    got = b""
+    while True:
+        part = os.read(fd, 64)
+        if not part:
+            return got
+        got += part
