@@ -54,7 +54,7 @@ def _ssh_checks(cfg, backend, run_dir):
     (~0.15 s per host on the 32-host bench, docs/SCALE.md). Otherwise (Hydra, or ssh options the
     user gives in the MCA args, which mpilaunch does not amend) the preflight runs first, each
     login leaving a control master that the starter's ssh reuses."""
-    if getattr(backend, "explains_start", False) and not _ssh_args_in_mca(cfg):
+    if backend.explains_start and not _ssh_args_in_mca(cfg):
         backend.start_cfg = cfg   # the hosts and ssh options the checks use after a failure
         timeout = float(options.BY_DEST["check_timeout"].default)   # check's, without importing it
         return cfg._replace(ssh_extra=tuple(cfg.ssh_extra) + tuple(ssh.start_options(timeout)))

@@ -1,7 +1,7 @@
 """What every way of starting ranks provides: :class:`Backend`, and :class:`LaunchPlan`, the
 plan of a launch over a hostfile (Open MPI's mpirun, Hydra's mpiexec).
 
-``launcher.run`` supervises any backend through this protocol and nothing else: it writes the
+``supervise/starter.run_attempt`` supervises any backend through this protocol and nothing else: it writes the
 backend's files, starts its argv with its environment, relays its output into a
 :class:`~mpilaunch.output.summary.Collector` whose text the backend reads (:meth:`Backend.notices`,
 :meth:`Backend.lost_hosts`), lets it watch the running job (:meth:`Backend.watch`), and lets it
@@ -10,10 +10,11 @@ what was learnt, in one place (``mpilaunch/output/outcome.py``), the same way fo
 """
 from __future__ import annotations
 
+import os
 import re
 import signal
 from collections import namedtuple
-from typing import List, Mapping, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from mpilaunch import contract
 
@@ -21,9 +22,52 @@ from mpilaunch import contract
 SSH_CLOSED = re.compile(r"Connection to (\S+) closed by remote host")
 
 
+class Plan:
+    """What the launcher's supervision (supervise/, hang/server.py) reads of any backend's plan,
+    with the value of a plan that does not say. Every plan class derives from it (a namedtuple
+    first, then this: its fields are the values); a field of the plan overrides the default.
+
+    np           the world size
+    hosts        the hosts (``hf.Host``), in order; () when the starter places the ranks
+    args         the starter's own options (the start-up line reads the placement from them)
+    rank_command what every rank runs: the adapter and its flags, ``--``, the script
+    stdin        the ``--stdin`` target (as :attr:`LaunchPlan.stdin`)
+    scheduler    (started on rank 0, why) or None, for the failure summary
+    dropped_x    ``-x NAME`` left out because NAME is unset
+    exec_mode    ``--exec``: the adapter execs the program (no control channel, no supervision)
+    log_dirs     where ``mpilaunch stacks`` finds the job: the ranks' log dir, then the job's
+                 own when that is an attempt's (``LOG_DIR/attempt<k>``); () when none is named
+    """
+
+    __slots__ = ()
+    np: int = 0
+    hosts: Tuple[Any, ...] = ()
+    args: Tuple[str, ...] = ()
+    rank_command: Tuple[str, ...] = ()
+    stdin: Optional[str] = None
+    scheduler: Optional[Tuple[bool, str]] = None
+    dropped_x: Tuple[str, ...] = ()
+    exec_mode: bool = False
+    log_dirs: Tuple[str, ...] = ()
+
+
+def plan_facts(cfg: Any) -> Dict[str, Any]:
+    """The fields of :class:`Plan` every backend's plan takes from the launch config as they
+    are (a plan's constructor gets them as keywords), so that no reader of the plan has to
+    parse its rank command for them."""
+    dirs: Tuple[str, ...] = ()
+    if cfg.log_dir:
+        own = os.path.abspath(cfg.log_dir)
+        lr = cfg.long_run
+        job = os.path.abspath(lr.log_dir) if lr is not None and lr.log_dir else own
+        dirs = (own,) if job == own else (own, job)
+    return {"exec_mode": bool(cfg.exec_mode), "log_dirs": dirs}
+
+
 class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_root ssh broadcast args "
                             "dropped_x hostfile_path tune_path rank_command extra_env noprefix stdin "
-                            "scheduler ssh_config", defaults=({}, False, None, None, None))):
+                            "scheduler ssh_config exec_mode log_dirs",
+                            defaults=({}, False, None, None, None, False, ())), Plan):
     """mpi: MpiInfo;
     hosts: Tuple[hf.Host, ...];
     np: int;
@@ -39,9 +83,10 @@ class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_roo
     extra_env: Mapping[str, str] # the launcher process's environment additions (secrets, ...);
     noprefix: bool # Open MPI 4 by absolute path acts as --prefix: PATH gets its bin first.
     stdin: the --stdin target: a rank, all, none; None: rank 0, or none when the launcher's
-        stdin is closed or /dev/null (launcher.stdin_target; neither is written);
+        stdin is closed or /dev/null (supervise/relays.stdin_target; neither is written);
     scheduler: (started on rank 0: bool, why: str) or None, for the failure summary;
-    ssh_config: (path, text) of the job's ssh configuration (config/sshconfig.py) or None.
+    ssh_config: (path, text) of the job's ssh configuration (config/sshconfig.py) or None;
+    exec_mode, log_dirs: as :class:`Plan`'s.
     (A namedtuple: see docs/ARCHITECTURE.md, "How the adapter starts".)"""
 
     __slots__ = ()
@@ -70,10 +115,17 @@ class Backend:
     #: the signals the starter delivers to every rank when it gets them (measured for each:
     #: docs/OPENMPI_FACTS.md section 16); the launcher sends the others of SIGUSR1, SIGUSR2,
     #: SIGTSTP, SIGCONT over its control channel (docs/ARCHITECTURE.md, "Signals")
-    forwards = frozenset()
+    forwards: FrozenSet[int] = frozenset()
+    #: the backend explains a failed start itself (its starter names the host whose daemon did
+    #: not report back): no ssh preflight before the launch, its checks after a failed start
+    #: (run.py); Open MPI's
+    explains_start = False
 
-    def __init__(self, mpi=None):
+    def __init__(self, mpi: Any = None) -> None:
         self.mpi = mpi
+        #: with :attr:`explains_start`: the launch config the ssh checks use after a failed
+        #: start (set by run.py), or None
+        self.start_cfg: Any = None
 
     @property
     def name(self) -> str:
@@ -99,11 +151,11 @@ class Backend:
         """Additions to the starter's environment."""
         return plan.extra_env
 
-    def stdin(self, plan):
+    def stdin(self, plan: Plan) -> Optional[str]:
         """The --stdin target, as :attr:`LaunchPlan.stdin`."""
-        return getattr(plan, "stdin", None)
+        return plan.stdin
 
-    def with_stdin(self, plan, target):
+    def with_stdin(self, plan: Any, target: str) -> Any:
         return plan._replace(stdin=target)
 
     def with_control(self, plan, names: Sequence[str]):
@@ -115,9 +167,9 @@ class Backend:
         """``--dry-run``: print what would be run."""
         raise NotImplementedError
 
-    def dropped(self, plan) -> Sequence[str]:
+    def dropped(self, plan: Plan) -> Sequence[str]:
         """Names of ``-x NAME`` left out because NAME is unset (``--verbose`` says so)."""
-        return getattr(plan, "dropped_x", ())
+        return plan.dropped_x
 
     # -- reading its output (pure)
     def notices(self, text: str) -> list:

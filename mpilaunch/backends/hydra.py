@@ -34,7 +34,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 
 from mpilaunch import net, netif
 from mpilaunch.backends import hydra_report
-from mpilaunch.backends.base import Backend, LaunchPlan, show_files, with_routed
+from mpilaunch.backends.base import Backend, LaunchPlan, plan_facts, show_files, with_routed
 from mpilaunch.backends.hydra_report import ProxyWatch, bad_terminations
 from mpilaunch.backends.rankcmd import rank_command
 from mpilaunch.config import broadcast, mpiargs, sshconfig
@@ -91,7 +91,7 @@ class Hydra(Backend):
     def plan(self, cfg, env, run_dir, euid):
         return LaunchPlan(**plan_fields(cfg, env, self.mpi, run_dir),
                           rank_command=tuple(rank_command(cfg)), stdin=cfg.stdin,
-                          scheduler=(cfg.scheduler, cfg.scheduler_why))
+                          scheduler=(cfg.scheduler, cfg.scheduler_why), **plan_facts(cfg))
 
     def argv(self, plan) -> List[str]:
         return argv(plan.mpi.path, plan.np, plan.hostfile_path, plan.ssh, plan.args,

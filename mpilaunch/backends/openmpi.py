@@ -14,7 +14,7 @@ import signal
 from typing import List, Mapping
 
 from mpilaunch import contract, net, rundir
-from mpilaunch.backends.base import SSH_CLOSED, Backend, LaunchPlan, show_files, with_routed
+from mpilaunch.backends.base import SSH_CLOSED, Backend, LaunchPlan, plan_facts, show_files, with_routed
 from mpilaunch.backends.rankcmd import rank_command
 from mpilaunch.config import broadcast
 from mpilaunch.config import hostfile as hf
@@ -61,8 +61,6 @@ class OpenMpi(Backend):
     forwards = frozenset((signal.SIGUSR1, signal.SIGUSR2, signal.SIGTSTP, signal.SIGCONT))
     #: no ssh preflight before the launch: a failed daemon start is explained after it (run.py)
     explains_start = True
-    #: the launch config the ssh checks use after a failed start (set by run.py), or None
-    start_cfg = None
 
     def plan(self, cfg, env, run_dir, euid):
         return make_plan(cfg, env, self.mpi, run_dir, euid)
@@ -150,6 +148,7 @@ def make_plan(cfg, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int
         stdin=cfg.stdin,
         scheduler=(cfg.scheduler, cfg.scheduler_why),
         ssh_config=sshconfig.job_file(cfg, run_dir),
+        **plan_facts(cfg),
     )
 
 

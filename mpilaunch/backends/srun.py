@@ -30,7 +30,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 
 from mpilaunch import contract, net
 from mpilaunch.backends import rankcmd
-from mpilaunch.backends.base import Backend
+from mpilaunch.backends.base import Backend, Plan, plan_facts
 from mpilaunch.config import allocation, broadcast, mpiargs
 from mpilaunch.config.mpi import OMPI5
 from mpilaunch.errors import UsageError
@@ -45,13 +45,15 @@ _IGNORED = {"--bind-to": 1, "--map-by": 1, "--rank-by": 1, "--prtemca": 2, "--no
 
 
 class SrunPlan(namedtuple("SrunPlan", "srun plugin np hosts hosts_source rank_command extra_env "
-                                      "unused hostfile_path tune_path oversubscribe stdin scheduler",
-                           defaults=(False, None, None))):
+                                      "unused hostfile_path tune_path oversubscribe stdin scheduler "
+                                      "exec_mode log_dirs",
+                           defaults=(False, None, None, False, ())), Plan):
     """srun: absolute path; plugin: the --mpi value; extra_env: what srun's environment gets
     on top of the launcher's (broadcast values, -x NAME=VALUE, OMPI_MCA_*); unused: mpirun
     tokens with no meaning under srun (shown by --dry-run). ``hostfile_path``/``tune_path``
     are paths in the private run dir that srun reads neither of (nothing is written there);
-    stdin: as LaunchPlan's (srun gives its stdin to every task); scheduler: for the summary."""
+    stdin: as LaunchPlan's (srun gives its stdin to every task); scheduler: for the summary;
+    exec_mode, log_dirs: as base.Plan's."""
 
     __slots__ = ()
 
@@ -184,7 +186,7 @@ def make_plan(cfg, env: Mapping[str, str], srun: str, plugin: str, run_dir: str)
                     extra_env=extra, unused=tuple(unused),
                     hostfile_path=os.path.join(run_dir, "hostfile"),
                     tune_path=os.path.join(run_dir, "tune.env"), oversubscribe=cfg.oversubscribe,
-                    scheduler=(cfg.scheduler, cfg.scheduler_why))
+                    scheduler=(cfg.scheduler, cfg.scheduler_why), **plan_facts(cfg))
 
 
 def argv(plan: SrunPlan, oversubscribe: bool = False) -> List[str]:

@@ -15,28 +15,18 @@ import os
 import socket
 import threading
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from mpilaunch import rundir
 from mpilaunch.output import events
+
+if TYPE_CHECKING:       # annotations only: nothing more is imported at run time
+    from mpilaunch.backends.base import Plan
 
 POINTER = ".mpilaunch-stacks"
 SOCKET = "stacks.sock"
 EXEC = "exec"       # the pointer of a job whose ranks run --exec: no adapter to ask
 ASK_TIMEOUT = 60.0
-
-
-def log_dirs_of(rank_command: Sequence[str]) -> List[str]:
-    """The ranks' log dir in the rank command (``--log-dir D``), and the job's own when that is
-    an attempt's (``D/attemptK``, restarts: docs/LONG_JOBS.md)."""
-    cmd = list(rank_command)
-    cut = cmd.index("--") if "--" in cmd else len(cmd)
-    for i, a in enumerate(cmd[:cut]):
-        if a == "--log-dir" and i + 1 < cut:
-            d = os.path.abspath(cmd[i + 1])
-            parent, name = os.path.split(d)
-            return [d, parent] if name.startswith("attempt") and name[7:].isdigit() else [d]
-    return []
 
 
 def write_pointer(log_dir: str, text: str) -> Optional[str]:
@@ -155,17 +145,18 @@ class Server:
             pass
 
 
-def open_for(run_dir: str, plan, control) -> "Server | List[str] | None":
+def open_for(run_dir: str, plan: Plan, control: Any) -> "Server | List[str] | None":
     """The server of an attempt with a control channel; for one without (``--exec``), the
-    pointers that say so; None when the plan names no log dir."""
-    dirs = log_dirs_of(getattr(plan, "rank_command", ()))
+    pointers that say so; None when the plan names no log dir (``plan.log_dirs``: the ranks'
+    log dir, then the job's own when that is an attempt's)."""
+    dirs = list(plan.log_dirs)
     if not dirs:
         return None
     if control is None:
         text = f"{EXEC}\n{os.getpid()}\n"
         return [p for p in (write_pointer(d, text) for d in dirs) if p]
     try:
-        return Server(run_dir, dirs, control, getattr(plan, "np", 0))
+        return Server(run_dir, dirs, control, plan.np)
     except OSError:
         return None
 
@@ -184,16 +175,16 @@ def close(opened) -> None:
 STALL_TIMEOUT = 20.0    # s for every silent rank's answer before a stalled job is ended
 
 
-def stall_verdict(job, log_dir: str) -> Optional[str]:
+def stall_verdict(job: Any, log_dir: str) -> Optional[str]:
     """For ``--stall-timeout`` (longrun/restart.py), before it ends a stalled job: every rank's
     stacks into ``log_dir``/stacks/TIME as ``mpilaunch stacks`` writes them, and the verdict
     line (recorded as a ``stacks`` event); None without a control channel or on an error."""
-    control = getattr(job, "control", None)
+    control = job.control
     if control is None or not log_dir:
         return None
 
     try:
-        answer = gather(control, getattr(job, "np", 0), log_dir, timeout=STALL_TIMEOUT)
+        answer = gather(control, job.np, log_dir, timeout=STALL_TIMEOUT)
     except OSError:
         return None
     events.emit("stacks", dir=answer["dir"], verdict=answer["verdict"], odd=answer["odd"],

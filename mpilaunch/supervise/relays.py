@@ -180,10 +180,10 @@ def startup_line(plan, fd: int = 2):
             return None
     except OSError:
         return None
-    np, hosts = int(plan.np), list(getattr(plan, "hosts", None) or ())
+    np, hosts = int(plan.np), list(plan.hosts or ())
     owners = None
     slots = placement.slots_in_order(hosts)
-    if hosts and len(slots) >= np and placement.mode(list(getattr(plan, "args", ())), False) == "exact":
+    if hosts and len(slots) >= np and placement.mode(list(plan.args), False) == "exact":
         owners = [hosts[i].name for i in slots[:np]]
     return StartupLine(np, [h.name for h in hosts], owners, fd)
 

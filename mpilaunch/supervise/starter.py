@@ -213,7 +213,7 @@ class _Supervision:
         rundir.record_mpirun(self.run_dir, proc.pid)
         events.emit("starter_start", program=backend.program, pid=proc.pid, argv=self.cmd)
         job = Job(proc, self.collector, backend.program, lock=stop.lock)
-        job.control, job.np = control, getattr(plan, "np", 0)
+        job.control, job.np = control, plan.np
         self.job = job
         self.stacks_server = hang_server.open_for(self.run_dir, plan, control)   # mpilaunch stacks LOG_DIR
         self.forwarder.started(job, job.np)
@@ -254,7 +254,7 @@ class _Supervision:
             self.job.cancel()
         self.forwarder.uninstall()
         if self.control is not None:
-            everyone_left = self.control.all_said_bye(getattr(self.plan, "np", 0))
+            everyone_left = self.control.all_said_bye(self.plan.np)
             self.control.close()
             if proc is not None and not everyone_left:
                 _end_leftovers(self.control, self.backend.program)
@@ -279,7 +279,7 @@ class _Supervision:
             return status
         summary = render_summary(collector, status, stopped_by=stop.first,
                                  starter_signal=-rc if rc < 0 and not stop.asked else None,
-                                 scheduler=getattr(plan, "scheduler", None), program=backend.program,
+                                 scheduler=plan.scheduler, program=backend.program,
                                  delivered=self.forwarder.delivered,
                                  ranks_file=write_ranks_file(collector))
         summary = self.attempt.summary(summary, collector)
@@ -330,21 +330,15 @@ def _end_leftovers(control, program: str) -> None:
               "could not be ended on this host", file=sys.stderr, flush=True)
 
 
-def _supervised(plan) -> bool:
-    """The ranks run adapters that stay (not ``--exec``, where the adapter execs the program)."""
-    cmd = list(getattr(plan, "rank_command", ()))
-    return "--exec" not in (cmd[:cmd.index("--")] if "--" in cmd else cmd)
-
-
 def _open_control(backend, plan, attempt, on_dead=None):
     """The control channel, for every supervised launch: a dead adapter is seen on it (its
     connection closes without its last word), ``mpilaunch stacks`` asks the ranks over it
     (docs/HANGS.md), the graceful stop and the signals the starter does not forward travel on
     it (docs/ARCHITECTURE.md, "Signals"). Not for ``--exec``: the program replaces the adapter."""
-    if not _supervised(plan):
+    if plan.exec_mode:     # the ranks run no adapter that stays
         return None
     try:
-        return control_channel.Control(getattr(plan, "hosts", ()), getattr(plan, "np", 0), on_dead)
+        return control_channel.Control(plan.hosts, plan.np, on_dead)
     except OSError as exc:
         control_channel.warn(f"no control channel ({exc}): the graceful stop and the signals "
                      f"{backend.program} does not forward cannot reach the ranks")

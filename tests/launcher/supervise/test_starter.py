@@ -10,11 +10,14 @@ from collections import namedtuple
 
 from mpilaunch.supervise import starter
 from mpilaunch.supervise.attempt import Attempt
-from mpilaunch.backends.base import Backend
+from mpilaunch.backends.base import Backend, Plan as PlanBase
 from mpilaunch.contract import STATUS_PREFIX
 from helpers.procs import wait_for
 
-Plan = namedtuple("Plan", "argv hostfile_path tune_path stdin scheduler extra_env")
+class Plan(namedtuple("Plan", "argv hostfile_path tune_path stdin scheduler extra_env"), PlanBase):
+    """A plan of its own: what the supervision reads of any plan comes from backends.base.Plan."""
+
+    __slots__ = ()
 
 STARTER = """\
 import json, os, sys, time
