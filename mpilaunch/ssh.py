@@ -18,7 +18,10 @@ import socket
 import subprocess
 import threading
 from collections import namedtuple
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, TypeVar, Union
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 from mpilaunch import net
 
@@ -241,9 +244,10 @@ def port_message(err: int, port: int, timeout: float, port_source: str = PORT_SO
 
 # --------------------------------------------------------------------------- many hosts
 
-def parallel_map(fn: Callable, items: Sequence, workers: int) -> List:
+def parallel_map(fn: Callable[[T], R], items: Sequence[T],
+                 workers: int) -> List[Union[R, BaseException]]:
     """fn over items with at most ``workers`` daemon threads; an exception becomes the result."""
-    results: List = [None] * len(items)
+    results: List[Union[R, BaseException]] = [BaseException("not run")] * len(items)
     lock = threading.Lock()
     position = iter(range(len(items)))
 

@@ -45,11 +45,13 @@ def allreduce(agents: Sequence, backend: str, timeout: float) -> str:
            "world": len(agents), "bytes": BYTES, "iters": ITERS, "timeout": limit}
     answers = ssh.parallel_map(lambda a: a.ask(dict(cmd, rank=a.index), limit + 5), agents,
                                len(agents))
+    timed = []
     for a, ans in zip(agents, answers):
         if isinstance(ans, BaseException):
             return f"deep: allreduce ({backend}) failed on {a.name}: {ans}"
         if ans.get("error"):
             return f"deep: allreduce ({backend}) failed on {a.name}: {ans['error']}"
-    per = statistics.median(max(ans["times"][k] for ans in answers) for k in range(ITERS))
+        timed.append(ans)
+    per = statistics.median(max(ans["times"][k] for ans in timed) for k in range(ITERS))
     return (f"deep: allreduce ({backend}, {len(agents)} hosts, {BYTES >> 20} MiB float32): "
             f"{per * 1e3:.3g} ms each, {rate_text(BYTES / per)} algorithm bandwidth")

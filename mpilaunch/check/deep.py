@@ -232,7 +232,10 @@ def start_agents(hosts: Sequence[tuple], ports: Mapping[str, int], token: str, t
     agents: List[Agent] = []
     bad: list = []   # CheckResult, or what start raised
     for r in ssh.parallel_map(start, list(hosts), parallel):
-        (agents if isinstance(r, Agent) else bad).append(r)
+        if isinstance(r, Agent):
+            agents.append(r)
+        else:
+            bad.append(r)
     for k, a in enumerate(agents):
         a.index = k
     return agents, [b if isinstance(b, CheckResult) else CheckResult(

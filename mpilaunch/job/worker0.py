@@ -23,7 +23,7 @@ from mpilaunch.check.results import DEFAULT_PARALLEL
 from mpilaunch.config import hostfile as hf
 from mpilaunch.config import launchconfig, options
 from mpilaunch.errors import UsageError
-from mpilaunch.job.peer import PEER_TIMEOUT, peer_call
+from mpilaunch.job.peer import PEER_TIMEOUT, PeerReply, peer_call
 from mpilaunch.job.spec import JobSpec, log
 
 ROUND_EVERY = 1.0             # at most one readiness round (and one status line) per second
@@ -60,7 +60,7 @@ class Progress:
             self.last, self.when = text, now
 
 
-def _round(pending: Dict[int, str], send: Callable[[int], object], parallel: int,
+def _round(pending: Dict[int, str], send: Callable[[int], PeerReply], parallel: int,
            crashed: str = "internal error: ") -> None:
     """One parallel round of peer calls; a host that answered ok leaves ``pending``."""
     order = sorted(pending)
