@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 LOG_WINDOW = 1 << 20           # bytes of the log's end searched for a traceback
 ERROR_FILE_MAX = 4 << 20       # a larger error file is not read
 MESSAGE_CHARS = 2000           # each text of the result cut to this (after masking)
+SYNTAX_LINES = 6               # a SyntaxError printed without a header: its frame to its line
 HEADER = "Traceback (most recent call last):"
 CHAIN = {"The above exception was the direct cause of the following exception:": "cause",
          "During handling of the above exception, another exception occurred:": "context"}
@@ -64,11 +65,12 @@ _EXC = re.compile(r"([A-Za-z_][\w.]*)(?:: (.*))?$")
 _LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d[\d.]*/|^<")
 
 
-def _block(lines: List[str], i: int, prefix: str):
-    """The traceback starting at ``lines[i]`` (its header, or a SyntaxError's first frame):
-    -> ({type, message, frames}, the index of its exception line), or (None, index reached)."""
+def _block(lines: List[str], i: int, prefix: str, end: Optional[int] = None):
+    """The traceback starting at ``lines[i]`` (its header, or a SyntaxError's first frame),
+    looked for up to ``lines[end]``: -> ({type, message, frames}, the index of its exception
+    line), or (None, index reached)."""
     frames = []
-    for j in range(i, len(lines)):
+    for j in range(i, min(len(lines), end) if end is not None else len(lines)):
         line = lines[j]
         if prefix and line.startswith(prefix):
             line = line[len(prefix):]
@@ -84,7 +86,7 @@ def _block(lines: List[str], i: int, prefix: str):
         if _header(line) is not None or line.strip() in CHAIN:
             return None, j - 1      # a cut traceback: the next one starts here
         # anything else is another writer's line in the middle of it: skipped
-    return None, len(lines)
+    return None, (len(lines) if end is None else i)
 
 
 def _header(line: str):
@@ -99,16 +101,20 @@ def tracebacks(lines: List[str]) -> list:
     headed it as another thread's or process's (the module's docstring)."""
     out, i, n = [], 0, len(lines)
     while i < n:
-        prefix = _header(lines[i])
-        headless = prefix is None and _FRAME.match(lines[i]) and not _FRAME.match(lines[i]).group(3)
+        line = lines[i]
+        prefix = _header(line)
+        # a SyntaxError's frame (no ", in FUNCTION"), its source line, the caret, the exception
+        headless = (prefix is None and line[-1:].isdigit() and line.startswith('  File "')
+                    and any(x[:1].isalpha() and "Error" in x for x in lines[i + 1:i + SYNTAX_LINES])
+                    and _FRAME.match(line) is not None)
         if prefix is None and not headless:
             i += 1
             continue
-        other = i > 0 and bool(_OTHER.match(lines[i - 1].strip()))
-        block, j = _block(lines, i, prefix or "")
+        block, j = _block(lines, i, prefix or "", end=i + SYNTAX_LINES if headless else None)
         if block is None or (headless and not block["type"].endswith("Error")):
             i = max(j, i) + 1
             continue
+        other = i > 0 and bool(_OTHER.match(lines[i - 1].strip()))
         block["link"] = None
         chain = [block]
         while True:         # "The above exception ...": the next traceback belongs to this one
