@@ -275,3 +275,31 @@ def test_the_status_line_carries_it_and_the_launcher_reads_it_back():
     assert parse_status_line(line).exception == found
     plain = status_line(1, "h2", "worker", "exit", 1, None, "self", "/l/worker_1.log", ["x"])
     assert "exception" not in plain and parse_status_line(plain).exception is None
+
+
+def test_an_in_place_restarts_status_line_carries_the_root_causes_exception(capfd):
+    """The exception travels from the failed rank's adapter to rank 0's coordinator (over TCP,
+    rank/inplace/coordinate.py) into the restart-in-place status line the launcher records."""
+    from mpilaunch.rank.inplace import coordinate
+    from helpers.ports import free_port
+
+    port = int(free_port())
+    coord = coordinate.Coordinator(port, 0, 2, 2, "h0")
+    clients = [coordinate.Client(0, lambda ev: None, coordinator=coord),
+               coordinate.Client(1, lambda ev: None, addr="127.0.0.1", port=port)]
+    found = exc("ValueError", "bad batch size 0", "/w/train.py", 41, "load_batch")
+    try:
+        assert all(c.connected.wait(5) for c in clients)
+        assert clients[1].fail(0, {"rank": 1, "host": "h1", "role": "worker", "code": 1,
+                                   "signal": None, "t": 10.0, "exception": found})
+        text, deadline = "", time.monotonic() + 10
+        while contract.STATUS_PREFIX not in text and time.monotonic() < deadline:
+            text += capfd.readouterr().err
+            time.sleep(0.05)
+        [line] = [ln for ln in text.splitlines() if ln.startswith(contract.STATUS_PREFIX)]
+        event = parse_status_line(line)
+        assert (event.event, event.rank, event.exception) == (coordinate.RESTART_EVENT, 1, found)
+    finally:
+        for c in clients:
+            c.close()
+        coord.close()
