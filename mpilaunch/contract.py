@@ -107,7 +107,7 @@ def _shown(value) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def whole(value, name: str, lo: int, hi=None, fix: str = "") -> int:
+def whole(value: object, name: str, lo: int, hi: "int | None" = None, fix: str = "") -> int:
     """``value`` as an int in ``[lo, hi]``; else UsageError ``NAME=value: why; fix``."""
     text = str(value).strip()
     try:
@@ -124,7 +124,7 @@ def whole(value, name: str, lo: int, hi=None, fix: str = "") -> int:
     raise UsageError(f"{name}={_shown(value)}: {why}; {fix or 'give a whole number ' + bound}")
 
 
-def seconds(value, name: str, allow_zero: bool = False) -> float:
+def seconds(value: object, name: str, allow_zero: bool = False) -> float:
     """A finite number of seconds, more than 0 (or at least 0 with ``allow_zero``)."""
     text = str(value).strip()
     try:
@@ -140,12 +140,12 @@ def seconds(value, name: str, allow_zero: bool = False) -> float:
     raise UsageError(f"{name}={_shown(value)}: {why}; give a number of seconds, {least}")
 
 
-def port(value, name: str) -> int:
+def port(value: object, name: str) -> int:
     """A TCP port 1-65535 (an ssh port, say)."""
     return whole(value, name, 1, 65535, fix="give a port between 1 and 65535")
 
 
-def master_port(value, name: str = "--master_port") -> int:
+def master_port(value: object, name: str = "--master_port") -> int:
     """The scheduler / master port: 0 (pick a free one) or 1024-65535."""
     number = whole(value, name, 0, 65535,
                    fix="give 0 (pick a free port) or a port between 1024 and 65535")
@@ -157,7 +157,7 @@ def master_port(value, name: str = "--master_port") -> int:
 
 # --------------------------------------------------------------------------- tail spec
 
-def parse_tail_spec(raw, name: str = "--tail_worker_log"):
+def parse_tail_spec(raw: object, name: str = "--tail_worker_log") -> "frozenset[int] | None":
     """``-1``/``all`` -> None (every rank); ``none`` -> empty frozenset; ``"0,3"`` -> {0, 3}."""
     text = str(raw).strip().lower()
     if text in ("-1", "all"):
@@ -174,7 +174,7 @@ def parse_tail_spec(raw, name: str = "--tail_worker_log"):
     return frozenset(ranks)
 
 
-def tail_spec_text(spec) -> str:
+def tail_spec_text(spec: "frozenset[int] | None") -> str:
     """The canonical text of a parsed tail spec (what the launcher hands to the ranks)."""
     if spec is None:
         return "-1"

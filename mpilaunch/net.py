@@ -52,23 +52,27 @@ def is_loopback(addr: str) -> bool:
     return addr.startswith("127.") or addr == "::1"
 
 
-def is_ipv4(text) -> bool:
+def is_ipv4(text: Optional[str]) -> bool:
     """``text`` is an IPv4 address in dotted-quad form (inet_pton's rule: no leading zeros, no
     short forms), what the resolver gives back unchanged. Through ``_socket``: every rank asks."""
+    if not text:
+        return False
     import _socket
 
     try:
-        return bool(text) and bool(_socket.inet_pton(_socket.AF_INET, text))
+        return bool(_socket.inet_pton(_socket.AF_INET, text))
     except (OSError, TypeError, ValueError):
         return False
 
 
-def is_ipv6(text) -> bool:
+def is_ipv6(text: Optional[str]) -> bool:
     """``text`` is an IPv6 address (no brackets, no zone index)."""
+    if not text or "%" in text:
+        return False
     import _socket
 
     try:
-        return bool(text) and "%" not in text and bool(_socket.inet_pton(_socket.AF_INET6, text))
+        return bool(_socket.inet_pton(_socket.AF_INET6, text))
     except (OSError, TypeError, ValueError):
         return False
 
