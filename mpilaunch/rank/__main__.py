@@ -91,26 +91,12 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
     cpus, numa = _cpus(opts)
     specs = plan.children(opts, info, ag.sched_addr, ag.sched_port, user_env, argv, hostname,
                           ip=ip, gloo_ifname=ifname, cpus=cpus, numa_nodes=numa)
-    if not ag.used_mpi:   # the worker is then the first in this process to speak PMI
-        from mpilaunch.rank.identity import launcher_fds
-
-        fds = launcher_fds(user_env)
-        specs = [s._replace(pass_fds=fds) if s.role == "worker" else s for s in specs]
+    specs = _pass_launcher_fds(specs, ag.used_mpi, user_env)
     for spec in specs:
         if os.path.dirname(spec.log_path):
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
 
-    restarts = None
-    if opts.longrun is not None and opts.longrun.in_place:   # restarts in place
-        def specs_for(k, port):
-            return _attempt_specs(opts, info, ag, user_env, argv, hostname, ip, ifname, cpus,
-                                  numa, k, port)
-
-        def restarts(inbox, opts):
-            from mpilaunch.rank.inplace import loop
-
-            return loop.Restarts(inbox, opts, info.rank, hostname, ag.sched_addr, info.size,
-                                 argv, specs_for)
+    restarts = _restarts(opts, info, ag, user_env, argv, hostname, ip, ifname, cpus, numa)
     from mpilaunch.rank.runner import supervise
 
     return supervise(specs, opts, info.rank, hostname, local_size=info.local_size,
@@ -131,12 +117,36 @@ def _attempt_specs(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifna
     _make_log_dir(opts.log_dir)
     specs = plan.children(opts, info, ag.sched_addr, port, env, argv, hostname, ip=ip,
                           gloo_ifname=ifname, cpus=cpus, numa_nodes=numa)
-    if not ag.used_mpi:
-        from mpilaunch.rank.identity import launcher_fds
-
-        fds = launcher_fds(user_env)
-        specs = [s._replace(pass_fds=fds) if s.role == "worker" else s for s in specs]
+    specs = _pass_launcher_fds(specs, ag.used_mpi, user_env)
     return specs
+
+
+def _pass_launcher_fds(specs, used_mpi: bool, user_env: dict):
+    """The worker keeps the MPI launcher's fds when the adapter did not speak PMI itself: the
+    worker is then the first in this process to."""
+    if used_mpi:
+        return specs
+    from mpilaunch.rank.identity import launcher_fds
+
+    fds = launcher_fds(user_env)
+    return [s._replace(pass_fds=fds) if s.role == "worker" else s for s in specs]
+
+
+def _restarts(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifname, cpus, numa):
+    """runner.supervise's in-place hooks (rank/inplace/loop.py), None without --in-place."""
+    if opts.longrun is None or not opts.longrun.in_place:
+        return None
+
+    def specs_for(k, port):
+        return _attempt_specs(opts, info, ag, user_env, argv, hostname, ip, ifname, cpus, numa,
+                              k, port)
+
+    def restarts(inbox, opts):
+        from mpilaunch.rank.inplace import loop
+
+        return loop.Restarts(inbox, opts, info.rank, hostname, ag.sched_addr, info.size, argv,
+                             specs_for)
+    return restarts
 
 
 def exec_script(opts, info, user_env: dict, argv) -> int:
