@@ -13,7 +13,7 @@ from typing import Mapping, Optional, Tuple
 from mpilaunch import contract, net
 from mpilaunch.config import allocation
 from mpilaunch.config import hostfile as hf
-from mpilaunch.config import longrun, mpiargs, msrun, options, preflight, programs, tuneimport
+from mpilaunch.config import longrun, mpiargs, msrun, options, preflight, programs, torchrun, tuneimport
 from mpilaunch.config.broadcast import DEFAULT_PREFIXES
 from mpilaunch.errors import UsageError
 
@@ -52,7 +52,9 @@ _CONFIG_FIELDS = (
     "mpi_pieces "
     # the run command's long-run settings (config/longrun.py: LongRun; None for check and job),
     # --preflight's level and the deep check's settings (config/preflight.py; None: no deep check)
-    "long_run preflight deep"
+    "long_run preflight deep "
+    # TORCHELASTIC_RUN_ID of every torch worker: --rdzv-id, else made once per launch
+    "run_id"
 )
 
 # Where the hosts of a launch came from (LaunchConfig.hosts_from), in the order they are
@@ -65,7 +67,7 @@ HOSTS_FROM = (FROM_H, FROM_HOSTFILE, FROM_VC_WORKER_HOSTS, allocation.SLURM,
 
 class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None, "mpirun", None, None, "", True, (),
                                                                    None, None, None, None, None, (),
-                                                                   None, "ssh", None))):
+                                                                   None, "ssh", None, None))):
     """Everything the user asked for, validated. Notable fields: ``hosts`` (tuple of Host),
     ``hosts_from`` (where the hosts came from, one of :data:`HOSTS_FROM`: decisions test
     this), ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
@@ -83,9 +85,12 @@ def _layer(args, env: Mapping[str, str], dest: str) -> Setting:
 
 
 def slots_per_host(args, env: Mapping[str, str]) -> int:
-    """Slots of each ``VC_WORKER_HOSTS`` host: ``--local_worker_num`` > ``MA_NUM_GPUS`` > 1.
-    The one answer for ``mpilaunch`` and ``mpilaunch job``."""
+    """Slots of each ``VC_WORKER_HOSTS`` host: ``--local_worker_num`` > ``MA_NUM_GPUS`` >
+    ``--nproc-per-node`` > 1. The one answer for ``mpilaunch`` and ``mpilaunch job``."""
     value, source = options.setting(args, env, "local_worker_num")
+    per_node = torchrun.nproc(options.setting(args, env, "nproc_per_node"))
+    if source == "default" and per_node is not None:
+        return per_node
     return contract.whole(value, source, 1, hf.MAX_SLOTS)
 
 
@@ -125,8 +130,11 @@ def _resolve_hosts(args, env: Mapping[str, str]) -> Tuple[Tuple[hf.Host, ...], s
         return found.hosts, found.source, found.kind
     # No host list at all: this machine only, as msrun does for a single node.
     np_value, np_source = options.setting(args, env, "np")
+    per_node = torchrun.nproc(options.setting(args, env, "nproc_per_node"))
     if args.local_worker_num is not None:
         slots = contract.whole(args.local_worker_num, "--local_worker_num", 1, hf.MAX_SLOTS)
+    elif per_node is not None:
+        slots = per_node
     elif np_value is not None:
         slots = contract.whole(np_value, np_source, 1, MAX_NP)
     else:
@@ -160,6 +168,9 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     hosts, hosts_source, hosts_from = _resolve_hosts(args, env)
     slots = hf.total_slots(hosts)
     np_setting = _layer(args, env, "np")
+    torchrun.check_hosts(options.setting(args, env, "nproc_per_node"),
+                         options.setting(args, env, "nnodes"), np_setting, hosts, hosts_source,
+                         bool(getattr(args, "standalone", False)))
     if np_setting.value is None:
         np, np_source = slots, f"total slots of {hosts_source}"
     else:
@@ -193,8 +204,12 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         if prefixes_setting.value else DEFAULT_PREFIXES
     )
 
-    master_port, port_source = options.setting(args, env, "master_port")
+    master_addr, (master_port, port_source) = torchrun.rendezvous(
+        args, env, options.setting(args, env, "master_addr")[0],
+        options.setting(args, env, "master_port"))
     master_port = contract.master_port(master_port, port_source)
+    if port_source == "--standalone" and net.rank0_is_here(hosts):
+        master_port = net.free_port()   # torchrun's localhost:0, picked here for rank 0
     port_check = True
     if args.exec_mode:
         master_port, port_check = _exec_port(master_port, port_source, hosts)
@@ -264,7 +279,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         worker_log_name=args.worker_log_name,
         tail_worker_log=contract.tail_spec_text(
             contract.parse_tail_spec(_layer(args, env, "tail_worker_log").value)),
-        master_addr=args.master_addr,
+        master_addr=master_addr,
         master_port=master_port,
         cluster_time_out=cluster_time_out,
         bind_core=args.bind_core,
@@ -273,6 +288,9 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         no_python=bool(args.no_python),
         visible_devices=args.visible_devices,
         launcher=launcher,
+        # only a torch worker reads it (not MindSpore's, not an --exec program)
+        run_id=(torchrun.run_id(options.setting(args, env, "rdzv_id"))
+                if not scheduler and not args.exec_mode else None),
     )
     level = preflight.preflight_level(args, env) if hasattr(args, "preflight") else "ssh"
     deep = (preflight.deep_settings(args, env)

@@ -1,13 +1,12 @@
 """The option table: every flag of ``mpilaunch``, ``mpilaunch check`` and ``mpilaunch job``,
 declared once.
 
-One row per option: its flags, the ModelArts/platform variable that stands in for it, the
-default, the help text, and the commands that take it. The table drives the argparse parsers
-(:func:`parser`), the precedence flag > variable > default (:func:`setting`, used by
-``launchconfig.build`` and ``job``), ``--help`` and the tables of docs/OPTIONS.md
-(:func:`markdown_table`; a test keeps the page equal to it). Validation of each value lives in
-``launchconfig.py`` / ``contract.py``; argparse only collects strings, so that a bad value
-names where it came from.
+One row per option (torchrun's: config/torchrun.py): its flags, the platform variable that
+stands in for it, the default, the help, and the commands that take it. The table drives the
+argparse parsers (:func:`parser`), flag > variable > default (:func:`setting`, used by
+``launchconfig.build`` and ``job``), ``--help`` and docs/OPTIONS.md (:func:`markdown_table`;
+a test keeps the page equal to it). Values are validated in ``launchconfig.py`` /
+``contract.py``; argparse only collects strings, so a bad value names where it came from.
 """
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ from mpilaunch import contract
 from mpilaunch.errors import UsageError
 from mpilaunch.config.helptext import DESCRIPTIONS, epilog, version_text  # noqa: F401 (--dry-run prints it)
 from mpilaunch.config.broadcast import DEFAULT_PREFIXES
+from mpilaunch.config import torchrun
 
 RUN, CHECK, JOB, REPORT, STACKS = "run", "check", "job", "report", "stacks"
 LAUNCH = (RUN, CHECK, JOB)   # every command that plans a launch takes these
@@ -27,6 +27,7 @@ GROUPS = {
     "mpirun": "mpirun",
     "rank": "inside every rank (msrun names)",
     "long": "long jobs: restarts, graceful stop, stall watchdog",
+    torchrun.GROUP[0]: torchrun.GROUP[1],
     "check": "check",
     "job": "job",
     "report": "report",
@@ -118,10 +119,10 @@ OPTIONS = (
        "ranks whose output goes to the console: -1 (all), none, or 0,3", "rank",
        default=contract.DEFAULT_TAIL_SPEC, metavar="SPEC"),
     _o(("--master_addr", "--master-addr"), "master_addr", "scheduler / MASTER_ADDR address",
-       "rank", shown="rank 0's host address", metavar="ADDR"),
+       "rank", var=torchrun.PET_VARS["master_addr"], shown="rank 0's host address", metavar="ADDR"),
     _o(("--master_port", "--master-port"), "master_port",
        "scheduler / MASTER_PORT port (0 picks a free one)", "rank",
-       default=str(contract.DEFAULT_MASTER_PORT), metavar="PORT"),
+       var=torchrun.PET_VARS["master_port"], default=str(contract.DEFAULT_MASTER_PORT), metavar="PORT"),
     _o(("--cluster_time_out", "--cluster-time-out"), "cluster_time_out",
        "seconds to wait for all workers to join (MS_TOPO_TIMEOUT)", "rank",
        shown="your `MS_TOPO_TIMEOUT`, else 600", metavar="SECONDS"),
@@ -146,7 +147,7 @@ OPTIONS = (
     _o(("--node_rank", "--node-rank"), "node_rank",
        "msrun's index of this node: accepted; under one mpirun each host's index is the MPI "
        "launcher's (a different value is said once on stderr)", "rank", shown="the MPI "
-       "launcher's", metavar="N"),
+       "launcher's", metavar="N", var=torchrun.PET_VARS["node_rank"]),
     _o(("--scheduler",), "scheduler",
        "start MindSpore's scheduler on rank 0 (default: only when SCRIPT imports mindspore)",
        "rank", kind="switch"),
@@ -155,7 +156,7 @@ OPTIONS = (
     _o(("--exec",), "exec_mode",
        "the script is an MPI program itself (Horovod, mpi4py): exec it with the derived env",
        "rank", kind="switch"),
-    _o(("--no-python",), "no_python", "SCRIPT is an executable, not a Python file", "rank",
+    _o(("--no-python", "--no_python"), "no_python", "SCRIPT is an executable, not a Python file", "rank",
        kind="switch"),
     _o(("-m",), "module", "run library module MODULE (python -m MODULE); ends the options: "
        "-m MODULE [ARGS...]", "rank", metavar="MODULE"),
@@ -243,7 +244,7 @@ OPTIONS = (
     _o(("--lost-after",), "lost_after",
        "other hosts: give up after worker-0's sshd has not answered this long", "job",
        default="60", metavar="SECONDS", commands=(JOB,)),
-)
+) + torchrun.option_rows(lambda *a, **k: _o(*a, commands=(RUN, JOB), **k))
 
 BY_DEST = {o.dest: o for o in OPTIONS}
 

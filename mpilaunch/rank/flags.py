@@ -86,6 +86,9 @@ FLAGS = (
     Flag("--rank-table-file", "rank_table_file", TEXT, "PATH", None,
          "RANK_TABLE_FILE for every process (Ascend's rank table)", CONFIG, "rank_table_file",
          SET),
+    Flag("--run-id", "run_id", TEXT, "ID", None,
+         "the job's id, the same on every rank and attempt: TORCHELASTIC_RUN_ID of a torch "
+         "worker (absent: \"none\", torchrun's default --rdzv-id)", CONFIG, "run_id", SET),
     Flag("--no-scheduler", "no_scheduler", SWITCH, None, False,
          "do not start the MindSpore scheduler", CONFIG, "scheduler", OFF),
     Flag("--no-port-check", "no_port_check", SWITCH, None, False,

@@ -25,6 +25,31 @@ Rule for variables the user already set (in the launching shell, a tune file, ``
   ``CUDA_VISIBLE_DEVICES=""`` still runs). A list shorter than the node's local size is a
   :class:`UsageError` naming where the list came from.
 
+**A torch worker's environment is a superset of torchrun's** (``FrameworkOpts.torch``: a
+supervised worker of a job without MindSpore's scheduler; never ``--exec`` programs, MindSpore
+jobs or the scheduler). What torch 2.13.0's local agent gives each worker
+(torch/distributed/elastic/agent/server/local_elastic_agent.py, ``_start_workers``) and
+torch/distributed/run.py adds:
+
+* ``ROLE_RANK`` = ``RANK``, ``ROLE_WORLD_SIZE`` = ``WORLD_SIZE``, ``ROLE_NAME=default``
+  (one role, torchrun's default ``--role``); ``GROUP_WORLD_SIZE`` = the number of nodes
+  (removed when unknown, as ``GROUP_RANK``);
+* ``TORCHELASTIC_RESTART_COUNT`` / ``TORCHELASTIC_MAX_RESTARTS``: the attempt (relaunched or
+  restarted in place) and ``--max_restarts``, 0 and 0 without restarts;
+* ``TORCHELASTIC_RUN_ID``: the job's id (``--run-id``, the same on every rank and attempt),
+  else ``none`` (torchrun's default ``--rdzv-id``). Its presence is what
+  ``torch.distributed.is_torchelastic_launched()`` tests, and Lightning picks its
+  ``TorchElasticEnvironment`` first by it (before SLURM, LSF, MPI);
+* ``TORCH_NCCL_ASYNC_ERROR_HANDLING``: the user's value, else ``1``; and
+  ``TORCHELASTIC_SIGNALS_TO_HANDLE``: the user's, else torchrun's default list;
+* ``TORCHELASTIC_ERROR_FILE``: where torch's ``@record`` writes the exception
+  (``contract.error_file_path``: beside the worker's log of this attempt);
+* ``OMP_NUM_THREADS=1`` when the user did not set it and more than one rank runs on the node.
+
+``TORCHELASTIC_USE_AGENT_STORE`` / ``TORCH_NPU_ELASTIC_USE_AGENT_STORE`` are never given (and
+an inherited one is removed from every worker): no agent hosts a store here, rank 0's worker
+hosts it, and torch would otherwise connect to a store nobody started.
+
 The scheduler's environment is rank 0's worker environment with ``MS_ROLE=MS_SCHED`` and
 without ``MS_NODE_ID`` (a scheduler must not claim worker 0's node id). ``DEVICE_ID``,
 ``RANK_ID`` etc. are kept so that script code before ``init()``, which runs in the
@@ -44,13 +69,20 @@ from mpilaunch.rank.identity import RankInfo
 DEFAULT_TOPO_TIMEOUT = 600
 
 VISIBLE_DEVICE_VARS = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+# torchrun's defaults: --role, --rdzv-id, and the OMP_NUM_THREADS it sets (torch/distributed/run.py)
+TORCHRUN_ROLE, TORCHRUN_RUN_ID, OMP_DEFAULT = "default", "none", "1"
+TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"   # its --signals-to-handle
+# an agent's store: never ours (rank 0's worker hosts the store)
+AGENT_STORE_VARS = ("TORCHELASTIC_USE_AGENT_STORE", "TORCH_NPU_ELASTIC_USE_AGENT_STORE")
 
 
 class FrameworkOpts(namedtuple("FrameworkOpts", "cluster_time_out visible_devices sim_level "
-                               "sim_rank_id sim_world rank_table_file", defaults=(None,) * 6)):
+                               "sim_rank_id sim_world rank_table_file torch run_id "
+                               "restart_count max_restarts error_file", defaults=(None,) * 11)):
     """cluster_time_out: --cluster-time-out (None = not given); visible_devices: tuple of
     --visible-devices entries (None = not given); sim_level, sim_rank_id, sim_world:
-    MindSpore's DryRun (--sim-level ...); rank_table_file: RANK_TABLE_FILE."""
+    MindSpore's DryRun (--sim-level ...); rank_table_file: RANK_TABLE_FILE; torch: the worker
+    gets torchrun's variables (run_id, restart_count, max_restarts, error_file: theirs)."""
 
     __slots__ = ()
 
@@ -148,7 +180,55 @@ def framework_env(info: RankInfo, sched_addr: str, sched_port: int, opts: Framew
     else:
         env.pop("GROUP_RANK", None)
         env.pop("NODE_RANK", None)
+    for name in AGENT_STORE_VARS:
+        env.pop(name, None)
     if role == "scheduler":
         env.pop("MS_NODE_ID", None)
+    elif opts.torch:
+        env.update(torchrun_env(info, opts, user_env))
+        if info.num_nodes is None:
+            env.pop("GROUP_WORLD_SIZE", None)
     return env
 
+
+def torchrun_env(info: RankInfo, opts: FrameworkOpts, user_env: Mapping[str, str]) -> Dict[str, str]:
+    """What torchrun gives a worker beyond the variables every rank gets (module doc)."""
+    ours = {
+        "ROLE_RANK": str(info.rank),
+        "ROLE_NAME": TORCHRUN_ROLE,
+        "ROLE_WORLD_SIZE": str(info.size),
+        "TORCHELASTIC_RESTART_COUNT": str(opts.restart_count or 0),
+        "TORCHELASTIC_MAX_RESTARTS": str(opts.max_restarts or 0),
+        "TORCHELASTIC_RUN_ID": opts.run_id or TORCHRUN_RUN_ID,
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": user_env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": user_env.get("TORCHELASTIC_SIGNALS_TO_HANDLE",
+                                                       TORCHRUN_SIGNALS),
+    }
+    if info.num_nodes is not None:
+        ours["GROUP_WORLD_SIZE"] = str(info.num_nodes)
+    if opts.error_file:
+        ours["TORCHELASTIC_ERROR_FILE"] = opts.error_file
+    if omp_threads(user_env, info.local_size) is not None:
+        ours["OMP_NUM_THREADS"] = OMP_DEFAULT
+    return ours
+
+
+def omp_threads(user_env: Mapping[str, str], per_node: int) -> Optional[str]:
+    """torchrun's rule (torch/distributed/run.py): ``OMP_NUM_THREADS=1`` for every worker when
+    it is not set and more than one process runs per node; else None (the user's stands)."""
+    if "OMP_NUM_THREADS" in user_env or per_node <= 1:
+        return None
+    return OMP_DEFAULT
+
+
+
+OMP_NOTE = ("mpilaunch: OMP_NUM_THREADS=1 for every worker (not set, and more than one rank per "
+            "host), as torchrun does; set OMP_NUM_THREADS to choose\n")
+
+
+def omp_note(user_env: Mapping[str, str], worker_env: Mapping[str, str]) -> Optional[str]:
+    """torchrun's start-up warning when :func:`omp_threads` set the worker's OMP_NUM_THREADS
+    (rank 0's adapter says it once, on the launcher's console), else None."""
+    if "OMP_NUM_THREADS" in user_env or worker_env.get("OMP_NUM_THREADS") != OMP_DEFAULT:
+        return None
+    return OMP_NOTE

@@ -84,8 +84,8 @@ def _fast(argv: List[str]):
 class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr master_port "
                          "no_scheduler cluster_time_out bind visible_devices scheduler_grace "
                          "exec_ no_python python command module port_check longrun "
-                         "numa sim_level sim_rank_id sim_world rank_table_file",
-                         defaults=(None,) * 6)):
+                         "numa sim_level sim_rank_id sim_world rank_table_file run_id",
+                         defaults=(None,) * 7)):
     """The adapter's validated options (a namedtuple: docs/ARCHITECTURE.md, start-up).
 
     tail: parsed ``--tail-worker-log`` (None = every rank, else a frozenset of ranks);
@@ -95,7 +95,8 @@ class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr ma
     port_check: rank 0 checks --master-port (``--exec`` without a port the user gave: no);
     longrun: the flags each attempt writes (:class:`mpilaunch.rank.longrun.LongRun`) or None;
     numa: ``--bind-numa`` as given (checked; rank/binding/numabind.py reads it again in the child);
-    sim_level, sim_rank_id, sim_world: int or None; rank_table_file: str or None."""
+    sim_level, sim_rank_id, sim_world: int or None; rank_table_file: str or None; run_id: the
+    job's id (``--run-id``) or None."""
 
     __slots__ = ()
 
@@ -136,7 +137,7 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
                             ("sim_world", "--sim-world", 1))]
     return Options(
         numa=ns.bind_numa, sim_level=sim[0], sim_rank_id=sim[1], sim_world=sim[2],
-        rank_table_file=ns.rank_table_file,
+        rank_table_file=ns.rank_table_file, run_id=ns.run_id,
         log_dir=ns.log_dir, worker_log_name=ns.worker_log_name, tail=tail,
         master_addr=ns.master_addr.strip() if ns.master_addr else None,
         master_port=master_port, no_scheduler=ns.no_scheduler,

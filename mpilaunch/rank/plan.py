@@ -22,7 +22,10 @@ Decisions made here (and only here):
 * ``--bind-core`` CPUs (:func:`mpilaunch.rank.binding.affinity.plan_cpus`);
 * ``--bind-numa``: the child's argv goes behind rank/binding/numabind.py (:func:`numa_argv`), which
   binds CPUs and memory in the child itself, then execs it;
-* ``--exec``: Python scripts with our own interpreter run under ``python -m mpi4py``.
+* ``--exec``: Python scripts with our own interpreter run under ``python -m mpi4py``;
+* the worker of a job without MindSpore's scheduler (not ``--exec``) gets torchrun's variables
+  (rank/frameworkenv.py), its ``TORCHELASTIC_ERROR_FILE`` beside its log
+  (``contract.error_file_path``).
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for
 if TYPE_CHECKING:
     from typing import List, Mapping, Optional, Sequence
 
+from mpilaunch import contract
 from mpilaunch.errors import UsageError
 from mpilaunch.rank import logs   # affinity: imported where --bind-core/--bind-numa is on
 from mpilaunch.rank.frameworkenv import FrameworkOpts, device_id, framework_env
@@ -64,9 +68,17 @@ def without_mpi_identity(env: Mapping[str, str]) -> dict:
             if not k.startswith(MPI_IDENTITY_PREFIXES) and k not in MPI_IDENTITY_NAMES}
 
 
-def framework_opts(opts) -> FrameworkOpts:
+def framework_opts(opts, error_file: Optional[str] = None) -> FrameworkOpts:
+    """The framework options of ``opts``; torchrun's variables for a supervised worker of a
+    job without MindSpore's scheduler (rank/frameworkenv.py), ``error_file`` its
+    ``TORCHELASTIC_ERROR_FILE``."""
+    lr = opts.longrun
     return FrameworkOpts(opts.cluster_time_out, opts.visible_devices, opts.sim_level,
-                         opts.sim_rank_id, opts.sim_world, opts.rank_table_file)
+                         opts.sim_rank_id, opts.sim_world, opts.rank_table_file,
+                         torch=bool(opts.no_scheduler and not opts.exec_), run_id=opts.run_id,
+                         restart_count=lr.restart_count if lr is not None else None,
+                         max_restarts=lr.max_restarts if lr is not None else None,
+                         error_file=error_file)
 
 
 def numa_argv(opts, argv: List[str], role: str, info, device: str, keep_cpus: bool) -> List[str]:
@@ -117,12 +129,14 @@ def children(opts, info, sched_addr: str, sched_port: int, user_env: Mapping[str
              cpus: Sequence[int] = (), numa_nodes: Sequence[Sequence[int]] = ()) -> List[ChildSpec]:
     """The children of this rank: [scheduler (rank 0)], worker. ``info`` is the agreed one
     (complete, node index known); ``cpus``/``numa_nodes`` matter only with --bind-core."""
-    fw = framework_opts(opts)
+    worker_log = os.path.join(opts.log_dir, logs.worker_log_name(
+        opts.worker_log_name, info.rank, hostname, ip))
+    # absolute: the worker may change its directory before torch's @record writes the file
+    fw = framework_opts(opts, contract.error_file_path(
+        os.path.abspath(os.path.dirname(worker_log)), info.rank))
     worker_env = framework_env(info, sched_addr, sched_port, fw, user_env)
     if gloo_ifname and needs_gloo_ifname(info, user_env):
         worker_env["GLOO_SOCKET_IFNAME"] = gloo_ifname
-    worker_log = os.path.join(opts.log_dir, logs.worker_log_name(
-        opts.worker_log_name, info.rank, hostname, ip))
     worker_cpus = sched_cpus = None
     if opts.bind is not None:
         from mpilaunch.rank.binding import affinity

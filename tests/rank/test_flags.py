@@ -28,7 +28,8 @@ def full_config(no_python=False):
         bind_core="True", visible_devices="1,3", scheduler=False, port_check=False,
         no_python=no_python, module="pkg.mod", script=None, script_args=("--lr", "0.1"),
         bind_numa='{"device0":[0]}', sim_level=1, sim_rank_id=3, sim_world=8,
-        rank_table_file="/rt.json", rank_extra=tuple(rankcmd.attempt_flags(*ATTEMPT)))
+        rank_table_file="/rt.json", rank_extra=tuple(rankcmd.attempt_flags(*ATTEMPT)),
+        run_id="job-1")
 
 
 # what the adapter must read from full_config(no_python) (vars of the parsed namespace)
@@ -41,7 +42,8 @@ def expected(no_python):
         "python": None if no_python else PY, "restart_count": "2", "max_restarts": "3",
         "term_grace": "2.5", "stall_timeout": "60", "expect_ranks": SPEC, "in_place": "4242", "module": True,
         "scheduler_grace": "300", "bind_numa": '{"device0":[0]}', "sim_level": "1",
-        "sim_rank_id": "3", "sim_world": "8", "rank_table_file": "/rt.json", "command": []}
+        "sim_rank_id": "3", "sim_world": "8", "rank_table_file": "/rt.json", "run_id": "job-1",
+        "command": []}
 
 
 def adapter_argv(cfg):
@@ -64,8 +66,8 @@ def test_every_written_flag_round_trips(no_python):
     assert (opts.exec_, opts.module, opts.port_check, opts.no_scheduler) == (True, True, False, True)
     assert opts.longrun == LongRun(2, 3, 2.5, 60.0, SPEC, 4242)
     assert opts.command == ["pkg.mod", "--lr", "0.1"]
-    assert (opts.numa, opts.sim_level, opts.sim_rank_id, opts.sim_world, opts.rank_table_file) == (
-        '{"device0":[0]}', 1, 3, 8, "/rt.json")
+    assert (opts.numa, opts.sim_level, opts.sim_rank_id, opts.sim_world, opts.rank_table_file,
+            opts.run_id) == ('{"device0":[0]}', 1, 3, 8, "/rt.json", "job-1")
 
 
 def unwritten(table):

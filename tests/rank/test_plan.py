@@ -61,7 +61,13 @@ def test_rank1_has_no_scheduler_and_tail_selects_ranks():
 def test_no_scheduler_on_rank0():
     o = opts("--no-scheduler", "--log-dir", "/logs")
     got = plan.children(o, info(0, 1, 0, 1, 0, 1), "127.0.0.1", 8118, USER, ARGV, "node-a")
-    assert got == [ChildSpec("worker", ARGV, env(0, 1, 0, 1, 0), "/logs/worker_0.log",
+    torchrun = {"ROLE_RANK": "0", "ROLE_NAME": "default", "ROLE_WORLD_SIZE": "1",
+                "GROUP_WORLD_SIZE": "1", "TORCHELASTIC_RESTART_COUNT": "0",
+                "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none",
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+                "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+                "TORCHELASTIC_ERROR_FILE": "/logs/error_0.json"}   # a torch job's worker
+    assert got == [ChildSpec("worker", ARGV, env(0, 1, 0, 1, 0, **torchrun), "/logs/worker_0.log",
                              b"[rank0] ", None, True)]
 
 

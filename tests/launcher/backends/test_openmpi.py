@@ -105,12 +105,14 @@ def test_routed_variables_travel_as_names_only(tmp_path):
 def test_rank_options_passed_through(tmp_path):
     p, script = make(["-np", "2", "--log_dir", "/logs", "--master_port", "0", "--master_addr", "10.0.0.1",
                       "--tail_worker_log", "0,1", "--no-scheduler", "--bind_core", "True",
-                      "--worker_log_name", "w_{hostname}_{rank}.log", "--cluster_time_out", "30"],
+                      "--worker_log_name", "w_{hostname}_{rank}.log", "--cluster_time_out", "30",
+                      "--rdzv-id", "job-1"],
                      {}, M5, tmp_path)
     assert list(p.rank_command) == [
         PY, "-m", "mpilaunch.rank", "--log-dir", "/logs", "--worker-log-name", "w_{hostname}_{rank}.log",
         "--tail-worker-log", "0,1", "--master-addr", "10.0.0.1", "--master-port", "0",
-        "--cluster-time-out", "30", "--bind-core", "True", "--no-scheduler", "--python", PY,
+        "--cluster-time-out", "30", "--bind-core", "True", "--run-id", "job-1", "--no-scheduler",
+        "--python", PY,
         "--", script, "--lr", "0.1",
     ]
 
