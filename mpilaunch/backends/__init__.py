@@ -4,7 +4,7 @@
     hydra.py      Hydra's mpiexec: MPICH, Intel MPI (+ hydra_report.py: its output, lost proxies)
     srun.py       Slurm's srun inside an allocation
 
-:func:`select` picks the room for a launch config; ``launcher.run`` supervises whichever it is.
+:func:`select` picks the room for a launch config; ``supervise.starter.run_attempt`` supervises whichever it is.
 """
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ class Hydra(Backend):
         on two test hosts with ``AA=1 BB=2 CC=3`` appended in that order: the remote rank got
         AA and BB, whatever their order in the list; with ``CC`` first in the environment it
         lost BB; with any unlisted variable after them it got all three). The launcher puts
-        the backend's additions last (``launcher.starter_environment``), so a variable of
+        the backend's additions last (``supervise.starter.starter_environment``), so a variable of
         ours no rank needs takes that place instead of the control channel's key or a user's
         variable."""
         return {**plan.extra_env, ENV_END: "1"}

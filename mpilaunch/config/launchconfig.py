@@ -42,7 +42,7 @@ _CONFIG_FIELDS = (
     # -m MODULE (script is then None); mpirun's --stdin target; why the scheduler is (not)
     # started; whether rank 0 checks the port (--exec: only a --master_port the user gave)
     "module stdin scheduler_why port_check "
-    # more adapter flags, before '--' (long jobs: mpilaunch/longrun/restart.py writes them per attempt)
+    # more adapter flags, before '--' (long jobs: longrun.nextattempt.attempt_cfg writes them per attempt)
     "rank_extra "
     # msrun's: --bind_numa (a file's content inlined), DryRun's level / rank / simulated size,
     # the rank table's absolute path
@@ -311,7 +311,7 @@ def _launcher(args, env: Mapping[str, str]) -> str:
 def _stdin(value: Optional[str]) -> Optional[str]:
     """mpirun's ``--stdin`` target as the user gave it (a rank, ``all``, ``none``), or None:
     rank 0, but ``none`` when the launcher's own stdin is closed or /dev/null (decided where
-    mpirun is started, ``launcher.stdin_target``)."""
+    mpirun is started, ``supervise.relays.stdin_target``)."""
     if value is None:
         return None
     v = value.strip().lower()

@@ -25,7 +25,7 @@ def attempt_cfg(cfg, lr: LongRun, k: int):
     if lr.span:
         spec = placement.expect_spec(cfg)
     # in place: rank 0's adapter coordinates on a port picked here (rank 0 elsewhere: a guess
-    # that is free here; taken there, the job goes without in-place restarts: inplace.py)
+    # that is free here; taken there, the job goes without in-place restarts: rank/inplace/loop.py)
     coord = net.free_port() if lr.in_place and k < lr.max_restarts else None
     extra = rankcmd.attempt_flags(k if lr.max_restarts else None, lr.max_restarts,
                                   lr.term_grace, lr.stall_timeout, spec, coord)

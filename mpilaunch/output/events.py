@@ -10,7 +10,7 @@ launcher's clock (``t``); a record that came from a rank also keeps that host's 
 Cheap by construction: one ``os.write`` of one line per record into a file opened once with
 O_APPEND (no lock: appends of one line do not interleave, and a record written from a signal
 handler cannot wait on a lock a relay thread holds), nothing at all when no record is open
-(unit tests that call ``launcher.run`` directly, ``--dry-run``, a usage error). Every string
+(unit tests that call ``supervise.starter.run_attempt`` directly, ``--dry-run``, a usage error). Every string
 goes through the one secret rule (``contract.mask_lines`` for the values of this
 environment's secret variables, ``contract.mask_value`` for ``NAME=VALUE`` words).
 """
@@ -276,7 +276,7 @@ def status(event) -> None:
 
 
 def attempt_end(attempt, collector) -> None:
-    """The attempt's status, cause and root cause (``launcher.Attempt`` after ``finish``)."""
+    """The attempt's status, cause and root cause (``supervise.attempt.Attempt`` after ``finish``)."""
     if _rec is None:
         return
     root = collector.root_cause()
