@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from mpilaunch.errors import UsageError
 from mpilaunch.rank import options as rank_options
-from mpilaunch.rank import plan
+from mpilaunch.rank import frameworkenv, plan
 
 PROG = rank_options.PROG
 USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
@@ -95,6 +95,11 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
     for spec in specs:
         if os.path.dirname(spec.log_path):
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
+    _no_stale_error_file(specs)
+    if info.rank == 0 and not (opts.longrun and opts.longrun.restart_count):
+        note = frameworkenv.omp_note(user_env, specs[-1].env)   # torchrun's warning, once
+        if note:
+            sys.stderr.write(note)
 
     restarts = _restarts(opts, info, ag, user_env, argv, hostname, ip, ifname, cpus, numa)
     from mpilaunch.rank.runner import supervise
@@ -118,7 +123,21 @@ def _attempt_specs(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifna
     specs = plan.children(opts, info, ag.sched_addr, port, env, argv, hostname, ip=ip,
                           gloo_ifname=ifname, cpus=cpus, numa_nodes=numa)
     specs = _pass_launcher_fds(specs, ag.used_mpi, user_env)
+    _no_stale_error_file(specs)
     return specs
+
+
+def _no_stale_error_file(specs) -> None:
+    """An error file left by an earlier job in the same log dir would be read as this
+    worker's exception after a failure (contract.error_file_path)."""
+    for spec in specs:
+        path = spec.env.get("TORCHELASTIC_ERROR_FILE")
+        # ours only: beside the log (a MindSpore worker keeps a value the user gave)
+        if path and os.path.dirname(path) == os.path.abspath(os.path.dirname(spec.log_path)):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def _pass_launcher_fds(specs, used_mpi: bool, user_env: dict):
