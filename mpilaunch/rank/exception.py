@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 LOG_WINDOW = 1 << 20           # bytes of the log's end searched for a traceback
 ERROR_FILE_MAX = 4 << 20       # a larger error file is not read
-MESSAGE_CHARS = 2000           # each text of the result cut to this (after masking)
+MESSAGE_CHARS = 1000           # each text cut to this (after masking): the status line stays short
 SYNTAX_LINES = 6               # a SyntaxError printed without a header: its frame to its line
 HEADER = "Traceback (most recent call last):"
 CHAIN = {"The above exception was the direct cause of the following exception:": "cause",
