@@ -15,8 +15,7 @@ with explicit counts (docs/OPENMPI_FACTS.md section 7).
 from __future__ import annotations
 
 import re
-from collections import namedtuple
-from typing import Iterable, List, Optional, Tuple
+from typing import Iterable, List, NamedTuple, Optional, Tuple
 
 from mpilaunch import net
 from mpilaunch.config import sshconfig
@@ -27,14 +26,13 @@ from mpilaunch.errors import UsageError
 _HOST_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})|\[?[0-9A-Fa-f:.]+\]?)$")
 
 
-class Host(namedtuple("Host", "name slots max_slots port", defaults=(1, None, None))):
-    """name: str (an IPv6 literal without brackets);
-    slots: int;
-    max_slots: Optional[int];
-    port: Optional[int]: this host's sshd port (None: --ssh-port / SSHD_PORT / ssh's own).
-    (A namedtuple: docs/ARCHITECTURE.md, start-up.)"""
+class Host(NamedTuple):
+    """One host of the launch (a namedtuple: docs/ARCHITECTURE.md, start-up)."""
 
-    __slots__ = ()
+    name: str                        # an IPv6 literal without brackets
+    slots: int = 1
+    max_slots: Optional[int] = None
+    port: Optional[int] = None       # its sshd port (None: --ssh-port / SSHD_PORT / ssh's own)
 
 
 def _where(source: str, lineno: Optional[int]) -> str:
