@@ -1,7 +1,7 @@
 """Allocation discovery: the hosts and slots a batch scheduler or an MPI operator already gave
 this job, read in one place before planning. Pure but for reading the operator's files.
 
-Used by ``config._resolve_hosts`` only when no hostfile, ``-H`` or ``VC_WORKER_HOSTS`` was
+Used by ``config.launchconfig._resolve_hosts`` only when no hostfile, ``-H`` or ``VC_WORKER_HOSTS`` was
 given (those always win). First match wins:
 
 1. **Slurm** (inside ``sbatch``/``salloc``): ``SLURM_JOB_ID`` with ``SLURM_JOB_NODELIST``

@@ -1,4 +1,4 @@
-"""The rest of msrun's command line, checked for config.build: --bind_numa (the rule is
+"""The rest of msrun's command line, checked for config.launchconfig.build: --bind_numa (the rule is
 mpilaunch/rank/binding/affinity.py's), --sim_level / --sim_rank_id (MindSpore's DryRun, as msrun 2.x
 takes them: mindspore/parallel/cluster/process_entity/_api.py), --rank_table_file and
 --node_rank. UsageError naming the flag, before anything starts."""

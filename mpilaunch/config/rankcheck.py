@@ -34,7 +34,7 @@ def check(cfg) -> None:
     if cfg.bind_core:
         affinity.parse_bind_core(cfg.bind_core, os.cpu_count() if all(here) else None,
                                  "--bind_core")
-    if getattr(cfg, "bind_numa", None) and all(here):   # the file was read by config.build
+    if getattr(cfg, "bind_numa", None) and all(here):   # the file was read by config.launchconfig.build
         affinity.check_numa_nodes(affinity.parse_bind_numa(cfg.bind_numa, "--bind_numa"),
                                   affinity.read_numa_topology(), "--bind_numa")
     tail = contract.parse_tail_spec(cfg.tail_worker_log)

@@ -17,7 +17,7 @@ not call MPI_Init (it would cost every rank ~0.35 s), so no MPI channel; the lau
 but reaches rank 0's processes only through mpirun. A lost datagram or a port someone else
 holds costs nothing but the speed-up: the scheduler still leaves on its own, as before
 (``--scheduler-grace`` bounds it). ``<job>`` is the job's id from the launcher (PMIx namespace,
-Open MPI job id, Slurm job.step; Hydra gives none: no speed-up there): a message of another
+Open MPI job id, Slurm JOBID.STEPID; Hydra gives none: no speed-up there): a message of another
 job or a stray datagram is ignored; a rank is counted once and only below the job's size.
 """
 from __future__ import annotations

@@ -13,7 +13,15 @@ What counts as a cited path (decided here, one place):
   a name follows, that module must define it at its top level (``mpilaunch.launch()`` is the
   package's own ``launch``);
 - in README.md and docs/*.md, a Markdown link or image target that is not a URL or an anchor,
-  relative to the page.
+  relative to the page;
+- in the prose of Markdown pages (not their fenced code blocks: example code, whose ``job`` is
+  a variable) and of Python files (comments and docstrings: in mpilaunch/'s code a ``job.wait()``
+  is a variable's), a short name that starts with one of the package's own modules:
+  ``supervise.starter.run_attempt``, ``config.sshconfig``, ``contract.whole`` (resolved as
+  ``mpilaunch.`` + it, the rule above) and ``supervise/starter.run_attempt`` (the module's file,
+  then the name in it). Not a short name: one whose last part is a file suffix (``run.py``,
+  ``run.sh``: a file), nor, after a root module that is not a package, a lower-case second part
+  followed by more (``net.ipv4.ip_local_port_range`` is a sysctl; ``net.Host.x`` would be ours).
 
 Scanned: mpilaunch/, tests/, docs/, README.md, scripts/, bench/ (not bench/report/: historical
 measurement records, left as they were written) and examples/. In tests/, a Python file is held
@@ -38,6 +46,8 @@ SUFFIXES = (".py", ".md", ".sh", ".txt", ".cfg", ".toml")
 PATH = re.compile(r"(?<![\w/.$~-])(?:" + "|".join(TOPS) + r")/[\w./<>{}*$+-]*")
 MODULE = re.compile(r"(?<![\w/.$-])mpilaunch(?:\.[A-Za-z_]\w*)+")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+FILE_SUFFIXES = {"py", "sh", "md", "txt", "json", "jsonl", "log", "html", "cfg", "toml", "yaml",
+                 "yml", "env", "csv", "gz", "so", "c"}
 PLACEHOLDER = re.compile(r"[<>{}*$]|\.\.\.|/\.\.?(?:/|$)")
 # The names of the documents outside this repository, spelled in pieces so that this file,
 # which looks for them, does not itself cite them.
@@ -122,6 +132,72 @@ def module_problem(root, dotted):
     return "no such module"
 
 
+def _own_roots(root):
+    """(subpackages, root modules) of ``root``'s mpilaunch/, by name."""
+    base = os.path.join(root, "mpilaunch")
+    names = sorted(os.listdir(base)) if os.path.isdir(base) else []
+    pkgs = [n for n in names if os.path.isfile(os.path.join(base, n, "__init__.py"))]
+    mods = [n[:-3] for n in names if n.endswith(".py") and n[:-3].isidentifier()
+            and not n.startswith("_")]
+    return pkgs, mods
+
+
+@functools.lru_cache(maxsize=None)
+def _short_forms(root):
+    """The regular expressions of the short names (dotted, and package/module.name)."""
+    pkgs, mods = _own_roots(root)
+    if not pkgs and not mods:
+        return None, None
+    first = "|".join(pkgs + mods)
+    dotted = re.compile(r"(?<![\w/.$~-])(?:" + first + r")(?:\.[A-Za-z_]\w*)+")
+    pathy = re.compile(r"(?<![\w/.$~-])(?:" + "|".join(pkgs or ["(?!)"]) +
+                       r")/[A-Za-z_]\w*\.[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+    return dotted, pathy
+
+
+def short_name_problems(root, line):
+    """``what (why)`` for each short name in ``line`` (prose) that names nothing in ``root``."""
+    dotted, pathy = _short_forms(root)
+    if dotted is None:
+        return []
+    _, mods = _own_roots(root)
+    out = []
+    for m in dotted.finditer(line):
+        parts = m.group(0).split(".")
+        if parts[-1] in FILE_SUFFIXES or line[m.end():m.end() + 1] in ("(", "/"):
+            continue
+        if parts[0] in mods and len(parts) > 2 and parts[1][:1].islower():
+            continue
+        why = module_problem(root, "mpilaunch." + m.group(0))
+        if why:
+            out.append(f"{m.group(0)} ({why})")
+    for m in pathy.finditer(line):
+        folder, rest = m.group(0).split("/", 1)
+        parts = rest.split(".")
+        if parts[-1] in FILE_SUFFIXES or line[m.end():m.end() + 1] in ("(", "/"):
+            continue
+        why = module_problem(root, ".".join(["mpilaunch", folder] + parts))
+        if why:
+            out.append(f"{m.group(0)} ({why})")
+    return out
+
+
+def _prose(rel, text):
+    """{line: text} of what ``text`` says in words: a Python file's comments and docstrings, a
+    Markdown page outside its fenced code blocks; nothing of other files."""
+    if rel.endswith(".py"):
+        return sorted(prose_lines(text).items())
+    if not rel.endswith(".md"):
+        return []
+    out, fenced = [], False
+    for no, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced:
+            out.append((no, line))
+    return out
+
+
 def scanned_files(root):
     for top in SCANNED:
         base = os.path.join(root, top)
@@ -183,6 +259,8 @@ def stale_citations(root, files=None):
                 for target in links_in(line):
                     if not os.path.exists(os.path.join(os.path.dirname(path), target)):
                         bad.append(f"{rel}:{no}: link {target}")
+        for no, line in _prose(rel, text):
+            bad += [f"{rel}:{no}: {what}" for what in short_name_problems(root, line)]
     return bad
 
 
@@ -208,6 +286,39 @@ def test_the_scanner_reports_a_planted_stale_path(tmp_path):
         "docs/PAGE.md:4: mpilaunch.supervise.starter.gone (mpilaunch.supervise.starter has no gone)",
         "docs/PAGE.md:4: mpilaunch.tune (mpilaunch has no tune)",
         "docs/PAGE.md:5: link OLD.md",
+    ]
+
+
+def test_short_names_resolve_against_the_package(tmp_path):
+    (tmp_path / "mpilaunch" / "supervise").mkdir(parents=True)
+    (tmp_path / "mpilaunch" / "__init__.py").write_text("")
+    (tmp_path / "mpilaunch" / "net.py").write_text("class Host:\n    pass\ndef is_here():\n    pass\n")
+    (tmp_path / "mpilaunch" / "supervise" / "__init__.py").write_text("")
+    (tmp_path / "mpilaunch" / "supervise" / "starter.py").write_text(
+        "def run_attempt():\n    pass\nclass Job:\n    def end(self):\n        pass\n")
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "PAGE.md"
+    page.write_text(
+        "ok: supervise.starter.run_attempt, `supervise/starter.run_attempt`, net.is_here, "
+        "net.Host.x, supervise.starter.Job.end\n"
+        "not names: run.py, supervise/starter.py, net.ipv4.ip_local_port_range, job.wait(), "
+        "self.supervise.gone, mpilaunch/supervise/starter.py\n"
+        "stale: supervise.starter.gone, supervise.launcher, net.gone, supervise/starter.gone, "
+        "supervise/launcher.run\n"
+        "```\nsupervise.in_a_code_block\n```\n")
+    assert stale_citations(str(tmp_path), [str(page)]) == [
+        "docs/PAGE.md:3: supervise.starter.gone (mpilaunch.supervise.starter has no gone)",
+        "docs/PAGE.md:3: supervise.launcher (mpilaunch.supervise has no launcher)",
+        "docs/PAGE.md:3: net.gone (mpilaunch.net has no gone)",
+        "docs/PAGE.md:3: supervise/starter.gone (mpilaunch.supervise.starter has no gone)",
+        "docs/PAGE.md:3: supervise/launcher.run (mpilaunch.supervise has no launcher)",
+    ]
+    code = tmp_path / "mpilaunch" / "supervise" / "user.py"
+    code.write_text('"""Calls supervise.starter.gone."""\nsupervise = object()\n'
+                    'supervise.starter.gone  # see net.gone\n')
+    assert stale_citations(str(tmp_path), [str(code)]) == [
+        "mpilaunch/supervise/user.py:1: supervise.starter.gone (mpilaunch.supervise.starter has no gone)",
+        "mpilaunch/supervise/user.py:3: net.gone (mpilaunch.net has no gone)",
     ]
 
 
