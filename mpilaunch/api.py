@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections import namedtuple
+from typing import List, NamedTuple, Optional
 
 from mpilaunch.config import options
 from mpilaunch.errors import UsageError
@@ -24,20 +24,49 @@ from mpilaunch.report import model
 
 API_FD = "MPILAUNCH_API_FD"   # the child's end of the pipe (events.py writes it)
 
-RootCause = namedtuple("RootCause", "rank host role code signal log message text")
-RootCause.__doc__ = "The process that failed first: where, how, its log; text as the summary says it."
-RankRecord = namedtuple("RankRecord", "rank host role pid status signal cause by log started exited")
-RankRecord.__doc__ = ("One rank process (a worker, or rank 0's scheduler) of the last attempt: "
-                      "pid, exit status and who stopped it (by: itself, teardown); started and "
-                      "exited on the launcher's clock.")
+class RootCause(NamedTuple):
+    """The process that failed first: where, how, its log; text as the summary says it (the
+    fields of the event record's ``root``, docs/EVENTS.md; None where the record has none)."""
+
+    rank: Optional[int]
+    host: Optional[str]
+    role: Optional[str]
+    code: Optional[int]
+    signal: Optional[int]
+    log: Optional[str]
+    message: Optional[str]
+    text: str
 
 
-class Result(namedtuple("Result", "status root_cause ranks attempts events_path log_dir summary")):
+class RankRecord(NamedTuple):
+    """One rank process (a worker, or rank 0's scheduler) of the last attempt: pid, exit status
+    and who stopped it (by: itself, teardown); started and exited on the launcher's clock."""
+
+    rank: Optional[int]
+    host: Optional[str]
+    role: str
+    pid: Optional[int]
+    status: Optional[int]
+    signal: Optional[int]
+    cause: Optional[str]
+    by: Optional[str]
+    log: Optional[str]
+    started: Optional[float]
+    exited: Optional[float]
+
+
+class Result(NamedTuple):
     """A finished launch: ``status`` (the CLI's exit status), ``root_cause`` (RootCause or
     None), ``ranks`` (RankRecord list), ``attempts``, ``events_path``, ``log_dir``,
     ``summary`` (the failure summary's text, or None)."""
 
-    __slots__ = ()
+    status: int
+    root_cause: Optional[RootCause]
+    ranks: List[RankRecord]
+    attempts: int
+    events_path: Optional[str]
+    log_dir: Optional[str]
+    summary: Optional[str]
 
     @property
     def ok(self) -> bool:
@@ -124,7 +153,7 @@ def _result(path: "str | None", log_dir: "str | None", returncode: int) -> Resul
     if job is None or att is None:
         return Result(returncode, None, [], 0, path, log_dir, None)
     status = job.status if job.finished and job.status is not None else returncode
-    root = None
+    root: Optional[RootCause] = None
     if att.root:
         r = att.root
         root = RootCause(r.get("rank"), r.get("host"), r.get("role"), r.get("code"),
