@@ -17,8 +17,7 @@ import shlex
 import socket
 import subprocess
 import threading
-from collections import namedtuple
-from typing import Callable, Dict, List, Optional, Sequence, TypeVar, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, TypeVar, Union
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -29,11 +28,14 @@ PORT_SOURCE = "SSHD_PORT/--ssh-port"    # where the ssh port comes from, for mes
 NO_SSH = "ssh not found on PATH — install openssh-client"
 
 
-class SshTarget(namedtuple("SshTarget", "name hostname port error", defaults=(None,))):
+class SshTarget(NamedTuple):
     """Where ssh really goes for a listed host (``ssh -G`` applies -F configs, -p, ...).
     ``error``: ``ssh -G`` failed, why (the ssh step fails with it)."""
 
-    __slots__ = ()
+    name: str
+    hostname: str
+    port: int
+    error: Optional[str] = None
 
 
 def ssh_base(port: Optional[int], extra: Sequence[str]) -> List[str]:

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections import namedtuple
-from typing import Callable, List, Mapping, Optional
+from typing import Callable, List, Mapping, NamedTuple, Optional, Tuple
 
 from mpilaunch.config import hostfile as hf
 from mpilaunch.errors import UsageError
@@ -37,11 +36,13 @@ VOLCANO_DIR = "/etc/volcano"
 _VC_HOSTS = re.compile(r"^VC_([A-Z0-9_]+)_HOSTS$")
 
 
-class Allocation(namedtuple("Allocation", "hosts source kind job_id", defaults=(None,))):
-    """hosts: tuple of Host; source: what --dry-run and messages say the hosts came from;
-    kind: SLURM | KUBEFLOW | VOLCANO; job_id: the Slurm job id (None elsewhere)."""
+class Allocation(NamedTuple):
+    """What a scheduler or operator allocated to the job."""
 
-    __slots__ = ()
+    hosts: Tuple[hf.Host, ...]
+    source: str                     # what --dry-run and messages say the hosts came from
+    kind: str                       # SLURM | KUBEFLOW | VOLCANO
+    job_id: Optional[str] = None    # the Slurm job id (None elsewhere)
 
 
 def expand_nodelist(value: str, name: str = "SLURM_JOB_NODELIST") -> List[str]:

@@ -18,8 +18,7 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections import namedtuple
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, NamedTuple, Optional, Tuple
 
 from mpilaunch.errors import UsageError
 from mpilaunch.rundir import write_atomic
@@ -32,13 +31,12 @@ HYDRA = (MPICH, IMPI)
 NAMES = {OMPI4: "Open MPI", OMPI5: "Open MPI", MPICH: "MPICH", IMPI: "Intel MPI"}
 
 
-class MpiInfo(namedtuple("MpiInfo", "path version dialect")):
-    """path: str;
-    version: Tuple[int, ...];
-    dialect: str # OMPI4, OMPI5, MPICH or IMPI.
-    (A namedtuple: docs/ARCHITECTURE.md, start-up.)"""
+class MpiInfo(NamedTuple):
+    """The MPI an mpirun belongs to (a namedtuple: docs/ARCHITECTURE.md, start-up)."""
 
-    __slots__ = ()
+    path: str
+    version: Tuple[int, ...]
+    dialect: str                    # OMPI4, OMPI5, MPICH or IMPI
 
     @property
     def version_str(self) -> str:

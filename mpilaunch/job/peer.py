@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections import namedtuple
+from typing import NamedTuple, Optional
 
 from mpilaunch import contract, net, ssh
 from mpilaunch.job.spec import JobSpec
@@ -37,14 +37,16 @@ sys.stdout.write(P + (data.decode("utf-8", "replace").strip() or "{}") + "\n")
 '''
 
 
-class PeerReply(namedtuple("PeerReply", "ok reply why addr", defaults=("",))):
-    """ok: delivered and accepted; reply: the peer's JSON (or None); why: the failure, one line
-    with the fix; addr: the address used."""
+class PeerReply(NamedTuple):
+    """What a peer call came to."""
 
-    __slots__ = ()
+    ok: bool                        # delivered and accepted
+    reply: Optional[dict]           # the peer's JSON
+    why: str                        # the failure, one line with the fix ("" when ok)
+    addr: str = ""                  # the address used
 
 
-def parse_reply(stdout: str):
+def parse_reply(stdout: str) -> Optional[dict]:
     """The last :data:`contract.PEER_PREFIX` line's JSON, or None."""
     reply = None
     for line in (stdout or "").splitlines():

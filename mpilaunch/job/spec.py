@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections import namedtuple
-from typing import Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 from mpilaunch import contract
 from mpilaunch.config import launchconfig
@@ -18,7 +18,8 @@ class JobSpec(namedtuple("JobSpec", "hosts index slots ssh_port ssh_extra key po
                          defaults=((),))):
     """hosts: tuple of names (index 0 = worker-0); index: this host's; slots: per host;
     ssh_port: Optional[int]; ssh_extra: tuple of ssh options; key: see :func:`job_key`;
-    ports: each host's own ssh port or None (``VC_WORKER_HOSTS=a@2201,a@2202``)."""
+    ports: each host's own ssh port or None (``VC_WORKER_HOSTS=a@2201,a@2202``).
+    (Not a typing.NamedTuple: its field ``index`` hides tuple.index, which a checker refuses.)"""
 
     __slots__ = ()
 
@@ -27,7 +28,7 @@ class JobSpec(namedtuple("JobSpec", "hosts index slots ssh_port ssh_extra key po
         own = self.ports[index] if index < len(self.ports) else None
         return own if own is not None else self.ssh_port
 
-    def entries(self):
+    def entries(self) -> List[hf.Host]:
         """The hosts as hostfile entries (their own ports kept)."""
         return [hf.Host(h, self.slots, None, self.ports[i] if i < len(self.ports) else None)
                 for i, h in enumerate(self.hosts)]
