@@ -56,7 +56,7 @@ def exception_lines(exc: Optional[dict]) -> List[str]:
     out = []
     first = exc.get("first")
     if isinstance(first, dict):
-        out.append(f"  {_LINKS.get(first.get('link'), 'chained to')}: {exception_text(first)}")
+        out.append(f"  {_LINKS.get(str(first.get('link')), 'chained to')}: {exception_text(first)}")
     if exc.get("source") == "error_file" and exc.get("error_file"):
         out.append(f"  error file: {exc['error_file']}")
     return out

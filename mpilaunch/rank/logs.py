@@ -89,7 +89,7 @@ def check_log_dir(path: str, name: str = "--log-dir") -> None:
 
 # log path -> its modification time right after it was opened (truncated), on the file
 # system's own clock: an error file older than that is another run's (status_exception)
-OPENED_NS = {}
+OPENED_NS: dict[str, int] = {}
 
 
 def open_log(path: str) -> int:

@@ -24,7 +24,7 @@ def status_line(rank: Optional[int], host: str, role: str, event: str, code: Opt
                 t: Optional[float] = None, exception: Optional[dict] = None) -> str:
     """One terminal status line; ``exception``: what a failed worker died of (rank/exception.py),
     sent only when known (a launcher reading an older adapter's line finds no such field)."""
-    obj = {"v": 1, "rank": rank, "host": host, "role": role, "event": event, "code": code,
+    obj: dict = {"v": 1, "rank": rank, "host": host, "role": role, "event": event, "code": code,
            "signal": signal, "cause": cause, "log": log, "tail": list(tail or []),
            "t": round(time.time() if t is None else t, 3)}
     if message is not None:
