@@ -6,8 +6,7 @@ launcher's part: mpilaunch/longrun/). A setting the chosen backend cannot honour
 from __future__ import annotations
 
 import os
-from collections import namedtuple
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from mpilaunch import contract, net
 from mpilaunch.config import options
@@ -17,9 +16,7 @@ MODES = ("in-place", "relaunch")
 DISCOVERY_FLAG = "--host-discovery-script"
 
 
-class LongRun(namedtuple("LongRun", "max_restarts restart_delay term_grace stall_timeout "
-                         "span log_dir port_given rank0_here in_place min_hosts discovery_script "
-                         "max_no_progress", defaults=(False, None, None, 0))):
+class LongRun(NamedTuple):
     """The long-run settings, validated, plus what each attempt needs from the first;
     ``in_place``: ``--restart-mode in-place`` (rank/inplace/); ``min_hosts``: ``--min-hosts``
     (None: off; mpilaunch/longrun/shrink.py); ``discovery_script``: the absolute path of
@@ -27,7 +24,18 @@ class LongRun(namedtuple("LongRun", "max_restarts restart_delay term_grace stall
     ``max_no_progress``: ``--max_no_progress_restarts`` (0: no limit;
     mpilaunch/longrun/progress.py)."""
 
-    __slots__ = ()
+    max_restarts: int
+    restart_delay: float
+    term_grace: Optional[float]     # None: not asked for
+    stall_timeout: Optional[float]  # None: not asked for
+    span: bool                      # check that the ranks span the hosts
+    log_dir: str
+    port_given: bool                # --master_port named a port (0: each attempt picks one)
+    rank0_here: bool
+    in_place: bool = False
+    min_hosts: Optional[int] = None
+    discovery_script: Optional[str] = None
+    max_no_progress: int = 0
 
 
 def script_path(raw: str, source: str = DISCOVERY_FLAG) -> str:
