@@ -65,7 +65,9 @@ def test_a_script_failing_at_import_ends_after_the_limit_with_the_budget_unused(
     assert len(stop) == 1, err
     assert stop[0].startswith("mpilaunch: 3 attempts in a row failed before any worker made "
                               "progress (last: rank ")
-    assert stop[0].endswith("exit code 1): not restarting; restart budget 5 left unused"), err
+    assert stop[0].endswith("exit code 1: ModuleNotFoundError: No module named "
+                            "'no_such_module_here' (train.py:1 in <module>)): not restarting; "
+                            "restart budget 5 left unused"), err   # the log's traceback named
     assert "mpilaunch: 3 attempt(s), restart budget 7; exit status 1 (the last attempt's)" in lines
     assert ("  3 attempts in a row failed before any worker made progress "
             "(--max_no_progress_restarts 3): not restarted; restart budget 5 left unused") in lines
