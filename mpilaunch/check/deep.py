@@ -22,9 +22,8 @@ import json
 import os
 import socket
 import time
-from collections import namedtuple
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from mpilaunch import ssh
 from mpilaunch.check import outliers
@@ -38,11 +37,16 @@ NET_BYTES = 32 << 20       # per directed link at most (healthy links end before
 DISK_BYTES = 2 << 20       # over the rounds: a fsync of this much is most of the measure
 
 
-class DeepParams(namedtuple("DeepParams", "budget threshold min_free pairs collective log_dir")):
+class DeepParams(NamedTuple):
     """--deep-budget s, --deep-threshold x, --deep-min-free bytes, --pairs n, --collective
     (None, gloo or nccl), the launch's log dir."""
 
-    __slots__ = ()
+    budget: float
+    threshold: float
+    min_free: float
+    pairs: int
+    collective: Optional[str]
+    log_dir: str
 
 
 class AgentError(Exception):
@@ -196,11 +200,14 @@ def net_stage(agents: Sequence[Agent], links: Sequence[tuple], w: Windows, slack
     return [done[ln] for ln in links]
 
 
-class DeepReport(namedtuple("DeepReport", "results cells verdict notes")):
+class DeepReport(NamedTuple):
     """What the deep check adds to the report: its results (per host and column; FAIL for an
     outlier), the table's cells, the verdict line and notes (job-wide lines)."""
 
-    __slots__ = ()
+    results: List[CheckResult]
+    cells: Dict[str, Dict[str, str]]
+    verdict: str
+    notes: List[str]
 
 
 def passed_hosts(p: Params, results: Sequence[CheckResult]) -> List[tuple]:

@@ -23,8 +23,7 @@ two figures (:func:`merge_better`): a host is named only when it was slow both t
 from __future__ import annotations
 
 import statistics
-from collections import namedtuple
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from mpilaunch.check.results import FAIL, OK, SKIP, WARN, CheckResult
 
@@ -33,25 +32,42 @@ RTT_SLACK = 0.001      # seconds a round trip must exceed the median by, besides
 WARN_ONLY = ("disk",)  # findings that warn, not fail
 
 
-class Host(namedtuple("Host", "name addr own slots compute kind memory disk devices cpus",
-                      defaults=(None,))):
-    """One host's measurements (``own``: its own name, when it is not ``name``): compute (per-slot rates, ``kind`` names the unit), memory
-    (bytes/s), disk (the agent's answer: where, free, rate or error), devices (its answer),
-    cpus ((CPUs it may run on, the cgroup's CPU quota or None, where the quota was read))."""
+class Host(NamedTuple):
+    """One host's measurements (None: not measured)."""
 
-    __slots__ = ()
+    name: str
+    addr: str
+    own: str                        # its own name, when it is not ``name`` ("" else)
+    slots: int
+    compute: Optional[List[float]]  # per-slot rates, ``kind`` names the unit
+    kind: Optional[str]
+    memory: Optional[float]         # bytes/s
+    disk: Optional[dict]            # the agent's answer: where, free, rate or error
+    devices: Optional[dict]         # the agent's answer
+    # (CPUs it may run on, the cgroup's CPU quota or None, where the quota was read)
+    cpus: Optional[Tuple[int, Optional[float], str]] = None
 
 
-class Link(namedtuple("Link", "src dst bw rtt error iface")):
+class Link(NamedTuple):
     """One directed link between host indices: bytes/s, round trip s (None: not measured)."""
 
-    __slots__ = ()
+    src: int
+    dst: int
+    bw: Optional[float]
+    rtt: Optional[float]
+    error: Optional[str]
+    iface: Optional[str]
 
 
-class Finding(namedtuple("Finding", "host check value median ratio detail")):
+class Finding(NamedTuple):
     """An outlier: ``host`` index, the figure, the median, how many times worse."""
 
-    __slots__ = ()
+    host: int
+    check: str                      # one of COLUMNS
+    value: Optional[float]
+    median: Optional[float]
+    ratio: Optional[float]
+    detail: Union[str, List[Link]]  # the unit, where, or the slow links (net)
 
 
 UNITS = {"gemm": "GFLOP/s", "loop": "Mloop/s"}
@@ -70,7 +86,9 @@ def rate_text(bps: Optional[float], compact: bool = False) -> str:
     return f"{text}{unit}" if compact else f"{text} {unit}"
 
 
-def size_text(n: float) -> str:
+def size_text(n: Optional[float]) -> str:
+    if n is None:
+        return "-"
     for unit, div in (("T", 1e12), ("G", 1e9), ("M", 1e6)):
         if n >= div:
             return f"{n / div:.3g}{unit}"
@@ -81,7 +99,9 @@ def ms_text(s: Optional[float]) -> str:
     return "-" if s is None else f"{s * 1e3:.3g}ms"
 
 
-def ratio_text(x: float) -> str:
+def ratio_text(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
     return f"{x:.0f}x" if x >= 100 else f"{x:.3g}x"
 
 
@@ -96,7 +116,8 @@ def net_figures(n: int, links: Sequence[Link]) -> Dict[int, Tuple[Optional[float
         if ln.bw is None:
             continue
         for i, side in ((ln.src, 0), (ln.dst, 1)):
-            if out[i][side] is None or ln.bw > out[i][side]:
+            best = out[i][side]
+            if best is None or ln.bw > best:
                 out[i][side] = ln.bw
     return {i: (v[0], v[1]) for i, v in out.items()}
 
@@ -141,7 +162,7 @@ def findings(hosts: Sequence[Host], links: Sequence[Link], threshold: float,
             out.append(Finding(i, "free", d["free"], min_free, None, d.get("where", "")))
     for i, h in enumerate(hosts):
         cpus = usable_cpus(h)
-        if cpus is not None and cpus < h.slots:
+        if cpus is not None and h.cpus and cpus < h.slots:
             src = h.cpus[2] if h.cpus[1] is not None and h.cpus[1] < h.cpus[0] else "affinity"
             out.append(Finding(i, "cpus", cpus, h.slots, None, src))
     counts = {i: device_count(h.devices) for i, h in enumerate(hosts)}
@@ -195,9 +216,9 @@ def merge_better(first: Sequence[Host], again: Mapping[int, Host]) -> List[Host]
         if new_fig is not None and (old_fig is None or new_fig > old_fig):
             compute, kind = h.compute, h.kind
         memory = max(v for v in (old.memory, h.memory, 0.0) if v is not None) or old.memory
-        disk = old.disk
-        if (h.disk or {}).get("rate", 0) > (old.disk or {}).get("rate", 0):
-            disk = dict(old.disk or {}, rate=h.disk["rate"])
+        disk, new_disk = old.disk, h.disk or {}
+        if new_disk.get("rate", 0) > (old.disk or {}).get("rate", 0):
+            disk = dict(old.disk or {}, rate=new_disk["rate"])
         out[i] = old._replace(compute=compute, kind=kind, memory=memory, disk=disk)
     return out
 
@@ -234,7 +255,7 @@ def _what(f: Finding, hosts: Sequence[Host], brief: bool = False) -> str:
         else:
             v, m = rate_text(f.value), rate_text(f.median)
         text = f"{name} {v}, median {m} ({ratio_text(f.ratio)} slower)"
-        if f.check == "net" and f.detail:
+        if f.check == "net" and isinstance(f.detail, list) and f.detail:   # the slow links
             show = f.detail[:1] if brief else f.detail[:4]
             names = ", ".join(f"{hosts[ln.src].name}→{hosts[ln.dst].name}" for ln in show)
             more = f" and {len(f.detail) - len(show)} more" if len(f.detail) > len(show) else ""

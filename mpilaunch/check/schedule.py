@@ -4,8 +4,7 @@ slow link, the rounds of a host. Pure."""
 from __future__ import annotations
 
 import random
-from collections import namedtuple
-from typing import List, Sequence
+from typing import List, NamedTuple, Sequence
 
 from mpilaunch.check import outliers
 
@@ -16,8 +15,13 @@ ROUNDS = 2   # host-by-host passes, the second in reverse order: a load that com
             # on a shared machine then falls on every host alike, not on the one measured then
 
 
-class Windows(namedtuple("Windows", "compute memory disk net")):
-    __slots__ = ()
+class Windows(NamedTuple):
+    """Seconds each probe measures for."""
+
+    compute: float
+    memory: float
+    disk: float
+    net: float
 
 
 GEMM_MAX_SHARED = 4   # hosts of one machine beyond which the compute probe is the Python loop
@@ -90,7 +94,7 @@ def combine(rounds: Sequence[outliers.Host]) -> outliers.Host:
     first = rounds[-1]
     rates = [r.compute for r in rounds if r.compute]
     compute = [_mean(col) for col in zip(*rates)] if rates else None
-    disk = dict(next((r.disk for r in rounds if r.disk), None) or {})
+    disk = dict(next((r.disk for r in rounds if r.disk), {}))
     rate = _mean([(r.disk or {}).get("rate") for r in rounds])
     if rate is not None:
         disk["rate"] = rate

@@ -3,8 +3,7 @@ of ``mpilaunch check --deep`` (which ``--preflight deep`` runs with the same val
 where the configuration is built."""
 from __future__ import annotations
 
-from collections import namedtuple
-from typing import Mapping
+from typing import Mapping, NamedTuple, Optional
 
 from mpilaunch import contract
 from mpilaunch.config import options
@@ -13,11 +12,14 @@ from mpilaunch.errors import UsageError
 LEVELS = ("ssh", "deep")
 
 
-class DeepSettings(namedtuple("DeepSettings", "budget threshold min_free pairs collective")):
-    """``mpilaunch check --deep``'s settings: seconds, times the median, bytes free, links
-    per host besides the ring, the collective (None, gloo or nccl)."""
+class DeepSettings(NamedTuple):
+    """``mpilaunch check --deep``'s settings."""
 
-    __slots__ = ()
+    budget: float                   # seconds
+    threshold: float                # times the median
+    min_free: float                 # bytes free
+    pairs: int                      # links per host besides the ring
+    collective: Optional[str]       # None, gloo or nccl
 
 
 def _number(value, source: str, least: float, what: str) -> float:
