@@ -24,9 +24,10 @@ def _bind():
         _restype_ = _Int
 
     class _Libc:
-        _handle = _ctypes.dlopen(None, 0)   # the process itself (libc), RTLD_LOCAL as CDLL
+        # the process itself (libc), RTLD_LOCAL as CDLL; None is what CDLL(None) passes too
+        _handle = _ctypes.dlopen(None, 0)   # type: ignore[arg-type]
 
-    return _Fn(("prctl", _Libc()))
+    return _Fn(("prctl", _Libc()))   # type: ignore[arg-type]  # a CDLL: only _handle is read
 
 
 def prctl():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import List, Optional
 
 from mpilaunch import procstat
 
@@ -80,7 +81,7 @@ def _alive(pid: int, start) -> bool:
     return now is not None and (start is None or now == start)
 
 
-def drop_session_dir(mpirun_pid: int, tmp: str = None):
+def drop_session_dir(mpirun_pid: int, tmp: Optional[str] = None) -> Optional[str]:
     """Remove ``$TMPDIR/ompi.<pid>`` of an mpirun we started and have reaped, when a signal
     ended it (Open MPI 5 then leaves it). It must not outlive the pid: PMIx 5.0.11 creates its
     files there exclusively, so a later mpirun that gets the same pid (pid_max is 32768 on many
@@ -99,14 +100,14 @@ def drop_session_dir(mpirun_pid: int, tmp: str = None):
     return session
 
 
-def reclaim_stale(tmp: str = None) -> list:
+def reclaim_stale(tmp: Optional[str] = None) -> List[str]:
     """Remove the run dirs (and Open MPI session dirs) of this user's dead launchers.
     -> the paths removed. Never raises: reclaiming is a courtesy, not part of the launch."""
     import shutil
     import tempfile
 
     tmp = tmp or tempfile.gettempdir()
-    removed = []
+    removed: List[str] = []
     try:
         names = [n for n in os.listdir(tmp) if n.startswith(PREFIX)]
     except OSError:

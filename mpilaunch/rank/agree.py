@@ -37,7 +37,7 @@ from collections import namedtuple
 
 TYPE_CHECKING = False  # no typing at run time (docs/ARCHITECTURE.md, start-up)
 if TYPE_CHECKING:
-    from typing import Callable, List, Mapping, MutableMapping, Optional, Sequence, Tuple
+    from typing import Any, Callable, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
 from mpilaunch.errors import UsageError
 # The network look-ups are the launcher's too: one module for both (mpilaunch/net.py).
@@ -267,7 +267,7 @@ def _agree_mpi(info: RankInfo, master_addr: Optional[str], master_port: int,
                   shared.Get_size() if info.local_size is None else info.local_size)
         shared.Free()
         peers = [Peer(*p) for p in comm.allgather(tuple(me))]
-        result: Tuple[str, object, object]
+        result: Tuple[str, Any, Any]   # ("ok", address, port) or ("error", why, None)
         if rank == 0:
             try:
                 result = ("ok",) + _decide(info, rank, size, master_addr, master_port, peers)

@@ -251,7 +251,10 @@ class Link(threading.Thread):
         except Exception as exc:    # said in the answer: the launcher writes it to the file
             text = f"mpilaunch.rank: rank {self.rank}: no stacks: {exc}\n"
         data = text.encode("utf-8", "replace")
-        head = f"stacks {ident} {len(data)} {mac(self.token, self.nonce, 0, f'stacks {ident} {len(data)}')}\n"
+        nonce = self.nonce
+        if nonce is None:       # not connected (any more): nobody to answer
+            return
+        head = f"stacks {ident} {len(data)} {mac(self.token, nonce, 0, f'stacks {ident} {len(data)}')}\n"
         self.send(head.encode() + data)
 
 

@@ -57,8 +57,8 @@ def parse(data: bytes, job: str, size: int):
     if not data.startswith(PREFIX):
         return None
     try:
-        their_job, rank = data[len(PREFIX):].decode("utf-8").rsplit(" ", 1)
-        rank = int(rank)
+        their_job, said = data[len(PREFIX):].decode("utf-8").rsplit(" ", 1)
+        rank = int(said)
     except ValueError:
         return None
     return rank if their_job == job and 0 < rank < size else None
@@ -103,12 +103,12 @@ class Listener:
         except OSError:
             return   # the port's UDP side is taken: no speed-up, the scheduler leaves by itself
         self.sock = s
-        threading.Thread(target=self._receive, args=(put,), name="jobdone", daemon=True).start()
+        threading.Thread(target=self._receive, args=(s, put), name="jobdone", daemon=True).start()
 
-    def _receive(self, put) -> None:
+    def _receive(self, sock, put) -> None:
         while True:
             try:
-                data = self.sock.recv(512)
+                data = sock.recv(512)
             except OSError:
                 return
             rank = parse(data, self.job, self.size)

@@ -103,7 +103,7 @@ def supervise(specs: Sequence[ChildSpec], opts, rank: int, host: str, local_size
                 inbox.detach()
             if sup.stop_signal is not None:     # torn down by a stop signal
                 if again is not None:
-                    sup.flush()                 # the failures it held back, reported after all
+                    again.stopped(sup)
                 return rc if hooks is None else hooks.stopped(sup, rank, host, rc)
             if again is None:
                 return rc

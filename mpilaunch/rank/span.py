@@ -24,12 +24,12 @@ MODES = ("exact", "bound", "size")
 def parse(spec: str):
     """``N;MODE;h:c,...`` -> (N, MODE, ((host, count), ...)); UsageError if malformed."""
     try:
-        n, mode, hosts = spec.split(";", 2)
+        size, mode, hosts = spec.split(";", 2)
         table = []
         for item in filter(None, hosts.split(",")):
             name, _, count = item.rpartition(":")
             table.append((name, int(count)))
-        n = int(n)
+        n = int(size)
     except ValueError:
         raise UsageError(f"--expect-ranks {spec!r}: not N;MODE;host:count,...") from None
     if mode not in MODES or n < 1:

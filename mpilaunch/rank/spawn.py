@@ -23,6 +23,10 @@ import errno
 import os
 import sys
 
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from typing import Optional
+
 DEVNULL = -3   # stdin: /dev/null
 _RESTORED = tuple(getattr(_signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(_signal, n))
 
@@ -33,7 +37,7 @@ class Child:
     def __init__(self, pid: int, argv):
         self.pid = pid
         self.args = argv
-        self.returncode = None
+        self.returncode: Optional[int] = None
 
     def _status(self, status: int) -> None:
         self.returncode = os.waitstatus_to_exitcode(status)

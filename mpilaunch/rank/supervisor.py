@@ -89,8 +89,8 @@ class Supervisor:
         self.lock = threading.Lock()
         self.stopping = False
         self.parent_pid = os.getpid()
-        self.signal_grace = None   # the kill grace after a stop signal, if not kill_grace
-        self.stop_signal = None    # the signal that tore this rank down, once one did
+        self.signal_grace: Optional[float] = None   # the kill grace after a stop signal, if not kill_grace
+        self.stop_signal: Optional[int] = None      # the signal that tore this rank down, once one did
         self.keep: set = set()     # descendants that outlive this supervisor (rank/inplace/)
 
     # ------------------------------------------------------------ child threads
@@ -145,7 +145,8 @@ class Supervisor:
             if write_fd is not None:
                 os.close(write_fd)
             if read_fd is None or child.proc is None:
-                os.close(log_fd)
+                if log_fd is not None:
+                    os.close(log_fd)
                 if read_fd is not None:
                     os.close(read_fd)
         # lifecycle lines for the launcher's event record (rank/status.py: life)
@@ -294,7 +295,7 @@ class Supervisor:
             self._report(child, cause="self")
             others = [c for c in self._running() if c is not child]
             self._terminate(others, cause="terminated")
-            return child.status
+            return child.status or 0     # set: the child exited or could not start
 
     def _pending_signal(self, wait: float) -> Optional[int]:
         end = time.monotonic() + wait
@@ -320,20 +321,21 @@ class Supervisor:
         self._terminate(list(self.children.values()), cause="terminated")
         return 128 + int(signum)
 
-    def _terminate(self, targets: List[_Child], cause: str, event: str = "exit") -> None:
+    def _terminate(self, targets: Sequence[Optional[_Child]], cause: str,
+                   event: str = "exit") -> None:
         """SIGTERM to ``targets`` and to every orphan, SIGKILL to the whole subtree after
         ``kill_grace`` s (whatever a child started dies with it), then report."""
         with self.lock:
             self.stopping = True
-        targets = [c for c in targets if c is not None and not c.reported]
-        live = [c for c in targets if c.proc is not None and c.status is None]
-        for c in live:
-            _signal(c.proc, signal.SIGTERM)
+        ending = [c for c in targets if c is not None and not c.reported]
+        live = [c for c in ending if c.proc is not None and c.status is None]
+        for proc in [c.proc for c in live if c.proc is not None]:
+            _signal(proc, signal.SIGTERM)
         descendants.send(self._orphans(), signal.SIGTERM)
         self.wait_for_children(live, self.kill_grace)
         self._end_descendants(0.0)
         self.wait_for_children(live, 5.0)
-        for c in targets:
+        for c in ending:
             if c.proc is not None and c.status is not None:   # never-started ones: no event
                 self._report(c, cause=cause, event=event)
 

@@ -31,6 +31,7 @@ from mpilaunch.errors import UsageError
 AUTO = "auto"
 if TYPE_CHECKING:
     Spec = Union[None, str, Dict[str, List[int]]]
+    NumaSpec = Union[None, str, Dict[str, "NumaEntry"]]   # --bind-numa: None, AUTO or per key
 
 _RANGE = r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$"     # re is imported where used: every rank
 _KEY = r"^(scheduler|device\S+)$"                 # pays for each import at start
@@ -201,7 +202,7 @@ NUMA_FIX = ('give True, False, a dict like {"device0":[0],"device1":[1]}, or a J
             'with one (or with msrun\'s "bind_config")')
 
 
-def parse_bind_numa(raw: Optional[str], name: str = "--bind-numa") -> "Spec":
+def parse_bind_numa(raw: Optional[str], name: str = "--bind-numa") -> NumaSpec:
     """None (off), ``AUTO``, or ``{key: NumaEntry}``; a value naming a file is read. UsageError
     ``NAME=value: why; fix`` (the launcher checks with this same rule)."""
     try:
@@ -297,7 +298,7 @@ def read_numa_topology(root: str = "/sys/devices/system/node") -> Dict[int, List
     return out
 
 
-def plan_numa(spec: "Spec", topology: Dict[int, List[int]], allowed: Sequence[int],
+def plan_numa(spec: NumaSpec, topology: Dict[int, List[int]], allowed: Sequence[int],
               role: str, local_rank: int, local_size: int, device_id: str) -> Optional[NumaBind]:
     """What ``role`` (worker | scheduler) of this rank is bound to (None: nothing); a node
     the host does not have is a UsageError naming it."""
@@ -312,9 +313,10 @@ def plan_numa(spec: "Spec", topology: Dict[int, List[int]], allowed: Sequence[in
         key = "True"
     else:
         key = "scheduler" if role == "scheduler" else f"device{device_id}"
-        entry = spec.get(key)
-        if entry is None:
+        got = spec.get(key) if isinstance(spec, dict) else None
+        if got is None:
             return None
+        entry = got
     for nodes in (entry.cpu_nodes, entry.mem_nodes):
         bad = [n for n in nodes or () if n not in topology]
         if bad:
@@ -330,7 +332,7 @@ def plan_numa(spec: "Spec", topology: Dict[int, List[int]], allowed: Sequence[in
     return NumaBind(cpus, entry.mem_nodes)
 
 
-def check_numa_nodes(spec: "Spec", topology: Dict[int, List[int]], name: str = "--bind-numa") -> None:
+def check_numa_nodes(spec: NumaSpec, topology: Dict[int, List[int]], name: str = "--bind-numa") -> None:
     """Every NUMA node ``spec`` names exists in ``topology`` (the launcher's check when all
     ranks run on its machine, as for --bind_core's CPUs)."""
     if not isinstance(spec, dict) or not topology:

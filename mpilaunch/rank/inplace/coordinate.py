@@ -16,6 +16,10 @@ import socket
 import threading
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Set, Tuple
+
 from mpilaunch.contract import RESTART_EVENT   # the coordinator's status line (launcher: restart.py)
 from mpilaunch.rank import status
 
@@ -56,10 +60,10 @@ class Coordinator:
     def __init__(self, port: int, attempt: int, last: int, size: int, host: str):
         self.attempt, self.last, self.size, self.host = attempt, last, size, host
         self.lock = threading.Lock()
-        self.conns = []
-        self.done = set()
-        self.failures = {}       # attempt -> the failures it reported
-        self.local = None        # rank 0's own Client (its messages)
+        self.conns: List[socket.socket] = []
+        self.done: Set[str] = set()
+        self.failures: Dict[int, List[dict]] = {}   # attempt -> the failures it reported
+        self.local: Optional[Client] = None        # rank 0's own Client (its messages)
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("", port))     # OSError: the caller goes without in-place restarts
@@ -89,9 +93,9 @@ class Coordinator:
                 pass
 
     def message(self, head: str, rest: str) -> None:
-        k, _, payload = rest.partition(" ")
+        said, _, payload = rest.partition(" ")
         try:
-            k = int(k)
+            k = int(said)
         except ValueError:
             return
         if head == "fail":
@@ -156,14 +160,14 @@ class Client:
     """An adapter's end. ``deliver(event)`` puts ``("restart", K)`` / ``("finish", K)`` where
     the adapter waits (its current supervisor's queue, or the queue between attempts)."""
 
-    def __init__(self, rank: int, deliver, coordinator: "Coordinator" = None, addr: str = "",
+    def __init__(self, rank: int, deliver, coordinator: Optional[Coordinator] = None, addr: str = "",
                  port: int = 0):
         self.rank, self.deliver = rank, deliver
         self.lock = threading.Lock()
-        self.latest = None         # (K, PORT) of the newest restart heard
+        self.latest: Optional[Tuple[int, int]] = None   # (K, PORT) of the newest restart heard
         self.finished = -1
         self.coordinator = coordinator
-        self.sock = None
+        self.sock: Optional[socket.socket] = None
         self.connected = threading.Event()
         self.closed = False
         if coordinator is not None:
@@ -215,8 +219,11 @@ class Client:
         if self.coordinator is not None:
             self.coordinator.message(*text.rstrip("\n").split(" ", 1))
             return True
+        sock = self.sock
+        if sock is None:
+            return False
         try:
-            self.sock.sendall(text.encode())
+            sock.sendall(text.encode())
             return True
         except OSError:
             return False

@@ -35,6 +35,10 @@ import _signal as signal   # not signal: its enums cost every rank ~2 ms of CPU
 import threading
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, List, Optional, Tuple
+
 from mpilaunch.rank import status
 from mpilaunch.rank.inplace.coordinate import Client, Coordinator
 from mpilaunch.rank.inplace.prestart import Spare, preload_for, spare_eligible
@@ -47,9 +51,11 @@ class InPlaceSupervisor(Supervisor):
     """A supervisor of one attempt: its failure reports are held back (``quiet``) while the
     attempt may be restarted in place, and its worker may be a spare that is already up."""
 
-    def __init__(self, *a, quiet: bool = False, spare: "Spare" = None, **kw):
+    def __init__(self, *a, quiet: bool = False, spare: Optional[Spare] = None, **kw):
         super().__init__(*a, **kw)
-        self.quiet, self.spare, self.held = quiet, spare, []
+        self.quiet: bool = quiet
+        self.spare: Optional[Spare] = spare
+        self.held: List[Tuple[Any, str, str, float]] = []   # (child, cause, event, when seen)
         if spare is not None:
             if spare.proc is not None:
                 self.keep.add(spare.proc.pid)
@@ -170,8 +176,8 @@ class Restarts:
         self.inbox, self.opts, self.argv, self.specs_for = inbox, opts, argv, specs_for
         self.k, self.last = lr.restart_count or 0, lr.max_restarts or 0
         self.status = 0          # the rank's, once next() said there is no next attempt
-        self.spare = None        # the next attempt's worker, already started (prestart.py)
-        self.coord = None
+        self.spare: Optional[Spare] = None   # the next attempt's worker, already started (prestart.py)
+        self.coord: Optional[Coordinator] = None
         if rank == 0:
             try:
                 self.coord = Coordinator(lr.in_place, self.k, self.last, size, hostname)
@@ -179,7 +185,7 @@ class Restarts:
                 status.write_stderr(f"mpilaunch.rank: in-place restarts off: port {lr.in_place} "
                                     f"cannot be bound on rank 0's host ({exc.strerror}); a "
                                     "failure ends the job (and a relaunch follows)\n")
-        self.client = None
+        self.client: Optional[Client] = None
         if rank != 0 or self.coord is not None:
             self.client = Client(rank, inbox.put, coordinator=self.coord, addr=coord_addr,
                                  port=lr.in_place)
@@ -214,21 +220,27 @@ class Restarts:
             if end is not None:
                 self.status = end
                 return None
+        assert self.client is not None and self.client.latest is not None   # a restart came
         self.k, port = self.client.latest
         return self.specs_for(self.k, port)
+
+    def stopped(self, sup) -> None:
+        """``sup`` was torn down by a stop signal: the failures it held back, reported."""
+        sup.flush()
 
     def _between(self, sup, rc: int):
         """Attempt ``k`` ended with ``rc`` by itself: the rank's status if it ends, None when
         the coordinator restarts the attempt."""
-        if not self.restartable():
+        client = self.client
+        if client is None or not self.restartable():
             return rc
         if rc == 0:     # wait for the others: one may still fail and restart everyone
-            if not self.client.done(self.k):
+            if not client.done(self.k):
                 return 0
             got = self._wait()
             return 128 + got[1] if got[0] == "signal" else 0 if got[0] == "finish" else None
         info = sup.failure_info()
-        if info is None or not self.client.fail(self.k, info):
+        if info is None or not client.fail(self.k, info):
             sup.flush()
             return rc
         got = self._wait()
@@ -240,6 +252,7 @@ class Restarts:
     def _wait(self):
         """Between attempts: the next restart, the finish of attempt ``k``, or a stop signal."""
         waiting, client, k = self.inbox.waiting, self.client, self.k
+        assert client is not None          # only a restartable attempt waits
         old = {s: signal.signal(s, lambda n, f: waiting.put(("signal", n)))
                for s in TEARDOWN_SIGNALS}
         try:

@@ -10,6 +10,11 @@ import socket
 import threading
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Optional
+
 from mpilaunch.rank.supervisor import TEARDOWN_SIGNALS
 
 PRELOAD_VAR = "MPILAUNCH_SPARE_PRELOAD"
@@ -40,9 +45,10 @@ class Spare:
     ``keep`` (the subtree they end on their way out) until a supervisor adopts it."""
 
     def __init__(self, sup, worker_child, modules: str):
-        self.spec, self.proc = worker_child.spec, None
+        self.spec = worker_child.spec
+        self.proc: Optional[subprocess.Popen] = None
         self.exited = threading.Event()
-        self.returncode = None
+        self.returncode: Optional[int] = None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = ours
         self.thread = threading.Thread(target=self._run, args=(sup, worker_child, theirs, modules),
