@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
-from mpilaunch import backends, net, rundir, ssh
+from mpilaunch import backends, net, ssh
 from mpilaunch.config import allocation, launchconfig, longrun, mpiargs, options, rankcheck
 from mpilaunch.errors import UsageError
-from mpilaunch.longrun import attempts, discovery, nextattempt
+from mpilaunch.longrun import attempts, discovery, hostsource, nextattempt
 from mpilaunch.output import events
 
 
-def preflight_fails(cfg, mux=None) -> bool:
+def preflight_fails(cfg: Any, mux: Optional[str] = None) -> bool:
     """Before a multi-host launch: every host resolves, its ssh port answers, ssh logs in
     without a prompt. One line per failure naming the host, instead of Open MPI's
     "daemon failed to report back" after its own time-out. ``mux``: a ControlPath where each
@@ -33,17 +33,13 @@ def preflight_fails(cfg, mux=None) -> bool:
     return bool(bad)
 
 
-class _NotStarted(Exception):
-    """The preflight failed: nothing starts (exit 1)."""
-
-
 def _ssh_args_in_mca(cfg) -> bool:
     """The user's MCA/extra args carry the ssh options (ModelArts' -mca plm_rsh_args): the
     launcher adds none of its own (the configuration refuses ssh options given twice)."""
     return mpiargs.ssh_params_given(cfg.mpi_pieces)
 
 
-def _ssh_checks(cfg, backend, run_dir):
+def _ssh_checks(cfg: Any, backend: Any, run_dir: str) -> Any:
     """The ssh preflight of a multi-host launch, or its replacement; -> the config to launch.
 
     A backend that explains a failed start itself (``explains_start``: Open MPI, whose mpirun
@@ -60,7 +56,7 @@ def _ssh_checks(cfg, backend, run_dir):
         return cfg._replace(ssh_extra=tuple(cfg.ssh_extra) + tuple(ssh.start_options(timeout)))
     mux = None if _ssh_args_in_mca(cfg) else ssh.mux_path(run_dir, len(cfg.hosts))
     if preflight_fails(cfg, mux):
-        raise _NotStarted()
+        raise attempts.NotStarted()
     if mux and ssh.mux_sockets(run_dir):   # the starter's ssh reuses the logins' connections
         cfg = cfg._replace(ssh_extra=tuple(cfg.ssh_extra) + tuple(ssh.mux_client_options(mux)))
     return cfg
@@ -83,7 +79,7 @@ def _flat_ssh(cfg) -> bool:
                for i, t in enumerate(tokens))
 
 
-def open_file_limit(cfg, n_remote: int, n_local: int = 0) -> None:
+def open_file_limit(cfg: Any, n_remote: int, n_local: int = 0) -> None:
     """Flat ssh to ``n_remote`` hosts (and ``n_local`` ranks here): raise this process's soft
     open-file limit (mpirun inherits it) to what mpirun needs, or stop with the one line that says
     which limit to raise. Raised
@@ -114,9 +110,6 @@ def main(argv: Sequence[str]) -> int:
 
     disc, cfg = discovery.setup(args, cfg, env)
     rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
-    # --preflight deep is asked for by name: --no-preflight (which `mpilaunch job` adds once
-    # it saw every host) skips the ssh preflight only
-    deep_gate = cfg.preflight == "deep"
     backend = backends.select(cfg, env)
     long_run = longrun.for_backend(cfg.long_run, backend)   # restarts, grace, watchdog, span
     if cfg.master_port == 0 and not cfg.dry_run and net.rank0_is_here(cfg.hosts):
@@ -124,38 +117,40 @@ def main(argv: Sequence[str]) -> int:
         # agreement (MPI_Init in every adapter, +0.35 s) only to learn it
         cfg = cfg._replace(master_port=net.free_port())
     cfg = backend.configure(cfg, env)
-    chosen = cfg    # rank 0's address as the user gave it (or not): a later attempt on other
-    cfg = nextattempt.attempt_cfg(cfg, long_run, 0)     # hosts decides it again from its own
     if cfg.dry_run:
-        plan = backend.plan(cfg, env, "<run-dir>", os.geteuid())
+        first = nextattempt.attempt_cfg(cfg, long_run, 0)
+        plan = backend.plan(first, env, "<run-dir>", os.geteuid())
         print(f"# {options.version_text()}")
         backend.show(plan, env)
-        print(f"# hosts: {cfg.hosts_source}")
+        print(f"# hosts: {first.hosts_source}")
         return 0
     events.start(cfg, long_run, backend, env)   # LOG_DIR/events.jsonl, from here on (docs/EVENTS.md)
-    # Inside a Slurm job, mpirun starts its daemons through Slurm (srun), not ssh: no ssh check.
-    run_dir = rundir.new()
-    try:
-        if deep_gate:   # --preflight deep: check --deep first (mpilaunch/check/deep.py)
+    # rank 0's address as the user gave it (or not): attempt 0's may be filled in from its
+    # first host, which a later attempt may not have (nextattempt.attempt_cfg)
+    job = attempts.JobContext(backend, env, cfg, base=cfg, lr=long_run,
+                              hosts=hostsource.source(disc),
+                              first_checks=_launch_checks(args, backend, env),
+                              verbose=bool(args.verbose))
+    return attempts.run_job(job)
+
+
+def _launch_checks(args: Any, backend: Any, env: Mapping[str, str]) -> Callable[[Any, str], Any]:
+    """The checks before attempt 0, in its run dir (``attempts.JobContext.first_checks``):
+    ``--preflight deep``'s, the open-file limit of flat ssh, the ssh preflight (or its
+    replacement); -> the config to launch, or ``attempts.NotStarted``."""
+    def checks(cfg: Any, run_dir: str) -> Any:
+        # --preflight deep is asked for by name: --no-preflight (which `mpilaunch job` adds
+        # once it saw every host) skips the ssh preflight only
+        if cfg.preflight == "deep":   # check --deep first (mpilaunch/check/deep.py)
             from mpilaunch.check import deep
 
             if deep.gate_fails(cfg, env):
-                raise _NotStarted()
+                raise attempts.NotStarted()
         remote = sum(1 for h in cfg.hosts if not net.is_here(h))
         if remote and backend.program == "mpirun":
             open_file_limit(cfg, remote, min(cfg.np, sum(h.slots for h in cfg.hosts if net.is_here(h))))
+        # Inside a Slurm job, mpirun starts its daemons through Slurm (srun), not ssh: no ssh check.
         if not args.no_preflight and not allocation.from_slurm(cfg.hosts_from) and remote:
             cfg = _ssh_checks(cfg, backend, run_dir)
-        plan = backend.plan(cfg, env, run_dir, os.geteuid())
-    except BaseException as exc:
-        rundir.remove(run_dir)   # its owner file, any ssh masters: all of it
-        events.job_end(1 if isinstance(exc, _NotStarted) else None, 0, error=repr(exc))
-        if isinstance(exc, _NotStarted):
-            return 1
-        raise
-    if args.verbose:
-        for name in backend.dropped(plan):
-            print(f"mpilaunch: -x {name} dropped: {name} is not set here", file=sys.stderr)
-        print(f"mpilaunch: {mpiargs.show(backend.argv(plan))}", file=sys.stderr)
-
-    return attempts.run_job(backend, long_run, cfg, env, plan, run_dir, disc, base=chosen)
+        return cfg
+    return checks

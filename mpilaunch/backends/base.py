@@ -107,7 +107,7 @@ class Backend:
     program = "mpirun"
     #: the --max_restarts / --term-grace / --stall-timeout support: a missing one is refused
     #: before anything starts, naming the backend
-    long_run = ("max_restarts", "term_grace", "stall_timeout")
+    long_run: Tuple[str, ...] = ("max_restarts", "term_grace", "stall_timeout")
     #: the ranks check that they run where the hostfile placed them (``span.py``)
     span_check = True
     #: how the summary explains a lost host
@@ -133,21 +133,21 @@ class Backend:
         return self.mpi.name if self.mpi is not None else self.program
 
     # -- deciding (pure)
-    def configure(self, cfg, env: Mapping[str, str]):
+    def configure(self, cfg: Any, env: Mapping[str, str]) -> Any:
         """The launch config with what this backend decides before the plan (default: as is)."""
         return cfg
 
-    def plan(self, cfg, env: Mapping[str, str], run_dir: str, euid: int):
+    def plan(self, cfg: Any, env: Mapping[str, str], run_dir: str, euid: int) -> Any:
         raise NotImplementedError
 
-    def argv(self, plan) -> List[str]:
+    def argv(self, plan: Any) -> List[str]:
         raise NotImplementedError
 
-    def files(self, plan) -> List[Tuple[str, str]]:
+    def files(self, plan: Any) -> List[Tuple[str, str]]:
         """(path, text) of each file the starter reads, written 0600 before it starts."""
         return []
 
-    def env(self, plan) -> Mapping[str, str]:
+    def env(self, plan: Any) -> Mapping[str, str]:
         """Additions to the starter's environment."""
         return plan.extra_env
 
@@ -158,12 +158,12 @@ class Backend:
     def with_stdin(self, plan: Any, target: str) -> Any:
         return plan._replace(stdin=target)
 
-    def with_control(self, plan, names: Sequence[str]):
+    def with_control(self, plan: Any, names: Sequence[str]) -> Any:
         """The plan with ``names`` (variables the launcher puts in the starter's environment)
         exported to every rank (default: as is, for a starter that exports everything)."""
         return plan
 
-    def show(self, plan, env: Mapping[str, str]) -> None:
+    def show(self, plan: Any, env: Mapping[str, str]) -> None:
         """``--dry-run``: print what would be run."""
         raise NotImplementedError
 
@@ -183,14 +183,14 @@ class Backend:
         return [m.group(1).rstrip(".,") for m in SSH_CLOSED.finditer(text)]
 
     # -- doing
-    def watch(self, plan, job) -> None:
+    def watch(self, plan: Any, job: Any) -> None:
         """Called once the starter runs (``job``: :class:`mpilaunch.supervise.starter.Job`): start any
         watcher the starter needs, e.g. to end the job where it would not end by itself."""
 
-    def on_rank_failure(self, plan, job) -> None:
+    def on_rank_failure(self, plan: Any, job: Any) -> None:
         """A rank reported its own failure (exit code or signal)."""
 
-    def after(self, plan, collector, status: int) -> None:
+    def after(self, plan: Any, collector: Any, status: int) -> None:
         """After the starter ended with ``status``, not stopped by the user: learn what its
         output did not say (e.g. which host is unreachable), into ``collector``."""
 
@@ -198,7 +198,8 @@ class Backend:
         """What the starter leaves behind when it was killed (``returncode`` < 0)."""
 
 
-def show_files(plan, env: Mapping[str, str], files, carried: str) -> None:
+def show_files(plan: "LaunchPlan", env: Mapping[str, str], files: Sequence[Tuple[str, str]],
+               carried: str) -> None:
     """``--dry-run``'s part after the argv, for a launch over a hostfile: each file the starter
     reads, then what travels in its environment instead (``carried``: how, in its words), and
     the ``-x NAME`` left out; secrets masked."""

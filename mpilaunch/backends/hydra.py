@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import signal
 from collections import namedtuple
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from mpilaunch import net, netif
 from mpilaunch.backends import hydra_report
@@ -76,14 +76,15 @@ class Hydra(Backend):
     program = "mpiexec"
     lost_why = "its ssh port no longer answers and Hydra lost its proxy there"
 
-    @property
-    def forwards(self):
-        """Measured (docs/OPENMPI_FACTS.md section 16): both forward SIGUSR1 to each rank's
-        process group and die of SIGUSR2; Intel MPI's also forwards SIGTSTP and SIGCONT,
-        MPICH's ignores both."""
-        if self.mpi is not None and self.mpi.dialect == IMPI:
-            return frozenset((signal.SIGUSR1, signal.SIGTSTP, signal.SIGCONT))
-        return frozenset((signal.SIGUSR1,))
+    def __init__(self, mpi: Any = None) -> None:
+        super().__init__(mpi)
+        # Measured (docs/OPENMPI_FACTS.md section 16): both forward SIGUSR1 to each rank's
+        # process group and die of SIGUSR2; Intel MPI's also forwards SIGTSTP and SIGCONT,
+        # MPICH's ignores both.
+        if mpi is not None and mpi.dialect == IMPI:
+            self.forwards = frozenset((signal.SIGUSR1, signal.SIGTSTP, signal.SIGCONT))
+        else:
+            self.forwards = frozenset((signal.SIGUSR1,))
 
     def with_control(self, plan, names):
         return with_routed(plan, names)

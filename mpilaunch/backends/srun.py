@@ -26,7 +26,7 @@ import shutil
 import signal
 import subprocess
 from collections import namedtuple
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from mpilaunch import contract, net
 from mpilaunch.backends import rankcmd
@@ -216,7 +216,7 @@ def rank0_side(cfg, env: Mapping[str, str]):
     (MPI_Init under srun's PMIx in every adapter, ~1.3 s on 2 nodes)."""
     if cfg.exec_mode or not net.rank0_is_here(cfg.hosts):
         return cfg
-    changes = {}
+    changes: Dict[str, Any] = {}
     if cfg.master_port == 0 and not cfg.dry_run:
         changes["master_port"] = net.free_port()
     if not cfg.master_addr and net.spans_machines(cfg.hosts):

@@ -55,7 +55,7 @@ def stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}"
 
 
-def gather(control, np: int, log_dir: str, native: bool = False,
+def gather(control: Any, np: int, log_dir: str, native: bool = False,
            timeout: float = ASK_TIMEOUT) -> dict:
     """Ask every adapter, write the files, judge: the answer's fields."""
     from mpilaunch.hang import verdict   # 3-8 ms of regular expressions: only when asked
@@ -83,7 +83,7 @@ def gather(control, np: int, log_dir: str, native: bool = False,
 class Server:
     """Listens while one attempt runs; ``close()`` removes the socket and the pointers."""
 
-    def __init__(self, run_dir: str, log_dirs: Sequence[str], control, np: int):
+    def __init__(self, run_dir: str, log_dirs: Sequence[str], control: Any, np: int) -> None:
         self.control, self.np = control, np
         self.log_dir = log_dirs[0]
         self.path = os.path.join(run_dir, SOCKET)
@@ -161,7 +161,7 @@ def open_for(run_dir: str, plan: Plan, control: Any) -> "Server | List[str] | No
         return None
 
 
-def close(opened) -> None:
+def close(opened: "Server | List[str] | None") -> None:
     if isinstance(opened, Server):
         opened.close()
     elif opened:

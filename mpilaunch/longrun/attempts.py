@@ -1,137 +1,240 @@
 """The attempts of a job: every launch is at least one attempt; with ``--max_restarts`` a
 failed attempt is followed by another (a new starter, new adapters, ``LOG_DIR/attempt<k>/``).
 
-Each attempt is a ``supervise.attempt.Attempt`` (the protocol its supervision calls, with the
-defaults of a plain launch), or ``restart.LongRunAttempt`` for the graceful stop and the stall
-watchdog. A stop signal between two attempts ends the job (``supervise.stopping.BetweenAttempts``).
+The loop (:func:`run_job`) plans every attempt (its config, run dir and plan), runs it
+(``supervise.starter.run_attempt``) and switches on what :func:`judge` makes of the attempts'
+records (``supervise.attempt.AttemptRecord``, immutable once the attempt has ended): each way
+out is a :class:`State`. Each attempt is a ``supervise.attempt.Attempt`` (the protocol its
+supervision calls, with the defaults of a plain launch), or ``restart.LongRunAttempt`` for the
+graceful stop, the stall watchdog and the hosts it lost. Where the next attempt's hosts come
+from is the host source's affair (hostsource.py). A stop signal between two attempts ends the
+job (``supervise.stopping.BetweenAttempts``).
 """
 from __future__ import annotations
 
+import enum
 import os
 import signal
 import sys
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from mpilaunch import rundir
-from mpilaunch.config import longrun
+from mpilaunch.config.longrun import LongRun, long_run_on
 from mpilaunch.supervise import starter
-from mpilaunch.supervise.attempt import Attempt
+from mpilaunch.supervise.attempt import Attempt, AttemptRecord
 from mpilaunch.supervise.stopping import BetweenAttempts
-from mpilaunch.longrun import discovery, health, nextattempt, progress, restart, shrink
+from mpilaunch.longrun import nextattempt, progress, restart
+from mpilaunch.longrun.hostsource import FixedHosts, HostSource, HostsEnded, NextHosts
+from mpilaunch.longrun.nextattempt import Between
 from mpilaunch.output import events
 
 
-def run_job(backend, lr, cfg, env, plan, run_dir: str, disc=None, base=None) -> int:
-    """Attempt 0 (``plan``/``run_dir`` made by run.main from ``nextattempt.attempt_cfg(cfg, lr,
-    0)``), then as many restarts as the budget allows (``lr``: config.longrun.LongRun). ``disc``:
-    ``--host-discovery-script`` (discovery.Discovery), which gives each later attempt its hosts.
-    ``base``: the config before ``attempt_cfg``, whose ``master_addr`` is the user's own (attempt
-    0's may have been filled in from its first host, which a later attempt may not have)."""
-    attempts = []
-    k = 0
-    base = cfg if base is None else base
-    hosts_health = disc.health if disc is not None else health.HostHealth()
+class NotStarted(Exception):
+    """A check before attempt 0 failed (it said why on stderr): nothing starts, exit 1."""
+
+
+class State(enum.Enum):
+    """What the job does once an attempt has ended."""
+
+    SUCCEEDED = "succeeded"
+    STOPPED = "stopped"                 # a stop signal to mpilaunch, during or between attempts
+    USAGE_ERROR = "usage error"         # an adapter refused to start: it would fail again
+    BUDGET_SPENT = "budget spent"       # --max_restarts relaunches made
+    NO_PROGRESS = "no progress"         # --max_no_progress_restarts attempts in a row
+    NO_HOSTS = "no hosts"               # the next attempt's hosts are not there
+    RELAUNCH = "relaunch"
+
+
+def _no_checks(cfg: Any, run_dir: str) -> Any:
+    return cfg
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What every attempt of one job shares. ``cfg``: the launch config as the backend
+    configured it, before any attempt's own changes (``nextattempt.attempt_cfg``); ``base``:
+    the config whose ``master_addr`` is the user's own (a later attempt on other hosts
+    decides rank 0's address again); ``lr``: config.longrun.LongRun; ``hosts``: where each
+    attempt's hosts come from; ``first_checks(cfg, run_dir) -> cfg``: the launch's checks
+    before attempt 0, in its run dir (run.py: the ssh preflight; raises :class:`NotStarted`);
+    ``verbose``: attempt 0's argv is said."""
+
+    backend: Any
+    env: Mapping[str, str]
+    cfg: Any
+    base: Any
+    lr: LongRun
+    hosts: HostSource = field(default_factory=FixedHosts)
+    first_checks: Callable[[Any, str], Any] = _no_checks
+    verbose: bool = False
+
+
+def run_job(job: JobContext) -> int:
+    """Attempt 0, then as many relaunches as the budget allows; the job's exit status."""
+    try:
+        return _loop(job)
+    except NotStarted:
+        return 1
+
+
+def _loop(job: JobContext) -> int:
+    records: List[AttemptRecord] = []
+    cfg, lr, k = nextattempt.attempt_cfg(job.cfg, job.lr, 0), job.lr, 0
     while True:
-        # with restarts: it learns the lost hosts and whether any worker made progress
-        att = (restart.LongRunAttempt(k, lr, plan.np)
-               if longrun.long_run_on(lr) or disc is not None or lr.max_restarts else Attempt(k))
-        status = starter.run_attempt(backend, plan, env, run_dir, cfg.keep_tune_file, att)
-        attempts += getattr(att, "in_place", [])   # restarted in place, inside this launch
-        attempts.append(att)
-        k = att.index
-        if (status == 0 or att.stopped_by is not None or att.usage_error
-                or k >= lr.max_restarts):
-            break
-        if no_progress_stop(attempts, lr, att):
-            break
-        k += 1
-        if disc is not None:   # the script's hosts, less those cooling down or failing checks
-            found = discovery.between(disc, cfg, base, lr, att, k)
-            if found is None:    # no host left: the job ends with this attempt's status
-                break
-            cfg, lr = found
-        checked = None
-        if disc is None:   # the hosts the failure involved, checked before a relaunch onto them
-            try:
-                checked = health.before_relaunch(hosts_health, cfg, base, lr, att, k, health.say)
-            except health.Ended as end:
-                status = end.status
-                att.end_note, att.end_status = f"{end}: exit status {status}", status
-                health.say(str(end))
-                break
-        events.emit("restart", next_attempt=k, cause=att.cause, delay=lr.restart_delay)
-        print(f"mpilaunch: attempt {k - 1} failed ({att.cause}); restarting the job: attempt "
-              f"{k} of at most {lr.max_restarts + 1}"
-              + (f" in {lr.restart_delay:g} s" if lr.restart_delay else ""),
-              file=sys.stderr, flush=True)
-        smaller = None if disc is not None else checked or shrink.shrink(cfg, base, lr, att)
-        if smaller is not None:    # --min-hosts: the hosts left run the next attempt
-            cfg, lr, dropped = smaller
-            dropped = list(dropped)
-            att.note = (f"; dropped host {', '.join(dropped)}: attempt {k} on "
-                        f"{len(cfg.hosts)} host(s), world size {cfg.np}")
-            events.emit("shrink", dropped=dropped, hosts=len(cfg.hosts), np=cfg.np)
-            print(f"mpilaunch: host {', '.join(dropped)} dropped (--min-hosts {lr.min_hosts}): "
-                  f"attempt {k} runs on {len(cfg.hosts)} host(s), world size {cfg.np}",
-                  file=sys.stderr, flush=True)
-        stop = BetweenAttempts()
-        try:
-            stop.sleep(lr.restart_delay)
-            cfg = nextattempt.attempt_cfg(cfg, lr, k)
-            if lr.port_given and lr.rank0_here and not stop.signum:
-                nextattempt.wait_port_free(cfg.master_port, lambda: stop.signum)
-        finally:
-            stop.restore()
-        if stop.signum:
-            att.stopped_by = stop.signum
-            status = 128 + stop.signum
-            print(f"mpilaunch: {signal.Signals(stop.signum).name} received between attempts: "
-                  "not restarting", file=sys.stderr, flush=True)
-            break
-        run_dir = rundir.new()
-        try:
-            plan = backend.plan(cfg, env, run_dir, os.geteuid())
-        except BaseException:
-            rundir.remove(run_dir)
-            raise
+        last, cfg = run_one(job, cfg, lr, k)
+        records += [*last.in_place, last]
+        state, status = judge(records, lr), last.status
+        if state is State.NO_PROGRESS:
+            records[-1] = no_progress_stop(records, lr) or last
+        elif state is State.RELAUNCH:
+            step = Between(cfg, job.base, lr, last, last.index + 1)
+            state, status, records[-1], nxt = relaunch(step, job.hosts)
+            if nxt is not None:     # State.RELAUNCH
+                cfg, lr, k = nxt.cfg, nxt.lr, last.index + 1
+                continue
+        return job_end(records, lr, status)
+
+
+def judge(records: Sequence[AttemptRecord], lr: LongRun) -> State:
+    """What the job does after the last of ``records`` (its restarts in place included)."""
+    last = records[-1]
+    if last.status == 0:
+        return State.SUCCEEDED
+    if last.stopped_by is not None:
+        return State.STOPPED
+    if last.usage_error:
+        return State.USAGE_ERROR
+    if last.index >= lr.max_restarts:
+        return State.BUDGET_SPENT
+    if lr.max_no_progress and progress.streak(records) >= lr.max_no_progress:
+        return State.NO_PROGRESS
+    return State.RELAUNCH
+
+
+def run_one(job: JobContext, cfg: Any, lr: LongRun, k: int) -> Tuple[AttemptRecord, Any]:
+    """Attempt ``k`` (``cfg``: its config): planned in a run dir of its own, run to its end ->
+    (its record, its config: attempt 0's as the launch's checks left it)."""
+    run_dir = rundir.new()
+    try:
+        if k == 0:
+            cfg = job.first_checks(cfg, run_dir)
+        plan = job.backend.plan(cfg, job.env, run_dir, os.geteuid())
+    except BaseException as exc:
+        rundir.remove(run_dir)   # its owner file, any ssh masters: all of it
+        if k == 0:
+            events.job_end(1 if isinstance(exc, NotStarted) else None, 0, error=repr(exc))
+        raise
+    if k == 0 and job.verbose:
+        _say_plan(job.backend, plan)
+    # with restarts or hosts to follow: it learns the lost hosts and the workers' progress
+    att = (restart.LongRunAttempt(k, lr, plan.np)
+           if long_run_on(lr) or lr.discovery_script is not None or lr.max_restarts else Attempt(k))
+    starter.run_attempt(job.backend, plan, job.env, run_dir, cfg.keep_tune_file, att)
+    return att.record(), cfg
+
+
+def _say_plan(backend: Any, plan: Any) -> None:
+    """``--verbose``: the ``-x NAME`` left out, and the starter's argv."""
+    from mpilaunch.config import mpiargs
+
+    for name in backend.dropped(plan):
+        print(f"mpilaunch: -x {name} dropped: {name} is not set here", file=sys.stderr)
+    print(f"mpilaunch: {mpiargs.show(backend.argv(plan))}", file=sys.stderr)
+
+
+def relaunch(step: Between, hosts: HostSource
+             ) -> Tuple[State, int, AttemptRecord, Optional[NextHosts]]:
+    """Before attempt ``step.k``: its hosts, the announcement, the delay and a stop between
+    -> (RELAUNCH, ...) with the next attempt's settings, or the state the job ends in, its
+    status and the last attempt's record as the summary shows it."""
+    last, k, lr = step.last, step.k, step.lr
+    try:
+        nxt = hosts.next(step)
+    except HostsEnded as end:
+        status = last.status if end.status is None else end.status
+        if end.note:
+            last = replace(last, end_note=end.note, end_status=end.status)
+        return State.NO_HOSTS, status, last, None
+    events.emit("restart", next_attempt=k, cause=last.cause, delay=lr.restart_delay)
+    print(f"mpilaunch: attempt {k - 1} failed ({last.cause}); restarting the job: attempt "
+          f"{k} of at most {lr.max_restarts + 1}"
+          + (f" in {lr.restart_delay:g} s" if lr.restart_delay else ""),
+          file=sys.stderr, flush=True)
+    last = replace(last, note=last.note + nxt.note + _dropped(nxt, k))
+    signum, cfg = _wait(nxt.cfg, nxt.lr, k)
+    if signum:
+        print(f"mpilaunch: {signal.Signals(signum).name} received between attempts: "
+              "not restarting", file=sys.stderr, flush=True)
+        return State.STOPPED, 128 + signum, replace(last, stopped_by=signum), None
+    return State.RELAUNCH, last.status, last, replace(nxt, cfg=cfg)
+
+
+def _dropped(nxt: NextHosts, k: int) -> str:
+    """Hosts left out for good (--min-hosts): said, recorded -> the summary's note."""
+    if not nxt.dropped:
+        return ""
+    cfg, dropped = nxt.cfg, list(nxt.dropped)
+    events.emit("shrink", dropped=dropped, hosts=len(cfg.hosts), np=cfg.np)
+    print(f"mpilaunch: host {', '.join(dropped)} dropped (--min-hosts {nxt.lr.min_hosts}): "
+          f"attempt {k} runs on {len(cfg.hosts)} host(s), world size {cfg.np}",
+          file=sys.stderr, flush=True)
+    return (f"; dropped host {', '.join(dropped)}: attempt {k} on {len(cfg.hosts)} host(s), "
+            f"world size {cfg.np}")
+
+
+def _wait(cfg: Any, lr: LongRun, k: int) -> Tuple[Optional[int], Any]:
+    """The restart delay, attempt ``k``'s config, the user's port let go of -> (the stop
+    signal that came meanwhile or None, that config)."""
+    stop = BetweenAttempts()
+    try:
+        stop.sleep(lr.restart_delay)
+        cfg = nextattempt.attempt_cfg(cfg, lr, k)
+        if lr.port_given and lr.rank0_here and not stop.signum:
+            nextattempt.wait_port_free(cfg.master_port, lambda: stop.signum)
+    finally:
+        stop.restore()
+    return stop.signum, cfg
+
+
+def job_end(records: Sequence[AttemptRecord], lr: LongRun, status: int) -> int:
     if lr.max_restarts:
-        sys.stderr.write(summary(attempts, lr, status) + (events.hint() if status else ""))
+        sys.stderr.write(summary(records, lr, status) + (events.hint() if status else ""))
         sys.stderr.flush()
-    events.job_end(status, len(attempts))   # the record's last line (docs/EVENTS.md)
+    events.job_end(status, len(records))   # the record's last line (docs/EVENTS.md)
     return status
 
 
-def no_progress_stop(attempts, lr, att) -> bool:
+def no_progress_stop(records: Sequence[AttemptRecord], lr: LongRun) -> Optional[AttemptRecord]:
     """``--max_no_progress_restarts N``: the last N attempts all failed before any worker made
-    progress (progress.py) -> True, said in one line and in the event record; the job ends
-    with the last attempt's status and the rest of the budget unused."""
-    n = progress.streak(attempts)
+    progress (progress.py) -> the last record with the reason the job ends, said in one line
+    and in the event record (the job ends with the last attempt's status and the rest of the
+    budget unused); None when the rule does not stop the job."""
+    n, att = progress.streak(records), records[-1]
     if not lr.max_no_progress or n < lr.max_no_progress:
-        return False
+        return None
     left = lr.max_restarts - att.index
-    att.end_note = (f"{n} attempts in a row failed before any worker made progress "
-                           f"(--max_no_progress_restarts {lr.max_no_progress}): not restarted; "
-                           f"restart budget {left} left unused")
     events.emit("no_progress", attempts=n, limit=lr.max_no_progress, budget_left=left,
                 cause=att.cause)
     print(f"mpilaunch: {n} attempts in a row failed before any worker made progress (last: "
           f"{att.cause}): not restarting; restart budget {left} left unused", file=sys.stderr,
           flush=True)
-    return True
+    return replace(att, end_note=(f"{n} attempts in a row failed before any worker made progress "
+                                  f"(--max_no_progress_restarts {lr.max_no_progress}): not "
+                                  f"restarted; restart budget {left} left unused"))
 
 
-def summary(attempts, lr, status: int) -> str:
+def summary(attempts: Sequence[AttemptRecord], lr: LongRun, status: int) -> str:
     last = attempts[-1] if attempts else None
     whose = ("a host failed its check before a restart"
-             if getattr(last, "end_status", None) == status else "the last attempt's")
+             if last is not None and last.end_status == status else "the last attempt's")
     lines = [f"mpilaunch: {len(attempts)} attempt(s), restart budget {lr.max_restarts}; "
              f"exit status {status} ({whose})"]
-    end = getattr(last, "end_note", None)
-    if end:
-        lines.append(f"  {end}")
+    if last is not None and last.end_note:
+        lines.append(f"  {last.end_note}")
     for att in attempts:
         what = ("succeeded" if att.status == 0 else f"exit status {att.status}: {att.cause}"
-                + getattr(att, "note", "")
-                + ("" if getattr(att, "progress", True) else "; no worker made progress"))
+                + att.note + ("" if att.progress else "; no worker made progress"))
         lines.append(f"  attempt {att.index}: {what}; logs: "
                      f"{os.path.join(lr.log_dir, f'attempt{att.index}')}")
     return "\n".join(lines) + "\n"

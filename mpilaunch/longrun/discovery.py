@@ -31,7 +31,8 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Set,
+                    Tuple)
 
 from mpilaunch import net
 from mpilaunch.config import hostfile as hf
@@ -43,6 +44,9 @@ from mpilaunch.longrun.health import COOL_DOWN, FAILS_TO_COOL  # noqa: F401 (the
 from mpilaunch.output import events
 from mpilaunch.output.summary import signal_name
 from mpilaunch.ssh import last_line
+
+if TYPE_CHECKING:
+    from mpilaunch.longrun.nextattempt import Between
 
 FLAG = DISCOVERY_FLAG
 TIMEOUT = 30.0          # seconds the script may take (a kubectl or API call, not a scan)
@@ -146,11 +150,11 @@ class Discovery:
         self.runner = runner or (lambda: discover(self.script, self.timeout))
         self.preflight = preflight or health.preflight
         self.health = health.HostHealth(clock)   # failures and cool-downs (health.py)
-        self.seen = set()                      # hosts an attempt ran on
+        self.seen: Set[str] = set()            # hosts an attempt ran on
         self.last_checked: List[str] = []      # the hosts the last next_hosts preflighted
 
     # ---------------------------------------------------------------- the first attempt
-    def first(self, cfg):
+    def first(self, cfg: Any) -> Any:
         """Before attempt 0: the script's hosts replace the config's, or one usage line."""
         try:
             hosts = self.runner()
@@ -171,7 +175,7 @@ class Discovery:
     def cooled(self) -> Dict[str, float]:
         return self.health.cooled
 
-    def charge(self, failed: Sequence[str], warn) -> None:
+    def charge(self, failed: Sequence[str], warn: Callable[[str], None]) -> None:
         """Count a failure against each host; the FAILS_TO_COOL-th sends it to cool down."""
         self.health.charge(failed, warn)
 
@@ -206,7 +210,7 @@ class Discovery:
         return tuple(hosts), out
 
 
-def setup(args, cfg, env):
+def setup(args: Any, cfg: Any, env: Mapping[str, str]) -> Tuple[Optional[Discovery], Any]:
     """``--host-discovery-script`` (``cfg.long_run.discovery_script``): -> (Discovery, the
     config of attempt 0, its hosts the script's first list), or (None, cfg)."""
     lr = cfg.long_run
@@ -218,11 +222,14 @@ def setup(args, cfg, env):
     return disc, first._replace(long_run=longrun.for_hosts(lr, first.hosts, first.hosts_source))
 
 
-def between(disc: Discovery, cfg, base, lr, att, k: int):
-    """Before attempt ``k`` (k > 0): -> (cfg, lr) of that attempt, or None: no host left (or
-    fewer than ``--min-hosts``), the job ends. Says on stderr, in the attempt's summary note
-    and in the event record which hosts the attempt runs on when they changed."""
-    def warn(text):
+def between(disc: Discovery, step: "Between") -> Optional[Tuple[Any, Any, str]]:
+    """Before attempt ``step.k`` (k > 0): -> (cfg, lr, note) of that attempt, or None: no host
+    left (or fewer than ``--min-hosts``), the job ends. Says on stderr, in the note (for the
+    last attempt's line of the summary) and in the event record which hosts the attempt runs
+    on when they changed."""
+    cfg, base, lr, att, k = step.cfg, step.base, step.lr, step.last, step.k
+
+    def warn(text: str) -> None:
         print(f"mpilaunch: host discovery: {text}", file=sys.stderr, flush=True)
 
     previous = tuple(cfg.hosts)
@@ -237,12 +244,13 @@ def between(disc: Discovery, cfg, base, lr, att, k: int):
                     ended=True)
         return None
     np = world_size(hosts, disc.user_np)
+    note = ""
     if hosts != previous or np != cfg.np:
-        att.note = (getattr(att, "note", "") + f"; host discovery: attempt {k} on {names(hosts)}"
-                    f" (was {names(previous)}), world size {np}")
+        note = (f"; host discovery: attempt {k} on {names(hosts)} (was {names(previous)}), "
+                f"world size {np}")
         warn(f"attempt {k} runs on {names(hosts)}, world size {np}")
     events.emit("discovery", next_attempt=k, hosts=[{"name": h.name, "slots": h.slots}
                                                     for h in hosts], np=np, left_out=out,
                 preflighted=disc.last_checked)
     new = cfg._replace(hosts=hosts, np=np, master_addr=base.master_addr)
-    return new, lr._replace(rank0_here=net.rank0_is_here(hosts))
+    return new, lr._replace(rank0_here=net.rank0_is_here(hosts)), note

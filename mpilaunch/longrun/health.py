@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from mpilaunch import net
 from mpilaunch.config import allocation
@@ -32,6 +32,9 @@ from mpilaunch.config import hostfile as hf
 from mpilaunch.longrun import shrink
 from mpilaunch.output import events
 from mpilaunch.output.outcome import LOST_HOST_STATUS
+
+if TYPE_CHECKING:
+    from mpilaunch.longrun.nextattempt import Between
 
 FAILS_TO_COOL = 2       # failures of a host before it sits out (see the module's text)
 COOL_DOWN = 300.0       # seconds a host that failed FAILS_TO_COOL times is left out
@@ -41,12 +44,12 @@ class HostHealth:
     """Failures counted per host (its label: one address may hold one host per ssh port) and
     the hosts sitting out, until when (``clock``'s time)."""
 
-    def __init__(self, clock=time.monotonic):
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.fails: Dict[str, int] = {}
         self.cooled: Dict[str, float] = {}     # host -> when it may be used again
 
-    def charge(self, failed: Sequence[str], warn) -> List[str]:
+    def charge(self, failed: Sequence[str], warn: Callable[[str], None]) -> List[str]:
         """Count a failure against each host; the FAILS_TO_COOL-th sends it to cool down
         (said through ``warn``) -> the hosts sent to cool down now."""
         sent = []
@@ -76,7 +79,7 @@ class HostHealth:
 
 # ---------------------------------------------------------------- the checks
 
-def preflight(cfg, hosts: Sequence[hf.Host]) -> Dict[str, str]:
+def preflight(cfg: Any, hosts: Sequence[hf.Host]) -> Dict[str, str]:
     """The launch's ssh checks (resolve, ssh port, login) on ``hosts`` -> failing host -> why;
     with ``--preflight deep`` (``cfg.preflight``) ``check --deep``'s too."""
     from mpilaunch import check
@@ -94,7 +97,7 @@ def preflight(cfg, hosts: Sequence[hf.Host]) -> Dict[str, str]:
     return bad
 
 
-def _deep(cfg, hosts: Sequence[hf.Host]) -> Dict[str, str]:
+def _deep(cfg: Any, hosts: Sequence[hf.Host]) -> Dict[str, str]:
     """``check --deep`` with the launch's settings on ``hosts`` -> failing host -> why."""
     from types import SimpleNamespace
 
@@ -124,25 +127,28 @@ class Ended(Exception):
     status = LOST_HOST_STATUS
 
 
-def involved(cfg, att) -> List[int]:
-    """The indices in ``cfg.hosts`` of the hosts the failure of ``att`` involved: those it lost
-    (a dead daemon is a lost host too) and those of its ranks killed by a signal or whose
-    adapter died (the plan's slots in order); [] when a lost host matches none."""
+def involved(cfg: Any, att: Any) -> List[int]:
+    """The indices in ``cfg.hosts`` of the hosts the failure of ``att`` (an AttemptRecord)
+    involved: those it lost (a dead daemon is a lost host too) and those of its ranks killed
+    by a signal or whose adapter died (the plan's slots in order); [] when a lost host
+    matches none."""
     found = set(shrink.lost_indices(cfg, att) or ())
-    for rank in getattr(att, "signalled", ()):
-        i = att.host_of_rank(rank, cfg)
+    for rank in att.signalled:
+        i = shrink.host_of_rank(cfg, rank)
         if i is not None:
             found.add(i)
     return sorted(found)
 
 
-def before_relaunch(health: HostHealth, cfg, base, lr, att, k: int, warn: Callable[[str], None],
-                    check: Callable = preflight):
-    """Before attempt ``k`` (a relaunch without host discovery): the hosts ``att``'s failure
-    involved are checked (``check(cfg, hosts)`` -> failing host -> why); the lost ones and the
-    failing ones are charged to ``health``. -> None (nothing to change: the next attempt runs
-    as it would have), or (cfg, lr, {dropped host: why}) for the hosts left
+def before_relaunch(health: HostHealth, step: "Between", warn: Callable[[str], None],
+                    check: Callable[[Any, List[hf.Host]], Dict[str, str]] = preflight
+                    ) -> Optional[Tuple[Any, Any, Dict[str, str]]]:
+    """Before attempt ``step.k`` (a relaunch onto the config's own hosts): the hosts the last
+    attempt's failure involved are checked (``check(cfg, hosts)`` -> failing host -> why); the
+    lost ones and the failing ones are charged to ``health``. -> None (nothing to change: the
+    next attempt runs as it would have), or (cfg, lr, {dropped host: why}) for the hosts left
     (``--min-hosts``), or raises :class:`Ended`."""
+    cfg, base, lr, att, k = step.cfg, step.base, step.lr, step.last, step.k
     hosts = tuple(cfg.hosts)
     # inside a Slurm allocation daemons start through Slurm, not ssh: no ssh check (run.py)
     if net.all_here(hosts) or allocation.from_slurm(getattr(cfg, "hosts_from", "")):

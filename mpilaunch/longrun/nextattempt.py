@@ -6,19 +6,36 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict
 
 from mpilaunch import net
 from mpilaunch.backends import placement, rankcmd
 from mpilaunch.config import allocation
 from mpilaunch.config.longrun import LongRun
 from mpilaunch.errors import UsageError
+from mpilaunch.supervise.attempt import AttemptRecord
 
 PORT_WAIT = 60.0
 
 
-def attempt_cfg(cfg, lr: LongRun, k: int):
+@dataclass(frozen=True)
+class Between:
+    """What the choice of attempt ``k``'s hosts reads, between attempt ``k - 1`` and it
+    (health.before_relaunch, shrink.shrink, discovery.between): ``cfg`` and ``lr``, the last
+    attempt's; ``base``, the user's config (its ``master_addr``: a new set of hosts decides
+    rank 0's address again unless the user gave it); ``last``, how the last attempt ended."""
+
+    cfg: Any
+    base: Any
+    lr: LongRun
+    last: AttemptRecord
+    k: int
+
+
+def attempt_cfg(cfg: Any, lr: LongRun, k: int) -> Any:
     """The config of attempt ``k``: its log dir, port and adapter flags."""
-    changes = {}
+    changes: Dict[str, Any] = {}
     if lr.max_restarts:
         changes["log_dir"] = os.path.join(lr.log_dir, f"attempt{k}")
     spec = None
@@ -42,7 +59,7 @@ def attempt_cfg(cfg, lr: LongRun, k: int):
     return cfg._replace(rank_extra=tuple(extra), **changes)
 
 
-def wait_port_free(port: int, stopped) -> None:
+def wait_port_free(port: int, stopped: Callable[[], object]) -> None:
     end = time.monotonic() + PORT_WAIT
     while not stopped() and time.monotonic() < end:
         try:

@@ -27,7 +27,7 @@ the limit off).
 from __future__ import annotations
 
 import time
-from typing import Dict, Iterable, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Set
 
 LEAD = 5.0   # s between a worker's first output and the first failure: more than a traceback's
 
@@ -36,15 +36,15 @@ class RankFacts:
     """What the launcher learnt about the workers of one attempt; ``clock``: the launcher's
     (the arrival of each status line)."""
 
-    def __init__(self, clock=time.time):
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self.first_output: Dict[int, float] = {}   # rank -> its worker's first output
         self.first_failure: Optional[float] = None  # any process's own failure, the first
         self.ended: Optional[float] = None         # the attempt's end (finish)
-        self.done = set()                          # ranks whose worker exited 0
-        self.heartbeat = set()                     # ranks with a watchdog progress event
+        self.done: Set[int] = set()                # ranks whose worker exited 0
+        self.heartbeat: Set[int] = set()           # ranks with a watchdog progress event
 
-    def feed(self, event) -> None:
+    def feed(self, event: Any) -> None:
         """A status line (``summary.Event``) of this attempt, as it arrives."""
         if event.cause == "self" and (event.code or event.signal):
             if self.first_failure is None:
@@ -81,12 +81,12 @@ def made_progress(first_output: Mapping[int, float], end: float, done: Iterable[
     return any(end - t >= lead for t in first_output.values())
 
 
-def streak(attempts) -> int:
+def streak(attempts: Sequence[Any]) -> int:
     """How many attempts in a row, from the last, failed without progress (``progress`` False;
     an attempt that does not say counts as progress)."""
     n = 0
     for att in reversed(attempts):
-        if att.status == 0 or getattr(att, "progress", True):
+        if att.status == 0 or att.progress:
             break
         n += 1
     return n

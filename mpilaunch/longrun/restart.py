@@ -33,13 +33,15 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any, Callable, Dict, List, Optional
 
-from mpilaunch.backends import placement
 from mpilaunch.config.longrun import LongRun
 from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
 from mpilaunch.hang.server import stall_verdict
 from mpilaunch.longrun.progress import RankFacts
-from mpilaunch.supervise.attempt import LINGER, Attempt
+from mpilaunch.supervise.attempt import LINGER, Attempt, AttemptRecord
 from mpilaunch.supervise.control import missing
 from mpilaunch.output import events
 from mpilaunch.output.outcome import event_status
@@ -53,11 +55,11 @@ GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and ex
 class _Collector(Collector):
     """Takes the watchdog's status lines (``cause: stall``) away from the failure events."""
 
-    def __init__(self, attempt: "LongRunAttempt", backend):
+    def __init__(self, attempt: "LongRunAttempt", backend: Any) -> None:
         super().__init__(backend)
         self.attempt = attempt
 
-    def feed_status(self, event) -> None:
+    def feed_status(self, event: Any) -> None:
         self.attempt.facts.feed(event)   # did any worker make progress (progress.py)
         if event.cause == LIFE_CAUSE and event.event == "up" and event.rank is not None:
             self.attempt.rank_hosts[event.rank] = event.host   # where each rank runs
@@ -73,28 +75,30 @@ class _Collector(Collector):
 
 class LongRunAttempt(Attempt):
     """One attempt with the launcher's part of the graceful stop and the stall watchdog
-    (the protocol: ``supervise.attempt.Attempt``)."""
+    (the protocol: ``supervise.attempt.Attempt``). Its ``index`` moves on with each restart
+    in place (a relay's thread, under ``lock``); the loop reads it from :meth:`record`."""
 
-    def __init__(self, index: int, lr: LongRun, np: int):
+    def __init__(self, index: int, lr: LongRun, np: int) -> None:
         super().__init__(index)
         self.lr, self.np = lr, np
-        self.job = None
-        self.started_at = None
-        self.silent = {}        # rank -> its last stall event
-        self.done = set()       # ranks whose worker exited 0
-        self.stalled = None     # the silent ranks' events when the job was ended for it
-        self.stall_verdict = None   # the odd rank out, from every rank's stacks (docs/HANGS.md)
+        self.job: Any = None
+        self.started_at: Optional[float] = None
+        self.silent: Dict[int, Any] = {}    # rank -> its last stall event
+        self.done: set = set()              # ranks whose worker exited 0
+        # the silent ranks' events when the job was ended for it; the odd rank out, from every
+        # rank's stacks (docs/HANGS.md)
+        self.stalled: Optional[Dict[int, Any]] = None
+        self.stall_verdict: Optional[str] = None
         self.graceful = False   # the launcher asked for a graceful stop
-        self.grace_stops = []   # adapters that made one (asked or not: see finish)
-        self.foreign = None     # the stop signal an adapter got when mpilaunch had not asked
+        self.grace_stops: List[Any] = []   # adapters that made one (asked or not: see finish)
+        self.foreign: Optional[int] = None  # a stop signal an adapter got, mpilaunch not asking
         self.lock = threading.Lock()
-        self.in_place = []      # the attempts before this one that were restarted in place
-        self.rank_hosts = {}    # rank -> the host name its adapter reported
-        self.lost = []          # the hosts the starter reported lost
-        self.note = ""          # what the attempts' summary adds (a shrink)
+        self.in_place: List[AttemptRecord] = []   # the attempts before this one restarted in place
+        self.rank_hosts: Dict[int, str] = {}      # rank -> the host name its adapter reported
+        self.lost: List[str] = []   # the hosts the starter reported lost
         self.facts = RankFacts()    # the workers' progress in this attempt (progress.py)
         self.progress = True    # any worker made progress (decided in finish)
-        self.signalled = []     # ranks killed by a signal, or whose adapter died (finish)
+        self.signalled: List[int] = []   # ranks killed by a signal, or whose adapter died (finish)
 
     def linger(self) -> float:
         """Adapters saving after the starter ended wait for them up to the grace."""
@@ -103,15 +107,15 @@ class LongRunAttempt(Attempt):
             return base + self.lr.term_grace
         return base
 
-    def collector(self, backend) -> Collector:
+    def collector(self, backend: Any) -> Collector:
         self.collected = _Collector(self, backend)
         return self.collected
 
-    def started(self, job) -> None:
+    def started(self, job: Any) -> None:
         self.job, self.started_at = job, time.monotonic()
 
     # -- graceful stop
-    def on_stop(self, job, signum, forward) -> bool:
+    def on_stop(self, job: Any, signum: int, forward: Callable[[int], None]) -> bool:
         """The first stop signal, with --term-grace: ``stop`` over the control channel to every
         adapter (they SIGTERM their workers and wait up to the grace: rank/longrun.py), then
         the ordinary teardown when the job has not ended by itself."""
@@ -127,7 +131,7 @@ class LongRunAttempt(Attempt):
         job.later(grace + GRACE_MARGIN, forward, signum)
         return True
 
-    def grace_event(self, event) -> None:
+    def grace_event(self, event: Any) -> None:
         """An adapter stopped its worker gracefully on a stop signal it got itself (SIGTERM
         to that rank from another process, Slurm's scancel to every process of the job).
         Not asked by us, and not the teardown of a failure: the job cannot finish without
@@ -147,15 +151,15 @@ class LongRunAttempt(Attempt):
             job.control.stop()
 
     # -- in-place restarts
-    def in_place_event(self, event) -> None:
+    def in_place_event(self, event: Any) -> None:
         """Rank 0's adapter restarted attempt ``index`` in place (rank/inplace/): it is
         recorded like a relaunched attempt (its status and root cause), and this one becomes
         the next."""
         with self.lock:
-            done = InPlaceAttempt(self.index, event_status(event), _who(event)
-                                  + describe_status(event.code, event.signal))
             self.facts.failure()
-            done.progress = self.facts.made_progress()
+            done = AttemptRecord(self.index, event_status(event),
+                                 _who(event) + describe_status(event.code, event.signal),
+                                 progress=self.facts.made_progress())
             self.in_place.append(done)
             self.index += 1
             self.silent, self.done = {}, set()
@@ -168,7 +172,7 @@ class LongRunAttempt(Attempt):
               flush=True)
 
     # -- stall watchdog
-    def stall_event(self, event) -> None:
+    def stall_event(self, event: Any) -> None:
         with self.lock:
             if event.event == "stall":
                 self.silent[event.rank] = event
@@ -192,13 +196,7 @@ class LongRunAttempt(Attempt):
         return dict(stalled=self.stalled is not None,
                     foreign_grace=None if self.graceful else self.foreign)
 
-    def host_of_rank(self, rank: int, cfg):
-        """The index in ``cfg.hosts`` of the host the plan put ``rank`` on (slots in order),
-        or None."""
-        slots = placement.slots_in_order(cfg.hosts)
-        return slots[rank] if 0 <= rank < len(slots) else None
-
-    def finish(self, status: int, collector: Collector, stopped_by) -> None:
+    def finish(self, status: int, collector: Collector, stopped_by: Optional[int]) -> None:
         super().finish(status, collector, stopped_by)
         self.lost = collector.lost_hosts()
         for dead in collector.dead:   # an adapter's death, by the launcher's clock
@@ -232,29 +230,30 @@ class LongRunAttempt(Attempt):
             if self.stall_verdict:
                 lines.append(f"  verdict: {self.stall_verdict}")
             return "\n".join(lines) + "\n"
-        foreign = self.foreign and not self.graceful and self.status == 128 + self.foreign
-        if foreign:
+        sig = self.foreign
+        foreign = bool(sig) and not self.graceful and self.status == 128 + (sig or 0)
+        if foreign and sig:
             ranks = ", ".join(str(e.rank) for e in sorted(self.grace_stops, key=lambda e: e.rank))
             text = (f"mpilaunch: job failed (exit status {self.status})\n"
-                    f"  root cause: {signal.Signals(self.foreign).name} reached the ranks, but "
+                    f"  root cause: {signal.Signals(sig).name} reached the ranks, but "
                     "mpilaunch did not send it (a process, or the scheduler, sent it to the "
                     f"ranks); with --term-grace their workers saved first: ranks {ranks} "
                     "stopped gracefully\n")
         if self.graceful or foreign:
-            text += _grace_lines(collector, self.lr.term_grace)
+            text += _grace_lines(collector, self.lr.term_grace or 0.0)
         return text
 
 
-class InPlaceAttempt:
-    """An attempt that ended in an in-place restart: what the attempts' summary lists."""
+    def record(self) -> AttemptRecord:
+        """Taken under the lock: a relay still running cannot change it halfway."""
+        with self.lock:
+            return replace(super().record(), index=self.index, progress=self.progress,
+                           in_place=tuple(self.in_place), lost=tuple(self.lost),
+                           signalled=tuple(self.signalled),
+                           rank_hosts=MappingProxyType(dict(self.rank_hosts)))
 
-    def __init__(self, index: int, status: int, cause: str):
-        self.index, self.status, self.cause = index, status, cause
-        self.stopped_by, self.usage_error = None, False
-        self.progress = True
 
-
-def _who(event) -> str:
+def _who(event: Any) -> str:
     return who_and_where(event) + ": "
 
 

@@ -12,16 +12,24 @@ uses every host, as without the option.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, List, Optional, Set, Tuple
+
 from mpilaunch import net
+from mpilaunch.backends import placement
+
+if TYPE_CHECKING:
+    from mpilaunch.longrun.nextattempt import Between
 
 
-def shrink(cfg, base, lr, att):
-    """After an attempt that lost hosts (``att.lost``: the starter's names for them), with
-    ``--min-hosts M``: -> (cfg, lr, dropped names) for the next attempt on the hosts left, or
-    None (off, no host lost, a name not matched, or fewer than M left: the next attempt uses
-    every host, as without the option). ``base``: the user's config (its ``master_addr``).
-    The world size becomes the slots left (or stays the user's ``-np`` when they hold it)."""
-    if lr.min_hosts is None or not getattr(att, "lost", None):
+def shrink(step: "Between") -> Optional[Tuple[Any, Any, List[str]]]:
+    """After an attempt that lost hosts (``step.last.lost``: the starter's names for them),
+    with ``--min-hosts M``: -> (cfg, lr, dropped names) for the next attempt on the hosts
+    left, or None (off, no host lost, a name not matched, or fewer than M left: the next
+    attempt uses every host, as without the option). ``step.base``: the user's config (its
+    ``master_addr``). The world size becomes the slots left (or stays the user's ``-np`` when
+    they hold it)."""
+    cfg, base, lr, att = step.cfg, step.base, step.lr, step.last
+    if lr.min_hosts is None or not att.lost:
         return None
     gone = lost_indices(cfg, att)
     if gone is None:
@@ -36,18 +44,25 @@ def shrink(cfg, base, lr, att):
     return new, lr._replace(rank0_here=net.rank0_is_here(left)), dropped
 
 
-def lost_indices(cfg, att):
-    """The indices in ``cfg.hosts`` of the hosts ``att`` lost (set), or None when a lost name
-    matches no host (nor the host of any rank)."""
+def host_of_rank(cfg: Any, rank: int) -> Optional[int]:
+    """The index in ``cfg.hosts`` of the host the plan put ``rank`` on (slots in order), or
+    None."""
+    slots = placement.slots_in_order(cfg.hosts)
+    return slots[rank] if 0 <= rank < len(slots) else None
+
+
+def lost_indices(cfg: Any, att: Any) -> Optional[Set[int]]:
+    """The indices in ``cfg.hosts`` of the hosts ``att`` (an AttemptRecord) lost (set), or
+    None when a lost name matches no host (nor the host of any rank)."""
     from mpilaunch.config.sshconfig import alias, label
 
-    gone = set()
-    for name in getattr(att, "lost", None) or ():
+    gone: Set[int] = set()
+    for name in att.lost:
         # the MPI names a host with a port of its own by its alias (config/sshconfig.py)
         idx = [i for i, h in enumerate(cfg.hosts) if name in (h.name, alias(h), label(h))]
         if not idx:    # Open MPI may name a host by the name its daemon reported: the ranks'
-            idx = sorted({att.host_of_rank(r, cfg) for r, host in att.rank_hosts.items()
-                          if host == name} - {None})
+            found = (host_of_rank(cfg, r) for r, host in att.rank_hosts.items() if host == name)
+            idx = sorted({i for i in found if i is not None})
         if not idx:
             return None
         gone.update(idx)

@@ -5,10 +5,47 @@ one attempt after another is ``longrun.attempts.run_job``."""
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 from mpilaunch.output.summary import Collector, root_text
 
 LINGER = 3.0    # an adapter's own teardown: 2 s to SIGKILL its workers, then its report
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """How one attempt ended: what the loop of attempts (``longrun.attempts.run_job``) decides
+    from and the attempts' summary lists. Made once the attempt has ended
+    (:meth:`Attempt.record`); the loop amends it only by making a new one
+    (``dataclasses.replace``), so no thread still running can change it behind the loop's back.
+
+    status, cause    the attempt's exit status and its root cause, in words
+    stopped_by       the stop signal that ended it (to mpilaunch, during or after it), or None
+    usage_error      an adapter refused to start (exit 2): it would fail the same way again
+    progress         some worker made progress (longrun/progress.py)
+    note             what the attempts' summary adds to its line (a shrink, host discovery)
+    in_place         the attempts before it restarted in place inside the same launch
+    lost             the hosts the starter reported lost
+    signalled        the ranks killed by a signal, or whose adapter died
+    rank_hosts       rank -> the host its adapter reported
+    end_note         why the job ended after it, when its status alone does not say
+    end_status       the job's status when that is not the attempt's (a host failed its check)
+    """
+
+    index: int
+    status: int
+    cause: str = ""
+    stopped_by: Optional[int] = None
+    usage_error: bool = False
+    progress: bool = True
+    note: str = ""
+    in_place: Tuple["AttemptRecord", ...] = ()
+    lost: Tuple[str, ...] = ()
+    signalled: Tuple[int, ...] = ()
+    rank_hosts: Mapping[int, str] = field(default_factory=dict)
+    end_note: str = ""
+    end_status: Optional[int] = None
 
 
 class Attempt:
@@ -22,31 +59,32 @@ class Attempt:
     verdict()                   -> keyword arguments for ``outcome.decide`` (stalled, ...)
     finish(status, collector, stopped_by)    the attempt's status and cause, recorded
     summary(text, collector)    -> the failure summary, amended
+    record()                    -> its AttemptRecord, once it has ended
     """
 
-    def __init__(self, index: int = 0):
+    def __init__(self, index: int = 0) -> None:
         self.index = index
-        self.status = None
-        self.stopped_by = None
+        self.status: Optional[int] = None
+        self.stopped_by: Optional[int] = None
         self.cause = ""
         self.usage_error = False
 
     def linger(self) -> float:
         return LINGER
 
-    def collector(self, backend) -> Collector:
+    def collector(self, backend: Any) -> Collector:
         return Collector(backend)
 
-    def started(self, job) -> None:
+    def started(self, job: Any) -> None:
         pass
 
-    def on_stop(self, job, signum: int, act) -> bool:
+    def on_stop(self, job: Any, signum: int, act: Callable[[int], None]) -> bool:
         return False
 
     def verdict(self) -> dict:
         return {}
 
-    def finish(self, status: int, collector: Collector, stopped_by) -> None:
+    def finish(self, status: int, collector: Collector, stopped_by: Optional[int]) -> None:
         self.status, self.stopped_by = status, stopped_by
         if stopped_by is not None:
             self.cause = f"stopped by {signal.Signals(stopped_by).name}"
@@ -57,3 +95,7 @@ class Attempt:
 
     def summary(self, text: str, collector: Collector) -> str:
         return text
+
+    def record(self) -> AttemptRecord:
+        return AttemptRecord(self.index, self.status if self.status is not None else 1,
+                             self.cause, self.stopped_by, self.usage_error)

@@ -15,7 +15,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 from mpilaunch import net
 from mpilaunch.rank.control import ENDPOINT_VAR, MAX_LINE, TOKEN_VAR, mac
@@ -51,7 +51,8 @@ class Control:
 
     names = (ENDPOINT_VAR, TOKEN_VAR)
 
-    def __init__(self, hosts: Sequence, np: int = 0, on_dead=None):
+    def __init__(self, hosts: Sequence, np: int = 0,
+                 on_dead: Optional[Callable[[int, Optional[int], str], None]] = None) -> None:
         import secrets
         import selectors
 
@@ -95,7 +96,8 @@ class Control:
     def _serve(self) -> None:
         while not self.closed:
             for key, _ in self.sel.select():
-                kind, conn = key.data[0], key.fileobj
+                # every file registered is a socket
+                kind, conn = key.data[0], cast(socket.socket, key.fileobj)
                 if kind == "listen":
                     self._accept()
                 elif kind == "hello":
@@ -103,7 +105,7 @@ class Control:
                 elif kind == "peer":
                     self._read(conn, key.data[1])
         for key in list(self.sel.get_map().values()):
-            key.fileobj.close()
+            cast(socket.socket, key.fileobj).close()
         self.sel.close()
 
     def _accept(self) -> None:

@@ -21,9 +21,14 @@ import subprocess
 import threading
 import time
 
+from typing import IO, TYPE_CHECKING, Any, Callable, List, Optional, Sequence
+
 from mpilaunch.backends import placement
 from mpilaunch.output import events
-from mpilaunch.output.summary import STATUS_PREFIX, Collector, parse_status_line
+from mpilaunch.output.summary import STATUS_PREFIX, Collector, Event, parse_status_line
+
+if TYPE_CHECKING:
+    from mpilaunch.backends.base import Plan
 
 # Open MPI 5 (plm:ssh) and 4.1 (plm:rsh) word it alike; only EACCES is the harmless race.
 _SETPGID_RACE = re.compile(rb"plm:(?:ssh|rsh): Warning: setpgid\(\d+,\d+\) failed in parent "
@@ -38,7 +43,8 @@ def is_noise(raw: bytes) -> bool:
 class ErrRelay(threading.Thread):
     """mpirun's stderr -> our stderr, minus the adapters' status lines and :func:`is_noise`."""
 
-    def __init__(self, stream, collector: Collector, on_event, progress=None):
+    def __init__(self, stream: IO[bytes], collector: Collector, on_event: Callable[[Event], None],
+                 progress: Optional["StartupLine"] = None) -> None:
         super().__init__(name="stderr-relay", daemon=True)
         self.stream = stream
         self.collector = collector
@@ -82,7 +88,8 @@ class OutRelay(threading.Thread):
     """mpirun's stdout -> our stdout in large chunks. Only a bounded tail is kept, for the
     messages Open MPI 5 prints there (a lost daemon, a rank killed by a signal)."""
 
-    def __init__(self, stream, collector: Collector, progress=None):
+    def __init__(self, stream: IO[bytes], collector: Collector,
+                 progress: Optional["StartupLine"] = None) -> None:
         super().__init__(name="stdout-relay", daemon=True)
         self.fd = stream.fileno()
         self.collector = collector
@@ -112,7 +119,7 @@ class StartupLine:
     anything. ``owners``: the host each rank was planned on (hostfile slots in order), or None
     when the user's own placement decides (then hosts are counted from the ranks' reports)."""
 
-    def __init__(self, np: int, hosts, owners=None, fd: int = 2, after: float = START_LINE_AFTER,
+    def __init__(self, np: int, hosts: Sequence[str], owners: Optional[List[str]] = None, fd: int = 2, after: float = START_LINE_AFTER,
                  every: float = START_LINE_EVERY):
         self.np, self.hosts, self.owners = np, list(hosts), owners
         self.fd, self.after, self.every = fd, after, every
@@ -172,7 +179,7 @@ class StartupLine:
             self.done.set()
 
 
-def startup_line(plan, fd: int = 2):
+def startup_line(plan: "Plan", fd: int = 2) -> Optional[StartupLine]:
     """The start-up line for ``plan`` when ``fd`` is a terminal, else None (a log, a pipe, a
     CI runner: nothing is drawn)."""
     try:
@@ -209,7 +216,7 @@ class Sink:
             data = data[n:]
 
 
-def stdin_target(backend, plan):
+def stdin_target(backend: Any, plan: Any) -> Any:
     """``--stdin`` not given: rank 0 reads our stdin, as with bare mpirun; but when our stdin
     is closed or /dev/null, ``--stdin none``: Open MPI 5 never forwards the end of input, so a
     rank 0 reading stdin would wait forever (and a closed fd 0 must not be inherited)."""
@@ -225,7 +232,7 @@ def stdin_target(backend, plan):
     return plan
 
 
-def stdin_for(target):
+def stdin_for(target: Optional[str]) -> Optional[int]:
     """The starter's stdin: ours, which it forwards to the ``--stdin`` rank(s) (rank 0 by
     default, as bare mpirun does); /dev/null for ``--stdin none`` (see :func:`stdin_target`)."""
     if target == "none":
@@ -245,7 +252,7 @@ def stdin_for(target):
 class StdinRelay(threading.Thread):
     """Our terminal -> mpirun's stdin pipe, until end of input (Ctrl-D) or mpirun is gone."""
 
-    def __init__(self, pipe):
+    def __init__(self, pipe: IO[bytes]) -> None:
         super().__init__(name="stdin-relay", daemon=True)
         self.fd = pipe.fileno()
         self.pipe = pipe

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Callable, ContextManager, List, Mapping, Optional
+from typing import IO, TYPE_CHECKING, Any, Callable, ContextManager, List, Mapping, Optional, cast
 
 from mpilaunch import rundir
 from mpilaunch.config import allocation
@@ -37,6 +37,10 @@ from mpilaunch.supervise.stopping import STOP_SIGNALS
 from mpilaunch.output import events, outcome
 from mpilaunch.output.summary import Collector, render_summary, write_ranks_file
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
+
+if TYPE_CHECKING:
+    from mpilaunch.backends.base import Backend, Plan
+    from mpilaunch.supervise.attempt import Attempt
 
 ESCALATE_AFTER = 10.0
 
@@ -137,8 +141,8 @@ class Job:
             timer.cancel()
 
 
-def run_attempt(backend, plan, env: Mapping[str, str], run_dir: str, keep_tune: bool,
-                attempt) -> int:
+def run_attempt(backend: Backend, plan: Plan, env: Mapping[str, str], run_dir: str,
+                keep_tune: bool, attempt: Attempt) -> int:
     """Start ``plan`` with ``backend`` and supervise it to its end; the attempt's exit status.
     ``attempt``: the protocol of supervise/attempt.py (``Attempt`` for a plain launch;
     longrun/restart.py's ``LongRunAttempt`` for the graceful stop and the stall watchdog)."""
@@ -155,14 +159,14 @@ class _Supervision:
     and the control thread act on it through ``self.ending`` (ending.py: one lock for every
     decision that ends the attempt); what they learnt is ``self.stop``."""
 
-    def __init__(self, backend, plan, attempt, run_dir: str):
+    def __init__(self, backend: Backend, plan: Plan, attempt: Attempt, run_dir: str) -> None:
         self.backend, self.plan, self.attempt, self.run_dir = backend, plan, attempt, run_dir
         self.ending = Ending(backend, attempt)
         self.stop = self.ending.stop
         self.proc: Optional[subprocess.Popen] = None
         self.job: Optional[Job] = None
-        self.control = None
-        self.stacks_server = None
+        self.control: Optional[control_channel.Control] = None
+        self.stacks_server: Any = None      # hang/server.py's, for `mpilaunch stacks`
         self.forwarder = usersignals.Forwarder(backend)
         self.forwarder.install()     # before any thread of this attempt starts (usersignals.py)
 
@@ -197,12 +201,11 @@ class _Supervision:
                 os.kill(os.getpid(), int(os.environ["MPILAUNCH_TEST_SIGNAL_BEFORE_START"]))
             if stop.asked:
                 return 0    # start nothing
-            self._start(env)
-            return self._watch()
+            return self._watch(*self._start(env))
         finally:
             self._teardown(previous, keep_tune)
 
-    def _start(self, env: Mapping[str, str]) -> None:
+    def _start(self, env: Mapping[str, str]) -> "tuple[subprocess.Popen, Job]":
         backend, plan, stop, control = self.backend, self.plan, self.stop, self.control
         starter_env = starter_environment(env, control.env if control else {}, backend.env(plan))
         self.proc = proc = subprocess.Popen(
@@ -219,12 +222,14 @@ class _Supervision:
         self.forwarder.started(job, job.np)
         # a stop that came while Popen ran, an adapter that died before the job existed
         self.ending.attach(job, plan)
+        return proc, job
 
-    def _watch(self) -> int:
-        backend, plan, proc, job = self.backend, self.plan, self.proc, self.job
+    def _watch(self, proc: subprocess.Popen, job: Job) -> int:
+        backend, plan = self.backend, self.plan
         progress = relays.startup_line(plan)   # a terminal only: how far the start-up got
-        streams = [relays.ErrRelay(proc.stderr, self.collector, self.ending.rank_failed, progress),
-                   relays.OutRelay(proc.stdout, self.collector, progress)]
+        out, err = cast(IO[bytes], proc.stdout), cast(IO[bytes], proc.stderr)   # PIPEs (_start)
+        streams = [relays.ErrRelay(err, self.collector, self.ending.rank_failed, progress),
+                   relays.OutRelay(out, self.collector, progress)]
         if proc.stdin is not None:
             relays.StdinRelay(proc.stdin).start()   # not joined: it may wait on the terminal
         backend.watch(plan, job)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -68,7 +68,7 @@ class BetweenAttempts:
 
     def __init__(self) -> None:
         self.signum: Optional[int] = None
-        self.previous: Dict[int, object] = {s: signal.signal(s, self._on) for s in STOP_SIGNALS}
+        self.previous: Dict[int, Any] = {s: signal.signal(s, self._on) for s in STOP_SIGNALS}
 
     def _on(self, signum: int, _frame: object) -> None:
         self.signum = self.signum or signum

@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 import time
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from mpilaunch.supervise.control import missing
 
@@ -38,6 +38,8 @@ SLURM_WINDOW = 5.0      # s after Slurm's SIGTSTP or the SIGCONT of its resume (
 
 
 def _name_of(pid: Optional[int]) -> str:
+    if pid is None:
+        return "?"
     try:
         with open(f"/proc/{int(pid)}/comm") as f:
             return f.read().strip()
@@ -54,7 +56,7 @@ class Forwarder:
     runs, ``uninstall()`` when it has ended. ``delivered``: the signals given to the workers
     (the summary says where a signal that killed one came from)."""
 
-    def __init__(self, backend, control=None):
+    def __init__(self, backend: Any, control: Any = None) -> None:
         self.backend, self.control = backend, control
         self.job = None
         self.np = 0
@@ -71,7 +73,7 @@ class Forwarder:
             _current = self
             _start_taker()
 
-    def started(self, job, np: int) -> None:
+    def started(self, job: Any, np: int) -> None:
         with self.lock:
             self.job, self.np = job, np
 

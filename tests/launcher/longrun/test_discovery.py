@@ -12,7 +12,9 @@ from helpers.launch import run_cli
 from helpers.procs import wait_for
 from mpilaunch.config import longrun
 from mpilaunch.config.longrun import LongRun
-from mpilaunch.longrun import discovery, restart
+from mpilaunch.longrun import discovery
+from mpilaunch.longrun.nextattempt import Between
+from mpilaunch.supervise.attempt import AttemptRecord
 from mpilaunch.errors import UsageError
 from mpilaunch.config.hostfile import Host
 
@@ -184,11 +186,8 @@ def test_a_failing_script_keeps_the_previous_hosts():
     assert said == ["/d.sh timed out after 30 s; attempt 1 keeps the hosts of attempt 0"]
 
 
-class Att:
-    def __init__(self, lost, rank_hosts=None):
-        self.lost, self.rank_hosts = lost, rank_hosts or {}
-
-    host_of_rank = restart.LongRunAttempt.host_of_rank
+def Att(lost, rank_hosts=None):
+    return AttemptRecord(0, 1, lost=tuple(lost), rank_hosts=rank_hosts or {})
 
 
 def lr(m=None):
@@ -199,10 +198,11 @@ def test_between_a_replacement_host(capsys):
     d = disc(["10.0.0.1:2\n10.0.0.2:2\n", "10.0.0.1:2\n10.0.0.3:2\n"])
     cfg = d.first(C((A,), 2, "10.0.0.1", "hostfile"))
     att = Att(["10.0.0.2"])
-    new, new_lr = discovery.between(d, cfg, cfg._replace(master_addr=None), lr(), att, 1)
+    new, new_lr, note = discovery.between(d, Between(cfg, cfg._replace(master_addr=None), lr(),
+                                                     att, 1))
     assert new.hosts == (A, D) and new.np == 4 and new.master_addr is None
     assert new_lr.rank0_here is False
-    assert att.note == ("; host discovery: attempt 1 on 10.0.0.1, 10.0.0.3 (was 10.0.0.1, "
+    assert note == ("; host discovery: attempt 1 on 10.0.0.1, 10.0.0.3 (was 10.0.0.1, "
                         "10.0.0.2), world size 4")
     assert capsys.readouterr().err == ("mpilaunch: host discovery: attempt 1 runs on 10.0.0.1, "
                                        "10.0.0.3, world size 4\n")
@@ -211,8 +211,8 @@ def test_between_a_replacement_host(capsys):
 def test_between_the_same_hosts_say_nothing(capsys):
     d = disc(["10.0.0.1:2\n10.0.0.2:2\n"] * 2)
     cfg = d.first(C((A,), 2, None, "hostfile"))
-    new, _ = discovery.between(d, cfg, cfg, lr(), Att([]), 1)
-    assert new.hosts == (A, B) and capsys.readouterr().err == ""
+    new, _, note = discovery.between(d, Between(cfg, cfg, lr(), Att([]), 1))
+    assert new.hosts == (A, B) and capsys.readouterr().err == "" and note == ""
 
 
 @pytest.mark.parametrize("output, m, said", [
@@ -223,7 +223,7 @@ def test_between_the_same_hosts_say_nothing(capsys):
 def test_between_too_few_hosts_end_the_job(output, m, said, capsys):
     d = disc(["10.0.0.1:2\n10.0.0.2:2\n", output])
     cfg = d.first(C((A,), 2, None, "hostfile"))
-    assert discovery.between(d, cfg, cfg, lr(m), Att(["10.0.0.2"]), 1) is None
+    assert discovery.between(d, Between(cfg, cfg, lr(m), Att(["10.0.0.2"]), 1)) is None
     assert capsys.readouterr().err == f"mpilaunch: host discovery: {said}\n"
 
 

@@ -7,17 +7,16 @@ import pytest
 
 from mpilaunch.config.hostfile import Host
 from mpilaunch.config.longrun import LongRun
-from mpilaunch.longrun import attempts, health, restart
+from mpilaunch.longrun import attempts, health
+from mpilaunch.longrun.nextattempt import Between
+from mpilaunch.supervise.attempt import AttemptRecord
 
 C = collections.namedtuple("C", "hosts np master_addr hosts_source")
 HOSTS = (Host("10.0.0.1", 1), Host("10.0.0.2", 1), Host("10.0.0.3", 1))
 
 
-class Att:
-    def __init__(self, lost=(), signalled=()):
-        self.lost, self.signalled, self.rank_hosts = list(lost), list(signalled), {}
-
-    host_of_rank = restart.LongRunAttempt.host_of_rank
+def Att(lost=(), signalled=()):
+    return AttemptRecord(0, 1, lost=tuple(lost), signalled=tuple(signalled))
 
 
 def lr(m=None, budget=3):
@@ -61,8 +60,8 @@ def test_discovery_keeps_its_record_in_the_same_health_record():
 def test_a_signalled_ranks_host_failing_its_check_is_dropped_with_min_hosts():
     cfg = C(HOSTS, 3, None, "hostfile")
     checks, said = Checks({"10.0.0.3": "ssh port: connection refused"}), []
-    new, new_lr, dropped = health.before_relaunch(health.HostHealth(), cfg, cfg, lr(2),
-                                                  Att(signalled=[2]), 1, said.append, checks)
+    step = Between(cfg, cfg, lr(2), Att(signalled=[2]), 1)
+    new, new_lr, dropped = health.before_relaunch(health.HostHealth(), step, said.append, checks)
     assert checks.asked == [["10.0.0.3"]]
     assert dropped == {"10.0.0.3": "ssh port: connection refused"}
     assert new.hosts == HOSTS[:2] and new.np == 2 and new_lr.min_hosts == 2
@@ -73,8 +72,9 @@ def test_a_signalled_ranks_host_failing_its_check_is_dropped_with_min_hosts():
 def test_without_min_hosts_the_job_ends_naming_the_host():
     cfg = C(HOSTS, 3, None, "hostfile")
     with pytest.raises(health.Ended) as end:
-        health.before_relaunch(health.HostHealth(), cfg, cfg, lr(None), Att(signalled=[1]), 1,
-                               lambda text: None, Checks({"10.0.0.2": "ssh port: refused"}))
+        health.before_relaunch(health.HostHealth(),
+                               Between(cfg, cfg, lr(None), Att(signalled=[1]), 1),
+                lambda text: None, Checks({"10.0.0.2": "ssh port: refused"}))
     assert str(end.value) == ("host 10.0.0.2 failed its check before attempt 1: ssh port: "
                               "refused; not restarting onto it (give --min-hosts to go on "
                               "without it)")
@@ -84,8 +84,9 @@ def test_without_min_hosts_the_job_ends_naming_the_host():
 def test_too_few_left_ends_the_job_too():
     cfg = C(HOSTS, 3, None, "hostfile")
     with pytest.raises(health.Ended) as end:
-        health.before_relaunch(health.HostHealth(), cfg, cfg, lr(3), Att(lost=["10.0.0.1"]), 2,
-                               lambda text: None, Checks({"10.0.0.1": "resolve: no address"}))
+        health.before_relaunch(health.HostHealth(),
+                               Between(cfg, cfg, lr(3), Att(lost=["10.0.0.1"]), 2),
+                lambda text: None, Checks({"10.0.0.1": "resolve: no address"}))
     # lost, then failing its check: two failures (as discovery counts them), it cools down
     assert str(end.value) == ("host 10.0.0.1 failed its check before attempt 2: resolve: no "
                               "address; failed 2 times: left out for 300 s; not restarting onto "
@@ -96,8 +97,8 @@ def test_too_few_left_ends_the_job_too():
 def test_a_host_that_passes_or_no_host_involved_changes_nothing(att):
     cfg = C(HOSTS, 3, None, "hostfile")
     checks = Checks()
-    assert health.before_relaunch(health.HostHealth(), cfg, cfg, lr(None), att, 1,
-                                  lambda text: None, checks) is None
+    assert health.before_relaunch(health.HostHealth(), Between(cfg, cfg, lr(None), att, 1),
+            lambda text: None, checks) is None
     assert checks.asked == ([["10.0.0.1"]] if att.signalled else [])
 
 
@@ -105,9 +106,10 @@ def test_a_host_lost_twice_sits_out_even_when_it_passes_its_check():
     cfg = C(HOSTS, 3, None, "hostfile")
     hh, said = health.HostHealth(lambda: 0.0), []
     att = Att(lost=["10.0.0.2"])
-    assert health.before_relaunch(hh, cfg, cfg, lr(None), att, 1, said.append, Checks()) is None
+    assert health.before_relaunch(hh, Between(cfg, cfg, lr(None), att, 1),
+            said.append, Checks()) is None
     with pytest.raises(health.Ended) as end:
-        health.before_relaunch(hh, cfg, cfg, lr(None), att, 2, said.append, Checks())
+        health.before_relaunch(hh, Between(cfg, cfg, lr(None), att, 2), said.append, Checks())
     assert str(end.value) == ("host 10.0.0.2 failed its check before attempt 2: failed 2 times, "
                               "cooling down (300 s left); not restarting onto it (give "
                               "--min-hosts to go on without it)")
@@ -118,17 +120,16 @@ def test_a_local_job_is_never_checked():
     local = (Host("localhost", 2), Host("127.0.0.1", 1))
     cfg = C(local, 3, None, "-H")
     checks = Checks({"localhost": "x"})
-    assert health.before_relaunch(health.HostHealth(), cfg, cfg, lr(None),
-                                  Att(lost=["localhost"], signalled=[0]), 1, lambda t: None,
-                                  checks) is None
+    step = Between(cfg, cfg, lr(None), Att(lost=["localhost"], signalled=[0]), 1)
+    assert health.before_relaunch(health.HostHealth(), step, lambda t: None, checks) is None
     assert checks.asked == []
 
 
 def test_the_summary_says_why_the_status_is_not_the_last_attempts():
-    att = restart.InPlaceAttempt(0, 137, "rank 2 (worker) on host c: killed by signal 9 (SIGKILL)")
-    att.end_note = "host c failed its check before attempt 1: ssh port: refused; not restarting " \
-                   "onto it (give --min-hosts to go on without it): exit status 255"
-    att.end_status = 255
+    att = AttemptRecord(0, 137, "rank 2 (worker) on host c: killed by signal 9 (SIGKILL)",
+                        end_note="host c failed its check before attempt 1: ssh port: refused; "
+                                 "not restarting onto it (give --min-hosts to go on without "
+                                 "it): exit status 255", end_status=255)
     assert attempts.summary([att], lr(None), 255).splitlines()[:2] == [
         "mpilaunch: 1 attempt(s), restart budget 3; exit status 255 (a host failed its check "
         "before a restart)",
@@ -140,6 +141,7 @@ def test_a_slurm_allocation_is_not_checked_over_ssh():
     S = collections.namedtuple("S", "hosts np master_addr hosts_source hosts_from")
     cfg = S(HOSTS, 3, None, "Slurm", "slurm")
     checks = Checks({"10.0.0.3": "x"})
-    assert health.before_relaunch(health.HostHealth(), cfg, cfg, lr(None), Att(signalled=[2]),
-                                  1, lambda t: None, checks) is None
+    assert health.before_relaunch(health.HostHealth(),
+                                  Between(cfg, cfg, lr(None), Att(signalled=[2]), 1),
+            lambda t: None, checks) is None
     assert checks.asked == []

@@ -4,7 +4,7 @@ import pytest
 
 from mpilaunch.config.longrun import LongRun
 from mpilaunch.longrun import attempts, progress
-from mpilaunch.longrun.restart import InPlaceAttempt
+from mpilaunch.supervise.attempt import AttemptRecord
 from mpilaunch.output.summary import Event
 
 
@@ -64,9 +64,7 @@ def test_without_a_failure_the_attempts_end_decides():
 
 
 def _failed(index, progressed, cause="rank 1 (worker) on host a: exit code 1"):
-    att = InPlaceAttempt(index, 1, cause)
-    att.progress = progressed
-    return att
+    return AttemptRecord(index, 1, cause, progress=progressed)
 
 
 def test_streak_counts_from_the_last_attempt():
@@ -82,10 +80,12 @@ def _lr(limit, budget=10):
 
 def test_the_limit_ends_the_job_with_one_line_and_the_summary_says_it(capsys):
     done = [_failed(0, False), _failed(1, False)]
-    assert attempts.no_progress_stop(done, _lr(3), done[-1]) is False
+    assert attempts.no_progress_stop(done, _lr(3)) is None
     done.append(_failed(2, False))
-    assert attempts.no_progress_stop(done, _lr(0), done[-1]) is False    # 0: no limit
-    assert attempts.no_progress_stop(done, _lr(3), done[-1]) is True
+    assert attempts.no_progress_stop(done, _lr(0)) is None    # 0: no limit
+    ended = attempts.no_progress_stop(done, _lr(3))
+    assert ended is not None
+    done[-1] = ended
     assert capsys.readouterr().err == (
         "mpilaunch: 3 attempts in a row failed before any worker made progress (last: rank 1 "
         "(worker) on host a: exit code 1): not restarting; restart budget 8 left unused\n")
@@ -103,4 +103,4 @@ def test_the_limit_ends_the_job_with_one_line_and_the_summary_says_it(capsys):
 
 def test_an_attempt_with_progress_breaks_the_streak():
     done = [_failed(0, False), _failed(1, False), _failed(2, True), _failed(3, False)]
-    assert attempts.no_progress_stop(done, _lr(2), done[-1]) is False
+    assert attempts.no_progress_stop(done, _lr(2)) is None

@@ -6,7 +6,9 @@ import types
 import pytest
 
 from mpilaunch.config.longrun import LongRun
-from mpilaunch.longrun import restart, shrink
+from mpilaunch.longrun import shrink
+from mpilaunch.longrun.nextattempt import Between
+from mpilaunch.supervise.attempt import AttemptRecord
 from mpilaunch.errors import UsageError
 from mpilaunch.config.hostfile import Host
 
@@ -14,11 +16,8 @@ C = collections.namedtuple("C", "hosts np master_addr hosts_source")
 HOSTS = (Host("10.0.0.1", 2), Host("10.0.0.2", 2), Host("10.0.0.3", 2))
 
 
-class Att:
-    def __init__(self, lost, rank_hosts=None):
-        self.lost, self.rank_hosts = lost, rank_hosts or {}
-
-    host_of_rank = restart.LongRunAttempt.host_of_rank
+def Att(lost, rank_hosts=None):
+    return AttemptRecord(0, 1, lost=tuple(lost), rank_hosts=rank_hosts or {})
 
 
 def lr(m):
@@ -27,8 +26,8 @@ def lr(m):
 
 def test_the_lost_host_is_dropped_and_the_world_is_the_slots_left():
     cfg = C(HOSTS, 6, "10.0.0.1", "hostfile")
-    new, new_lr, dropped = shrink.shrink(cfg, cfg._replace(master_addr=None), lr(2),
-                                          Att(["10.0.0.3"]))
+    step = Between(cfg, cfg._replace(master_addr=None), lr(2), Att(["10.0.0.3"]), 1)
+    new, new_lr, dropped = shrink.shrink(step)
     assert dropped == ["10.0.0.3"]
     assert new.hosts == HOSTS[:2] and new.np == 4
     assert new.master_addr is None          # the user's (none): decided again for the hosts left
@@ -38,13 +37,13 @@ def test_the_lost_host_is_dropped_and_the_world_is_the_slots_left():
 def test_a_host_named_by_its_daemon_is_found_through_its_ranks():
     cfg = C(HOSTS, 6, None, "hostfile")
     att = Att(["node1"], {0: "node0", 1: "node0", 2: "node1", 3: "node1", 4: "node2"})
-    new, _, dropped = shrink.shrink(cfg, cfg, lr(2), att)
+    new, _, dropped = shrink.shrink(Between(cfg, cfg, lr(2), att, 1))
     assert dropped == ["10.0.0.2"] and new.hosts == (HOSTS[0], HOSTS[2]) and new.np == 4
 
 
 def test_a_smaller_np_of_the_users_is_kept_when_the_hosts_left_hold_it():
     cfg = C(HOSTS, 3, None, "hostfile")
-    new, _, _ = shrink.shrink(cfg, cfg, lr(1), Att(["10.0.0.1"]))
+    new, _, _ = shrink.shrink(Between(cfg, cfg, lr(1), Att(["10.0.0.1"]), 1))
     assert new.hosts == HOSTS[1:] and new.np == 3
 
 
@@ -56,7 +55,7 @@ def test_a_smaller_np_of_the_users_is_kept_when_the_hosts_left_hold_it():
 ])
 def test_no_shrink(m, lost):
     cfg = C(HOSTS, 6, None, "hostfile")
-    assert shrink.shrink(cfg, cfg, lr(m), Att(lost)) is None
+    assert shrink.shrink(Between(cfg, cfg, lr(m), Att(lost), 1)) is None
 
 
 def test_refusals():

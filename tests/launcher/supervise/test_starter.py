@@ -1,66 +1,16 @@
 """starter.run_attempt supervises any backend through the Backend protocol alone: a backend of a few
-lines here (its starter a real Python process) is written, started, watched and cleaned up
+lines (tests/helpers/toy.py; its starter a real Python process) is written, started, watched and cleaned up
 exactly as Open MPI, Hydra and srun are, and the job's status is the root cause's."""
-import json
 import os
 import signal
 import sys
 import time
-from collections import namedtuple
 
 from mpilaunch.supervise import starter
 from mpilaunch.supervise.attempt import Attempt
-from mpilaunch.backends.base import Backend, Plan as PlanBase
 from mpilaunch.contract import STATUS_PREFIX
 from helpers.procs import wait_for
-
-class Plan(namedtuple("Plan", "argv hostfile_path tune_path stdin scheduler extra_env"), PlanBase):
-    """A plan of its own: what the supervision reads of any plan comes from backends.base.Plan."""
-
-    __slots__ = ()
-
-STARTER = """\
-import json, os, sys, time
-print("starter output", flush=True)
-for rank, code, cause in json.loads(sys.argv[1]):
-    line = {"v": 1, "rank": rank, "host": "h", "role": "worker", "event": "exit", "code": code,
-            "signal": None, "cause": cause, "log": None, "tail": [], "t": time.time()}
-    sys.stderr.write(%r + json.dumps(line) + "\\n")
-    sys.stderr.flush()
-time.sleep(float(sys.argv[2]))
-sys.exit(int(sys.argv[3]))
-""" % STATUS_PREFIX
-
-
-class Toy(Backend):
-    """A starter that reports ``reports`` and exits ``rc`` after ``sleep`` s; it reads one file."""
-    program = "toy"
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def plan(self, cfg, env, run_dir, euid):
-        raise NotImplementedError
-
-    def argv(self, plan):
-        return list(plan.argv)
-
-    def files(self, plan):
-        return [(plan.hostfile_path, "h slots=1\n")]
-
-    def on_rank_failure(self, plan, job):
-        self.calls.append(("failure", job.pid))
-        job.end()
-
-    def cleanup(self, pid, returncode):
-        self.calls.append(("cleanup", pid, returncode))
-
-
-def toy_plan(run_dir, reports, sleep=0.0, rc=0):
-    argv = (sys.executable, "-c", STARTER, json.dumps(reports), str(sleep), str(rc))
-    return Plan(argv, os.path.join(run_dir, "hostfile"), os.path.join(run_dir, "tune.env"), "none",
-                None, {"TOY_ENV": "1"})
+from helpers.toy import Toy, toy_plan
 
 
 def run(tmp_path, plan, backend=None):

@@ -1,0 +1,87 @@
+"""Where each attempt's hosts come from, behind one face (:class:`HostSource`), so that the
+loop of attempts (attempts.py) never asks which it holds:
+
+- :class:`FixedHosts`: the launch config's (hostfile, ``-H``, an allocation). Before a
+  relaunch the hosts the failure involved are checked again (health.py); a lost one, or one
+  that fails, is dropped with ``--min-hosts`` (shrink.py), else the job ends (exit 255).
+- :class:`DiscoveredHosts`: ``--host-discovery-script`` (discovery.py) gives each attempt's
+  hosts, less those cooling down or failing their preflight; none left ends the job with the
+  last attempt's status.
+
+Both keep the hosts' failures across attempts in one :class:`health.HostHealth`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+from mpilaunch.config.longrun import LongRun
+from mpilaunch.longrun import discovery, health, shrink
+from mpilaunch.longrun.nextattempt import Between
+
+
+@dataclass(frozen=True)
+class NextHosts:
+    """The next attempt's config and long-run settings (its hosts, world size, whether rank 0
+    runs here); ``note``: what the last attempt's line of the summary adds; ``dropped``: the
+    hosts left out for good (``--min-hosts``), said once the relaunch is announced."""
+
+    cfg: Any
+    lr: LongRun
+    note: str = ""
+    dropped: Tuple[str, ...] = ()
+
+
+class HostsEnded(Exception):
+    """No relaunch: the next attempt's hosts are not there (said already). ``status``: the
+    job's exit status, None for the last attempt's; ``note``: the line the attempts' summary
+    gives the reason ('' for none)."""
+
+    def __init__(self, status: Optional[int], note: str = "") -> None:
+        super().__init__(note)
+        self.status, self.note = status, note
+
+
+class HostSource:
+    """What the loop asks of a source of hosts."""
+
+    health: health.HostHealth
+
+    def next(self, step: Between) -> NextHosts:
+        """Attempt ``step.k``'s hosts, or raise :class:`HostsEnded`."""
+        raise NotImplementedError
+
+
+class FixedHosts(HostSource):
+    def __init__(self, check: Any = health.preflight) -> None:
+        self.health = health.HostHealth()
+        self.check = check      # the hosts' checks: health.preflight (a stand-in in unit tests)
+
+    def next(self, step: Between) -> NextHosts:
+        try:
+            checked = health.before_relaunch(self.health, step, health.say, self.check)
+        except health.Ended as end:
+            health.say(str(end))
+            raise HostsEnded(end.status, f"{end}: exit status {end.status}") from None
+        smaller = checked or shrink.shrink(step)
+        if smaller is None:
+            return NextHosts(step.cfg, step.lr)
+        cfg, lr, dropped = smaller
+        return NextHosts(cfg, lr, dropped=tuple(dropped))
+
+
+class DiscoveredHosts(HostSource):
+    def __init__(self, disc: discovery.Discovery) -> None:
+        self.disc = disc
+        self.health = disc.health
+
+    def next(self, step: Between) -> NextHosts:
+        found = discovery.between(self.disc, step)
+        if found is None:    # no host left: the job ends with the last attempt's status
+            raise HostsEnded(None)
+        cfg, lr, note = found
+        return NextHosts(cfg, lr, note=note)
+
+
+def source(disc: Optional[discovery.Discovery]) -> HostSource:
+    """The source for a launch: ``disc`` from ``discovery.setup`` (None: no script)."""
+    return FixedHosts() if disc is None else DiscoveredHosts(disc)
