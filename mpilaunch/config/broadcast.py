@@ -15,8 +15,7 @@ one of two ways:
 from __future__ import annotations
 
 import re
-from collections import namedtuple
-from typing import Dict, Iterable, List, Mapping, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Sequence, Tuple
 
 from mpilaunch.config import tuneimport
 from mpilaunch.contract import is_secret
@@ -63,12 +62,11 @@ def selection(env: Mapping[str, str], prefixes: Sequence[str],
     return selected, only_in_file
 
 
-class Broadcast(namedtuple("Broadcast", "in_file routed", defaults=((), ()))):
-    """in_file: Tuple[Tuple[str, str], ...];
-    routed: Tuple[str, ...] # names whose values travel in mpirun's environment.
-    (A namedtuple: docs/ARCHITECTURE.md, start-up.)"""
+class Broadcast(NamedTuple):
+    """The variables sent to every rank (a namedtuple: docs/ARCHITECTURE.md, start-up)."""
 
-    __slots__ = ()
+    in_file: Tuple[Tuple[str, str], ...] = ()   # (name, value) as -x lines of the tune file
+    routed: Tuple[str, ...] = ()    # names whose values travel in mpirun's environment
 
     @property
     def names(self) -> Tuple[str, ...]:

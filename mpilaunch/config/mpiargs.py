@@ -10,8 +10,7 @@ sections 3-5.
 from __future__ import annotations
 
 import shlex
-from collections import namedtuple
-from typing import List, Mapping, Sequence, Tuple
+from typing import List, Mapping, NamedTuple, Sequence, Tuple
 
 from mpilaunch.config.mpi import OMPI4, OMPI5
 from mpilaunch.contract import is_secret
@@ -38,12 +37,12 @@ def split_arg_string(value: str, source: str) -> List[str]:
         raise UsageError(f"{source}: cannot split {value!r}: {exc}") from None
 
 
-class Piece(namedtuple("Piece", "tokens source default")):
-    """One piece of the user's mpirun arguments, split into words once: tokens (as written),
-    source (the variable, flag or tune file it came from, for messages), default (the
-    ModelArts default, not the user's own words)."""
+class Piece(NamedTuple):
+    """One piece of the user's mpirun arguments, split into words once."""
 
-    __slots__ = ()
+    tokens: Tuple[str, ...]         # as written
+    source: str                     # the variable, flag or tune file it came from, for messages
+    default: bool                   # the ModelArts default, not the user's own words
 
 
 def pieces(settings: Sequence, imported=None) -> Tuple[Piece, ...]:

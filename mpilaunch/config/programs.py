@@ -23,8 +23,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections import namedtuple
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 MINDSPORE = ("mindspore", "mindformers")
 MPI = ("mpi4py", "horovod")
@@ -40,17 +39,20 @@ _IMPORT = re.compile(
 _PY_ARG = re.compile(r"[\w./-]+\.py\b")
 
 
-class Found(namedtuple("Found", "module path")):
+class Found(NamedTuple):
     """A watched package (``module``) imported by the file ``path``."""
 
-    __slots__ = ()
+    module: str
+    path: str
 
 
-class Program(namedtuple("Program", "entry mindspore mpi scanned")):
-    """entry: the file the scan started from (None: not found); mindspore / mpi: Found or
-    None; scanned: how many files were read."""
+class Program(NamedTuple):
+    """What the scan found."""
 
-    __slots__ = ()
+    entry: Optional[str]            # the file the scan started from (None: not found)
+    mindspore: Optional[Found]
+    mpi: Optional[Found]
+    scanned: int                    # how many files were read
 
 
 def _read(path: str) -> Optional[str]:

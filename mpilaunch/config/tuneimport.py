@@ -16,7 +16,7 @@ run dir. Anything else is a one-line error naming the file and line.
 from __future__ import annotations
 
 import re
-from collections import namedtuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from mpilaunch.config.mpiargs import split_arg_string
 from mpilaunch.errors import UsageError
@@ -24,15 +24,20 @@ from mpilaunch.errors import UsageError
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 
 
-class TuneImport(namedtuple("TuneImport", "path values x_tokens mca_tokens")):
-    """values: Dict[name, value from the file]; x_tokens / mca_tokens: ModelArts-style tokens."""
+class TuneImport(NamedTuple):
+    """A tune file the user already wrote, read."""
 
-    __slots__ = ()
+    path: str
+    values: Dict[str, str]          # name -> value from the file
+    x_tokens: Tuple[str, ...]       # ModelArts-style tokens: -x NAME[=VALUE] ...
+    mca_tokens: Tuple[str, ...]     # --mca KEY VALUE ...
 
 
 def parse(text: str, path: str) -> TuneImport:
-    values, x_tokens, mca_tokens = {}, [], []
-    last = None
+    values: Dict[str, str] = {}
+    x_tokens: List[str] = []
+    mca_tokens: List[str] = []
+    last: Optional[str] = None
     for lineno, line in enumerate(text.split("\n"), start=1):
         where = f"{path}:{lineno}"
         stripped = line.strip()
