@@ -33,9 +33,18 @@ def read(out, world):
     return [json.load(open(os.path.join(out, f"rank_{r}.json"))) for r in range(world)]
 
 
+_REFERENCE = []
+
+
 def torchrun_reference(tmp_path_factory):
-    """torchrun --standalone --nproc-per-node 2 of the script: rank 0's record (weights and
-    what each library decided)."""
+    """torchrun --standalone --nproc-per-node 2 of the script: every rank's record (weights and
+    what each library decided); run once per session, whichever test module asks first."""
+    if not _REFERENCE:
+        _REFERENCE.append(_torchrun(tmp_path_factory))
+    return _REFERENCE[0]
+
+
+def _torchrun(tmp_path_factory):
     out = tmp_path_factory.mktemp("torchrun-reference")
     p = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node", "2", SCRIPT,
                         "--out", str(out)], env=clean_env(), cwd=str(out), capture_output=True,
