@@ -19,7 +19,7 @@ from typing import Iterable, List, NamedTuple, Optional, Tuple
 
 from mpilaunch import net
 from mpilaunch.config import sshconfig
-from mpilaunch.config.sshconfig import label  # how messages name a host: hf.label
+from mpilaunch.config.sshconfig import label as label  # re-exported: messages name a host hf.label
 from mpilaunch.errors import UsageError
 
 # RFC 1123 host names and IPv4/IPv6 literals; nothing that could smuggle an option or a shell word.
