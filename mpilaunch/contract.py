@@ -14,6 +14,7 @@ starts.
 * **The error file** a torch worker's ``@record`` writes its exception to
   (``TORCHELASTIC_ERROR_FILE``): :func:`error_file_path`, set by the rank side, read by the
   launcher's summary after a failure.
+* **Attempt dirs**: where attempt k of a restarted job logs (:func:`attempt_log_dir`).
 * **Value validators** with one message style, ``NAME=value: why; how to fix``
   (:func:`whole`, :func:`seconds`, :func:`port`, :func:`master_port`).
 """
@@ -190,3 +191,11 @@ def error_file_path(log_dir: str, rank: int) -> str:
     in ``log_dir``, the log dir of this attempt (torch's ``@record`` writes the exception there
     as JSON; the launcher reads it once the rank failed)."""
     return os.path.join(log_dir, f"error_{rank}.json")
+
+
+# --------------------------------------------------------------------------- attempt dirs
+
+def attempt_log_dir(log_dir: str, k: int) -> str:
+    """Attempt ``k``'s log dir in a restarted job's ``log_dir`` (LOG_DIR/attempt<k>): the
+    launcher names each attempt's, the adapter that restarts in place the next one's."""
+    return os.path.join(log_dir, f"attempt{k}")

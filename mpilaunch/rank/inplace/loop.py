@@ -39,6 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, List, Optional, Tuple
 
+from mpilaunch.contract import attempt_log_dir
 from mpilaunch.rank import status
 from mpilaunch.rank.inplace.coordinate import Client, Coordinator
 from mpilaunch.rank.inplace.prestart import Spare, preload_for, spare_eligible
@@ -278,8 +279,8 @@ class Restarts:
 
 
 def attempt_dir(log_dir: str, k: int) -> str:
-    """Attempt ``k``'s log dir, beside ``log_dir`` (LOG_DIR/attempt<j>, another attempt's)."""
-    return os.path.join(os.path.dirname(os.path.normpath(log_dir)), f"attempt{k}")
+    """Attempt ``k``'s log dir, beside ``log_dir`` (another attempt's: LOG_DIR/attempt<j>)."""
+    return attempt_log_dir(os.path.dirname(os.path.normpath(log_dir)), k)
 
 
 def _start_spare(sup, worker, argv, opts):
