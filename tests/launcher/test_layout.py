@@ -157,6 +157,50 @@ def test_the_rank_side_imports_only_its_allowed_modules():
 LONG_MODULES: dict = {}
 
 
+# The rank side's opt-in features: a sub-package each, imported only inside the function that
+# needs it, so a rank that does not use the feature loads none of it (tests/rank/test_options.py
+# pins what a plain rank loads).
+OPT_IN = ("mpilaunch.rank.inplace", "mpilaunch.rank.binding")
+
+
+def _top_level_imports(path, name, modules):
+    """The mpilaunch modules ``path`` imports in its module body (not inside a function)."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    body = ast.Module(body=[n for n in tree.body
+                            if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))],
+                      type_ignores=[])
+    found = set()
+    for node in ast.walk(body):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mpilaunch"):
+            found.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
+                         else node.module for a in node.names)
+    return {m for m in found if m in modules and m != name}
+
+
+def _eager_opt_in(modules):
+    out = []
+    for name, path in sorted(modules.items()):
+        if not _rank_side(name) or name.startswith(OPT_IN):
+            continue
+        out += [f"{name} -> {d}" for d in sorted(_top_level_imports(path, name, modules))
+                if d.startswith(OPT_IN)]
+    return out
+
+
+def test_the_rank_side_imports_its_opt_in_features_late(tmp_path):
+    assert _eager_opt_in(_modules()) == []
+    eager = tmp_path / "plan.py"
+    eager.write_text("from mpilaunch.rank.binding import affinity\n"
+                     "def f():\n    from mpilaunch.rank.inplace import loop\n")
+    empty = tmp_path / "empty.py"
+    empty.write_text("")
+    planted = {"mpilaunch.rank.plan": str(eager), "mpilaunch.rank.binding.affinity": str(empty),
+               "mpilaunch.rank.inplace.loop": str(empty)}
+    assert _eager_opt_in(planted) == ["mpilaunch.rank.plan -> mpilaunch.rank.binding.affinity"]
+
+
 @pytest.mark.parametrize("name", sorted(_modules()))
 def test_module_size(name):
     path = _modules()[name]
