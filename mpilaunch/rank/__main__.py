@@ -2,7 +2,7 @@
 
 Only doing; every decision is made elsewhere: options.py (argv -> validated Options),
 identity.py (who am I), agree.py (scheduler address/port, node index; MPI only when needed),
-plan.py (the children / the exec, pure), supervisor.py (start and watch them). Here: set
+plan.py (the children / the exec, pure), runner.py + supervisor.py (start and watch them). Here: set
 PDEATHSIG, read the identity, create the log directory, agree, look up what the plan needs
 (``{ip}``, the interface towards rank 0, CPUs), then supervise or exec. A UsageError becomes
 one line ``mpilaunch.rank: error: ...`` on stderr, a status line ``role: adapter`` and exit 2.
