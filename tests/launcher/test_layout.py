@@ -217,11 +217,12 @@ def test_module_size(name):
 # progress elsewhere; the entry goes when that work ends. Keys: dotted module name, then the
 # function's qualified name (Class.method, outer.inner).
 MAX_FUNCTION_LINES = 60
+REWORKED = "being reworked"
 LONG_FUNCTIONS = {
-    "mpilaunch.config.launchconfig.build": "being reworked",
-    "mpilaunch.check.hosts.check_host": "being reworked",
-    "mpilaunch.check.agent.serve": "being reworked",
-    "mpilaunch.rank.frameworkenv.framework_env": "being reworked",
+    "mpilaunch.config.launchconfig.build": REWORKED,
+    "mpilaunch.check.hosts.check_host": REWORKED,
+    "mpilaunch.check.agent.serve": REWORKED,
+    "mpilaunch.rank.frameworkenv.framework_env": REWORKED,
 }
 
 
@@ -266,7 +267,10 @@ def test_no_function_is_longer_than_the_rule_without_its_reason():
     unexplained = sorted(f"{name}: {n} lines" for name, n in long.items() if name not in LONG_FUNCTIONS)
     assert unexplained == [], f"over {MAX_FUNCTION_LINES} lines: split them, or name the reason " \
                               "in LONG_FUNCTIONS (a table or a dispatch)"
-    stale = sorted(set(LONG_FUNCTIONS) - set(long))
+    # an exception with a reason of its own goes once it is not needed; "being reworked" ones
+    # go when that work ends (a function it shortens meanwhile fails nothing here)
+    stale = sorted(name for name in set(LONG_FUNCTIONS) - set(long)
+                   if LONG_FUNCTIONS[name] != REWORKED)
     assert stale == [], "no longer over the rule (or gone): take them out of LONG_FUNCTIONS"
     assert all(why.strip() for why in LONG_FUNCTIONS.values())
     for name, (cap, why) in LONG_MODULES.items():
