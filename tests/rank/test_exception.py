@@ -120,6 +120,28 @@ def test_other_threads_atexit_and_caught_tracebacks_are_not_the_cause(tmp_path):
     assert exception.from_log(lines) == exc("ValueError", "bad batch size 0", path, 16, "train")
 
 
+def test_a_child_process_and_a_logging_error_after_it_are_not_the_cause(tmp_path):
+    """What multiprocessing's child and logging's handleError print, with a real Python, after
+    the main thread's exception (from an atexit handler, as a worker outliving it would)."""
+    path, lines = run_py(tmp_path, "mp.py", (
+        "import atexit, logging, multiprocessing, sys\n"
+        "def work():\n"
+        "    raise OSError('worker broke')\n"
+        "def after():\n"
+        "    p = multiprocessing.get_context('fork').Process(target=work)\n"
+        "    p.start(); p.join()\n"
+        "    logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]\n"
+        "    logging.error('%d', 'not a number')\n"
+        "def main():\n"
+        "    raise ValueError('bad batch size 0')\n"
+        "atexit.register(after)\n"
+        "main()\n"))
+    heads = [i for i, line in enumerate(lines) if line.startswith(("Process ", "--- Logging error"))]
+    assert [lines[i] for i in heads] == ["Process ForkProcess-1:", "--- Logging error ---"], lines
+    assert lines.index("ValueError: bad batch size 0") < heads[0]
+    assert exception.from_log(lines) == exc("ValueError", "bad batch size 0", path, 10, "main")
+
+
 def test_only_another_threads_traceback_is_still_named(tmp_path):
     path, lines = run_py(tmp_path, "thr.py", (
         "import sys, threading\n"
