@@ -156,6 +156,9 @@ def main():
         result[name] = LIBS[name](torch, rank, world)
     with open(os.path.join(args.out, f"rank_{rank}.json"), "w") as fh:
         json.dump(result, fh)
+    # Left to interpreter exit, gloo's group aborts the process now and then ("terminate
+    # called without an active exception", SIGABRT: seen under torchrun as under mpilaunch)
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
