@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import List, NamedTuple, Optional
+from typing import Iterable, List, Mapping, NamedTuple, Optional
 
 from mpilaunch.config import options
 from mpilaunch.errors import UsageError
@@ -83,7 +83,7 @@ def _names():
     return out
 
 
-def argv_for(script_or_module: str, args=(), **opts) -> list:
+def argv_for(script_or_module: str, args: Iterable[object] = (), **opts: object) -> List[str]:
     """The ``mpilaunch`` command line of a launch (UsageError: one line naming the option)."""
     names = _names()
     module = opts.pop("module", opts.pop("m", False))
@@ -167,8 +167,9 @@ def _result(path: "str | None", log_dir: "str | None", returncode: int) -> Resul
     return Result(status, root, ranks, len(job.attempts), path, log_dir, att.summary)
 
 
-def start(script_or_module: str, args=(), *, env=None, cwd=None, stdout=None, stderr=None,
-          **options) -> Launch:
+def start(script_or_module: str, args: Iterable[object] = (), *,
+          env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None, stdout=None,
+          stderr=None, **options: object) -> Launch:
     """Check every option (UsageError, nothing started) and start the launch; a handle.
     ``env``: the launcher's environment (default: this process's; the ModelArts variables
     are read from it as the command reads them); ``stdout``/``stderr``: where the launcher's
@@ -193,7 +194,7 @@ def start(script_or_module: str, args=(), *, env=None, cwd=None, stdout=None, st
     return Launch(proc, rest if word == "ready" and rest else None, log_dir)
 
 
-def launch(script_or_module: str, args=(), **options) -> Result:
+def launch(script_or_module: str, args: Iterable[object] = (), **options) -> Result:
     """Run the job to its end (:func:`start`, then :meth:`Launch.wait`)."""
     with start(script_or_module, args, **options) as job:
         return job.wait()

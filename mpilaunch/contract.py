@@ -24,6 +24,10 @@ import os
 
 from mpilaunch.errors import UsageError
 
+TYPE_CHECKING = False   # no typing at run time: every rank imports this module
+if TYPE_CHECKING:
+    from typing import Iterable, List, Mapping
+
 # --------------------------------------------------------------------------- secrets
 
 # A name is secret when it contains SECRET, TOKEN, PASSWORD/PASSWD, CRED, PRIVATE, ACCESS_KEY,
@@ -49,7 +53,7 @@ def mask_value(name: str, value: str) -> str:
     return MASK if is_secret(name) else value
 
 
-def secret_values(env) -> list:
+def secret_values(env: Mapping[str, str]) -> List[str]:
     """Every text to hide for the secret variables of ``env``: each value and each of its
     lines (a multi-line value printed by a program shows up line by line), longest first."""
     found = set()
@@ -63,7 +67,7 @@ def secret_values(env) -> list:
     return sorted(found, key=len, reverse=True)
 
 
-def mask_lines(lines, env, cut=None) -> list:
+def mask_lines(lines: Iterable[str], env: Mapping[str, str], cut: "int | None" = None) -> List[str]:
     """``lines`` with every secret value of ``env`` replaced by :data:`MASK`, masked *before*
     each line is cut to ``cut`` characters (a cut must never leave part of a secret)."""
     values = secret_values(env)

@@ -201,7 +201,7 @@ def _cache_read(name: str) -> List[List[str]]:
     return out
 
 
-def _cache_get(env: Mapping[str, str], key: Optional[str]):
+def _cache_get(env: Mapping[str, str], key: Optional[str]) -> Optional[Tuple[Tuple[int, ...], str]]:
     name = cache_file(env)
     if key is None or name is None:
         return None

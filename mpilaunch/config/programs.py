@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 MINDSPORE = ("mindspore", "mindformers")
 MPI = ("mpi4py", "horovod")
@@ -212,6 +212,6 @@ def _which(name: Optional[str], path_env: Optional[str]) -> Optional[str]:
     return None
 
 
-def ms_intent(env) -> Optional[str]:
+def ms_intent(env: Mapping[str, str]) -> Optional[str]:
     """The first MindSpore dynamic-cluster variable set in ``env`` (the user's intent)."""
     return next((n for n in MS_INTENT_VARS if env.get(n)), None)

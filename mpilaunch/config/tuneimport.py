@@ -16,7 +16,7 @@ run dir. Anything else is a one-line error naming the file and line.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from mpilaunch.config.mpiargs import split_arg_string
 from mpilaunch.errors import UsageError
@@ -85,7 +85,7 @@ def read(path: str, source: str) -> TuneImport:
     return parse(text.rstrip("\n"), path)
 
 
-def selected(imported: TuneImport, env) -> list:
+def selected(imported: TuneImport, env: Mapping[str, str]) -> List[Tuple[str, str]]:
     """(name, value) to broadcast: this environment's value when set, else the file's."""
     out = []
     for name, file_value in imported.values.items():

@@ -47,7 +47,8 @@ def log(message: str) -> None:
     print(f"mpilaunch: {message}", file=sys.stderr, flush=True)
 
 
-def job_key(hosts: Sequence[str], ssh_port: Optional[int], job_id: str = "", ports=()) -> str:
+def job_key(hosts: Sequence[str], ssh_port: Optional[int], job_id: str = "",
+            ports: Sequence[Optional[int]] = ()) -> str:
     """Tells two jobs apart: hashes the host list (with their own ports), the ssh port and
     ``MPILAUNCH_JOB_ID``."""
     if any(p is not None for p in ports):
