@@ -85,14 +85,15 @@ def _loop(job: JobContext) -> int:
         last, cfg = run_one(job, cfg, lr, k)
         records += [*last.in_place, last]
         state, status = judge(records, lr), last.status
-        if state is State.NO_PROGRESS:
-            records[-1] = no_progress_stop(records, lr) or last
-        elif state is State.RELAUNCH:
+        if state is State.RELAUNCH:     # unless no host is left, or a stop comes meanwhile
             step = Between(cfg, job.base, lr, last, last.index + 1)
             state, status, records[-1], nxt = relaunch(step, job.hosts)
-            if nxt is not None:     # State.RELAUNCH
-                cfg, lr, k = nxt.cfg, nxt.lr, last.index + 1
+            if nxt is not None:
+                cfg, lr, k = nxt.cfg, nxt.lr, step.k
                 continue
+        elif state is State.NO_PROGRESS:
+            records[-1] = no_progress_stop(records, lr) or last
+        # SUCCEEDED, STOPPED, USAGE_ERROR, BUDGET_SPENT, NO_PROGRESS, NO_HOSTS: the job ends
         return job_end(records, lr, status)
 
 
