@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
-from mpilaunch import rundir
+from mpilaunch import contract, rundir
 from mpilaunch.config.longrun import LongRun, long_run_on
 from mpilaunch.supervise import starter
 from mpilaunch.supervise.attempt import Attempt, AttemptRecord
@@ -237,5 +237,5 @@ def summary(attempts: Sequence[AttemptRecord], lr: LongRun, status: int) -> str:
         what = ("succeeded" if att.status == 0 else f"exit status {att.status}: {att.cause}"
                 + att.note + ("" if att.progress else "; no worker made progress"))
         lines.append(f"  attempt {att.index}: {what}; logs: "
-                     f"{os.path.join(lr.log_dir, f'attempt{att.index}')}")
+                     f"{contract.attempt_log_dir(lr.log_dir, att.index)}")
     return "\n".join(lines) + "\n"

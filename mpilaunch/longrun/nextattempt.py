@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict
 
-from mpilaunch import net
+from mpilaunch import contract, net
 from mpilaunch.backends import placement, rankcmd
 from mpilaunch.config import allocation
 from mpilaunch.config.longrun import LongRun
@@ -37,7 +37,7 @@ def attempt_cfg(cfg: Any, lr: LongRun, k: int) -> Any:
     """The config of attempt ``k``: its log dir, port and adapter flags."""
     changes: Dict[str, Any] = {}
     if lr.max_restarts:
-        changes["log_dir"] = os.path.join(lr.log_dir, f"attempt{k}")
+        changes["log_dir"] = contract.attempt_log_dir(lr.log_dir, k)
     spec = None
     if lr.span:
         spec = placement.expect_spec(cfg)
