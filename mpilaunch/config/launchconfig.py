@@ -205,8 +205,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     )
 
     master_addr, (master_port, port_source) = torchrun.rendezvous(
-        args, env, options.setting(args, env, "master_addr")[0],
-        options.setting(args, env, "master_port"))
+        args, options.setting(args, env, "master_addr"), options.setting(args, env, "master_port"))
     master_port = contract.master_port(master_port, port_source)
     if port_source == "--standalone" and net.rank0_is_here(hosts):
         master_port = net.free_port()   # torchrun's localhost:0, picked here for rank 0
@@ -230,7 +229,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     sim_world = None
     if sim_rank_id is not None:   # msrun: one process, simulating that rank of the job
         np, sim_world = 1, np
-    msrun.node_rank_note(args, hosts)
+    msrun.node_rank_note(options.setting(args, env, "node_rank"), hosts)
     bind_args, x_args = _layer(args, env, "bind_args"), _layer(args, env, "x_args")
     mca_args, extra_args = _layer(args, env, "mca_args"), _layer(args, env, "extra_args")
     pieces = mpiargs.pieces((bind_args, x_args, mca_args, extra_args), tune_import)

@@ -58,17 +58,19 @@ def rank_table(value: Optional[str]) -> Optional[str]:
     return os.path.abspath(value)
 
 
-def node_rank_note(args, hosts) -> None:
-    """``--node_rank`` (msrun: this node's index) is accepted; under one mpirun every host's
+def node_rank_note(setting, hosts) -> None:
+    """``--node_rank`` (msrun: this node's index; torchrun's ``--node-rank``, Kubeflow
+    Trainer's ``PET_NODE_RANK``), as (value, source), is accepted; under one mpirun every host's
     index is the MPI launcher's, so a value that is not this host's is said once, here."""
-    if args.node_rank is None:
+    value, source = setting
+    if value is None:
         return
-    n = contract.whole(args.node_rank, "--node_rank", -1)
+    n = contract.whole(value, source, -1)
 
     here = next((i for i, h in enumerate(hosts) if net.is_here(h)), None)
     if n in (-1, here):
         return
     where = (f"this host is node {here} of {len(hosts)}" if here is not None
              else "this host is not one of the job's hosts")
-    sys.stderr.write(f"mpilaunch: --node_rank={n} ignored: under one mpirun each host's node "
+    sys.stderr.write(f"mpilaunch: {source}={n} ignored: under one mpirun each host's node "
                      f"index (GROUP_RANK, NODE_RANK) is the MPI launcher's; {where}\n")

@@ -244,7 +244,7 @@ OPTIONS = (
     _o(("--lost-after",), "lost_after",
        "other hosts: give up after worker-0's sshd has not answered this long", "job",
        default="60", metavar="SECONDS", commands=(JOB,)),
-) + torchrun.option_rows(lambda *a, **k: _o(*a, commands=(RUN, JOB), **k))
+) + torchrun.option_rows(_o, (RUN, JOB))
 
 BY_DEST = {o.dest: o for o in OPTIONS}
 

@@ -48,30 +48,33 @@ PET_VARS = {"master_addr": "PET_MASTER_ADDR", "master_port": "PET_MASTER_PORT",
             "node_rank": "PET_NODE_RANK"}
 
 
-def option_rows(make) -> tuple:
-    """The option table's torchrun rows, made with its row factory (no import cycle)."""
+def option_rows(make, commands) -> tuple:
+    """The option table's torchrun rows, made with its row factory (no import cycle), for
+    ``commands``."""
     g = GROUP[0]
     return (
         make(("--nproc-per-node", "--nproc_per_node"), "nproc_per_node",
              "ranks on each host: without a host list this machine's slots; else every host "
              "must have N slots (auto, cpu, gpu: the slots as they are)", g,
-             var="PET_NPROC_PER_NODE", shown="the slots of each host", metavar="N"),
+             var="PET_NPROC_PER_NODE", shown="the slots of each host", metavar="N", commands=commands),
         make(("--nnodes",), "nnodes", "number of hosts, checked against the hosts "
              "(N or N:N; elastic MIN:MAX is refused)", g, var="PET_NNODES",
-             shown="the hosts'", metavar="N"),
+             shown="the hosts'", metavar="N", commands=commands),
         make(("--standalone",), "standalone",
-             "one host, a free port unless --master_port is given", g, kind="switch"),
+             "one host, a free port unless --master_port is given", g, kind="switch",
+             commands=commands),
         make(("--rdzv-id", "--rdzv_id"), "rdzv_id",
              "the job's id: TORCHELASTIC_RUN_ID of every worker", g, var="PET_RDZV_ID",
-             shown="an id made per launch", metavar="ID"),
+             shown="an id made per launch", metavar="ID", commands=commands),
         make(("--rdzv-backend", "--rdzv_backend"), "rdzv_backend",
              "static or c10d: rank 0's store, a fixed set of hosts (others refused)", g,
-             default="static", metavar="NAME"),
+             default="static", metavar="NAME", commands=commands),
         make(("--rdzv-endpoint", "--rdzv_endpoint"), "rdzv_endpoint",
              "the store's HOST[:PORT]: --master_addr and --master_port", g,
-             shown="rank 0's host", metavar="HOST[:PORT]"),
+             shown="rank 0's host", metavar="HOST[:PORT]", commands=commands),
         make(("--run-path", "--run_path"), "run_path",
-             "accepted: the script runs in its own interpreter either way", g, kind="switch"),
+             "accepted: the script runs in its own interpreter either way", g, kind="switch",
+             commands=commands),
     )
 
 
@@ -159,14 +162,15 @@ def check_hosts(nproc_setting, nnodes_setting, np_setting, hosts, hosts_source: 
                                  f"makes {per_node * count} ranks; make them agree")
 
 
-def rendezvous(args, env, master_addr: Optional[str], port_setting) -> Tuple[Optional[str], tuple]:
+def rendezvous(args, addr_setting, port_setting) -> Tuple[Optional[str], tuple]:
     """(master_addr, (master_port, its source)) with ``--rdzv-endpoint`` and ``--standalone``
-    applied; ``--rdzv-backend`` checked."""
+    applied; ``--rdzv-backend`` checked. The settings: (value, source) of each option."""
     rdzv_backend(getattr(args, "rdzv_backend", None))
     host, port = endpoint(getattr(args, "rdzv_endpoint", None))
+    master_addr, addr_source = addr_setting
     if host is not None:
         if master_addr and master_addr.strip() != host:
-            raise UsageError(f"--rdzv-endpoint={args.rdzv_endpoint!r} and --master_addr="
+            raise UsageError(f"--rdzv-endpoint={args.rdzv_endpoint!r} and {addr_source}="
                              f"{master_addr!r} disagree; give one")
         master_addr = host
     if port is not None:

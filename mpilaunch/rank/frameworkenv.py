@@ -78,7 +78,9 @@ AGENT_STORE_VARS = ("TORCHELASTIC_USE_AGENT_STORE", "TORCH_NPU_ELASTIC_USE_AGENT
 
 class FrameworkOpts(namedtuple("FrameworkOpts", "cluster_time_out visible_devices sim_level "
                                "sim_rank_id sim_world rank_table_file torch run_id "
-                               "restart_count max_restarts error_file", defaults=(None,) * 11)):
+                               "restart_count max_restarts error_file",
+                               defaults=(None, None, None, None, None, None, None, None, None,
+                                         None, None))):
     """cluster_time_out: --cluster-time-out (None = not given); visible_devices: tuple of
     --visible-devices entries (None = not given); sim_level, sim_rank_id, sim_world:
     MindSpore's DryRun (--sim-level ...); rank_table_file: RANK_TABLE_FILE; torch: the worker

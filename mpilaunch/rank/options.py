@@ -85,7 +85,7 @@ class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr ma
                          "no_scheduler cluster_time_out bind visible_devices scheduler_grace "
                          "exec_ no_python python command module port_check longrun "
                          "numa sim_level sim_rank_id sim_world rank_table_file run_id",
-                         defaults=(None,) * 7)):
+                         defaults=(None, None, None, None, None, None, None))):
     """The adapter's validated options (a namedtuple: docs/ARCHITECTURE.md, start-up).
 
     tail: parsed ``--tail-worker-log`` (None = every rank, else a frozenset of ranks);

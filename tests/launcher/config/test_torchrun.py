@@ -28,6 +28,7 @@ def build(argv, env, tmp_path):
     (["--rdzv-backend", "etcd"], {}, "--rdzv-backend='etcd': mpilaunch's ranks meet at rank 0's store, a fixed set of hosts (what static and c10d give); give static or c10d"),
     (["--rdzv-endpoint", "a:29400", "--master_addr", "b"], {}, "--rdzv-endpoint='a:29400' and --master_addr='b' disagree; give one"),
     (["--rdzv-endpoint", "a:29400", "--master-port", "29500"], {}, "--rdzv-endpoint='a:29400' and --master_port=29500 disagree; give one"),
+    (["--rdzv-endpoint", "a:29400"], {"PET_MASTER_ADDR": "b"}, "--rdzv-endpoint='a:29400' and PET_MASTER_ADDR='b' disagree; give one"),
     (["--rdzv-endpoint", "a:80"], {}, "--rdzv-endpoint=80: a privileged port; give 0 (pick a free port) or a port between 1024 and 65535"),
 ])
 def test_mismatch_or_meaningless_is_one_line(argv, env, message, tmp_path):
@@ -94,3 +95,10 @@ def test_the_rank_command_carries_the_run_id(tmp_path):
 
     cmd = rankcmd.rank_command(build(["--rdzv-id", "job-9"], {}, tmp_path))
     assert cmd[cmd.index("--run-id") + 1] == "job-9"
+
+
+def test_kubeflow_node_rank_is_read_as_node_rank(tmp_path, capsys):
+    build([], {"PET_NODE_RANK": "1"}, tmp_path)
+    assert capsys.readouterr().err == (
+        "mpilaunch: PET_NODE_RANK=1 ignored: under one mpirun each host's node index "
+        "(GROUP_RANK, NODE_RANK) is the MPI launcher's; this host is node 0 of 1\n")
