@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from collections import namedtuple
+from typing import Any, Tuple
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
@@ -250,6 +251,8 @@ BY_DEST = {o.dest: o for o in OPTIONS}
 
 
 class _Parser(argparse.ArgumentParser):
+    value_flags: frozenset = frozenset()   # the flags that take a value (parser() sets them)
+
     def error(self, message):  # one line, no usage dump, exit 2 via UsageError
         raise UsageError(message)
 
@@ -311,7 +314,7 @@ def _help(o: Opt) -> str:
     return text.replace("%", "%%")
 
 
-def parser(command: str = RUN) -> argparse.ArgumentParser:
+def parser(command: str = RUN) -> _Parser:
     """The argparse parser of ``command``; every value is left a string (or None when not
     given) so that :func:`setting` can tell a flag from a variable from a default."""
     prog = "mpilaunch" if command == RUN else f"mpilaunch {command}"
@@ -347,7 +350,7 @@ def parser(command: str = RUN) -> argparse.ArgumentParser:
 BLANK_IS_A_VALUE = frozenset({"bind_args", "x_args", "mca_args", "extra_args"})
 
 
-def setting(args, env, dest: str):
+def setting(args, env, dest: str) -> Tuple[Any, str]:
     """(value, source) for option ``dest``: the flag if given, else its variable if set (and
     not blank, but for :data:`BLANK_IS_A_VALUE`), else the table's default. ``source`` names
     the flag or the variable (for messages), or is ``"default"``."""
