@@ -39,14 +39,15 @@ class _Record:
         self.secret_env = {k: v for k, v in env.items() if v and contract.is_secret(k)}
         self.seq = itertools.count()
         self.attempt = 0
-        self.teardown = None     # why this attempt's teardown started (once per attempt)
-        self.preflight_t0 = None
+        self.teardown: "str | None" = None     # why this attempt's teardown started (once per attempt)
+        self.preflight_t0: "float | None" = None
         self.exception = None    # the last attempt's root cause's exception (job_end)
 
 
 _rec = None
-_closed = []   # fds of ended records: closed only when the next one opens (a late relay thread
-               # writing to a closed fd number could hit a file opened since)
+# fds of ended records: closed only when the next one opens (a late relay thread writing to a
+# closed fd number could hit a file opened since)
+_closed: "list[int]" = []
 
 
 _api_fd = None   # the Python API's pipe (mpilaunch/api.py), while nothing was said on it
@@ -83,7 +84,7 @@ def path() -> "str | None":
 
 def _mask(value):
     if isinstance(value, str):
-        if _rec.secret_env:
+        if _rec is not None and _rec.secret_env:
             value = contract.mask_lines([value], _rec.secret_env)[0]
         if "=" in value:
             value = _ASSIGN.sub(lambda m: f"{m.group(1)}={contract.mask_value(m.group(1), m.group(2))}",
@@ -186,7 +187,7 @@ def preflight(results):
     if _rec is None:
         return results
     t0 = _rec.preflight_t0 or time.time()
-    hosts = {}
+    hosts: "dict[str, list]" = {}
     for r in results:
         if r.host:
             hosts.setdefault(r.host, []).append(r)
