@@ -70,7 +70,7 @@ class Attempt:
     def by_host(self):
         """[(host, rows)] in the order of each host's lowest rank; a scheduler row right after
         its rank's worker."""
-        hosts = {}
+        hosts: "dict[str, list[Row]]" = {}
         for row in sorted(self.rows.values(), key=lambda r: (r.rank is None, r.rank or 0,
                                                               r.role == "scheduler")):
             hosts.setdefault(row.host, []).append(row)
@@ -84,7 +84,7 @@ class Attempt:
         if not started or ref is None:
             return None
         row, worst = max(started, key=lambda x: x[1])
-        per_host = {}
+        per_host: "dict[str, float]" = {}
         for r, s in started:
             per_host[r.host] = max(per_host.get(r.host, s), s)
         host = max(per_host.items(), key=lambda x: x[1])
@@ -225,7 +225,7 @@ def _phases(att, row):
             out.append(Phase(TEARDOWN, max(t, cut), stop))
             break
         out.append(Phase(name, t, max(t, stop)))
-    merged = []
+    merged: "list[Phase]" = []
     for ph in out:
         if merged and merged[-1].name == ph.name:
             merged[-1] = Phase(ph.name, merged[-1].start, ph.end)
