@@ -27,36 +27,6 @@ class Setting(namedtuple("Setting", "value source")):
     __slots__ = ()
 
 
-_CONFIG_FIELDS = (
-    # hosts_from: where the hosts came from, one of HOSTS_FROM (hosts_source: said for messages)
-    "script script_args hosts hosts_source hosts_from np np_source oversubscribe ssh_port ssh_extra "
-    "tune_path keep_tune_file env_prefixes bind_args x_args mca_args extra_args mpirun python "
-    "dry_run "
-    # passed through to the rank adapter
-    "log_dir worker_log_name tail_worker_log master_addr master_port cluster_time_out "
-    "bind_core scheduler exec_mode no_python visible_devices "
-    # a tune file the user already wrote (ModelArts recipe), read, never overwritten
-    "tune_import "
-    # what starts the ranks: "mpirun" or "srun" (mpilaunch/backends/srun.py)
-    "launcher "
-    # -m MODULE (script is then None); mpirun's --stdin target; why the scheduler is (not)
-    # started; whether rank 0 checks the port (--exec: only a --master_port the user gave)
-    "module stdin scheduler_why port_check "
-    # more adapter flags, before '--' (long jobs: longrun.nextattempt.attempt_cfg writes them per attempt)
-    "rank_extra "
-    # msrun's: --bind_numa (a file's content inlined), DryRun's level / rank / simulated size,
-    # the rank table's absolute path
-    "bind_numa sim_level sim_rank_id sim_world rank_table_file "
-    # the user's mpirun pieces (bind, x, mca, extra, a tune file's lines), split once:
-    # mpiargs.pieces; every backend reads these
-    "mpi_pieces "
-    # the run command's long-run settings (config/longrun.py: LongRun; None for check and job),
-    # --preflight's level and the deep check's settings (config/preflight.py; None: no deep check)
-    "long_run preflight deep "
-    # TORCHELASTIC_RUN_ID of every torch worker: --rdzv-id, else made once per launch
-    "run_id"
-)
-
 # Where the hosts of a launch came from (LaunchConfig.hosts_from), in the order they are
 # looked for: the user's -H, hostfile or VC_WORKER_HOSTS, what a scheduler or MPI operator
 # allocated (allocation.py), else this machine.
@@ -65,9 +35,38 @@ HOSTS_FROM = (FROM_H, FROM_HOSTFILE, FROM_VC_WORKER_HOSTS, allocation.SLURM,
               allocation.KUBEFLOW, allocation.VOLCANO, FROM_LOCAL)
 
 
-class LaunchConfig(namedtuple("LaunchConfig", _CONFIG_FIELDS, defaults=(None, "mpirun", None, None, "", True, (),
-                                                                   None, None, None, None, None, (),
-                                                                   None, "ssh", None, None))):
+# The fields are written in the call itself: a type checker reads a namedtuple's fields only
+# from a literal there.
+class LaunchConfig(namedtuple("LaunchConfig", (
+        # hosts_from: where the hosts came from, one of HOSTS_FROM (hosts_source: said for messages)
+        "script script_args hosts hosts_source hosts_from np np_source oversubscribe ssh_port ssh_extra "
+        "tune_path keep_tune_file env_prefixes bind_args x_args mca_args extra_args mpirun python "
+        "dry_run "
+        # passed through to the rank adapter
+        "log_dir worker_log_name tail_worker_log master_addr master_port cluster_time_out "
+        "bind_core scheduler exec_mode no_python visible_devices "
+        # a tune file the user already wrote (ModelArts recipe), read, never overwritten
+        "tune_import "
+        # what starts the ranks: "mpirun" or "srun" (mpilaunch/backends/srun.py)
+        "launcher "
+        # -m MODULE (script is then None); mpirun's --stdin target; why the scheduler is (not)
+        # started; whether rank 0 checks the port (--exec: only a --master_port the user gave)
+        "module stdin scheduler_why port_check "
+        # more adapter flags, before '--' (long jobs: longrun.nextattempt.attempt_cfg writes them per attempt)
+        "rank_extra "
+        # msrun's: --bind_numa (a file's content inlined), DryRun's level / rank / simulated size,
+        # the rank table's absolute path
+        "bind_numa sim_level sim_rank_id sim_world rank_table_file "
+        # the user's mpirun pieces (bind, x, mca, extra, a tune file's lines), split once:
+        # mpiargs.pieces; every backend reads these
+        "mpi_pieces "
+        # the run command's long-run settings (config/longrun.py: LongRun; None for check and job),
+        # --preflight's level and the deep check's settings (config/preflight.py; None: no deep check)
+        "long_run preflight deep "
+        # TORCHELASTIC_RUN_ID of every torch worker: --rdzv-id, else made once per launch
+        "run_id"),
+        defaults=(None, "mpirun", None, None, "", True, (), None, None, None, None, None, (),
+                  None, "ssh", None, None))):
     """Everything the user asked for, validated. Notable fields: ``hosts`` (tuple of Host),
     ``hosts_from`` (where the hosts came from, one of :data:`HOSTS_FROM`: decisions test
     this), ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
