@@ -44,7 +44,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from mpilaunch.report.command import main as report_main
             return report_main(argv)
         if command == "stacks":
-            from mpilaunch.hang.command import main as stacks_main
+            from mpilaunch.stacks.command import main as stacks_main
             return stacks_main(argv)
         from mpilaunch.run import main as run_main
         return run_main(argv)

@@ -89,7 +89,7 @@ PEER_PREFIX = "@@mpilaunch-peer "       # `mpilaunch job`'s peer relay -> worker
 # output, exit 0): the launcher's event record takes it, the failure logic never sees it.
 LIFE_CAUSE = "life"
 # status-line events the launcher tells apart (restart.py): the in-place coordinator's
-# (rank/inplace/coordinate.py) and the one after an adapter's graceful stop (rank/longrun.py)
+# (rank/inplace/coordinate.py) and the one after an adapter's graceful stop (rank/resilience.py)
 RESTART_EVENT = "restart-in-place"
 GRACE_EVENT = "grace-stop"
 

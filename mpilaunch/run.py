@@ -8,9 +8,9 @@ import sys
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from mpilaunch import backends, net, ssh
-from mpilaunch.config import allocation, launchconfig, longrun, mpiargs, options, rankcheck
+from mpilaunch.config import allocation, launchconfig, mpiargs, options, rankcheck, resilience
 from mpilaunch.errors import UsageError
-from mpilaunch.longrun import attempts, discovery, hostsource, nextattempt
+from mpilaunch.attempts import discovery, hostsource, loop, nextattempt
 from mpilaunch.output import events
 
 
@@ -56,7 +56,7 @@ def _ssh_checks(cfg: Any, backend: Any, run_dir: str) -> Any:
         return cfg._replace(ssh_extra=tuple(cfg.ssh_extra) + tuple(ssh.start_options(timeout)))
     mux = None if _ssh_args_in_mca(cfg) else ssh.mux_path(run_dir, len(cfg.hosts))
     if preflight_fails(cfg, mux):
-        raise attempts.NotStarted()
+        raise loop.NotStarted()
     if mux and ssh.mux_sockets(run_dir):   # the starter's ssh reuses the logins' connections
         cfg = cfg._replace(ssh_extra=tuple(cfg.ssh_extra) + tuple(ssh.mux_client_options(mux)))
     return cfg
@@ -111,33 +111,33 @@ def main(argv: Sequence[str]) -> int:
     disc, cfg = discovery.setup(args, cfg, env)
     rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
     backend = backends.select(cfg, env)
-    long_run = longrun.for_backend(cfg.long_run, backend)   # restarts, grace, watchdog, span
+    lr = resilience.for_backend(cfg.resilience, backend)   # restarts, grace, watchdog, span
     if cfg.master_port == 0 and not cfg.dry_run and net.rank0_is_here(cfg.hosts):
         # rank 0 runs here: pick (and so prove) the port now; then no rank needs the MPI
         # agreement (MPI_Init in every adapter, +0.35 s) only to learn it
         cfg = cfg._replace(master_port=net.free_port())
     cfg = backend.configure(cfg, env)
     if cfg.dry_run:
-        first = nextattempt.attempt_cfg(cfg, long_run, 0)
+        first = nextattempt.attempt_cfg(cfg, lr, 0)
         plan = backend.plan(first, env, "<run-dir>", os.geteuid())
         print(f"# {options.version_text()}")
         backend.show(plan, env)
         print(f"# hosts: {first.hosts_source}")
         return 0
-    events.start(cfg, long_run, backend, env)   # LOG_DIR/events.jsonl, from here on (docs/EVENTS.md)
+    events.start(cfg, lr, backend, env)   # LOG_DIR/events.jsonl, from here on (docs/EVENTS.md)
     # rank 0's address as the user gave it (or not): attempt 0's may be filled in from its
     # first host, which a later attempt may not have (nextattempt.attempt_cfg)
-    job = attempts.JobContext(backend, env, cfg, base=cfg, lr=long_run,
-                              hosts=hostsource.source(disc),
-                              first_checks=_launch_checks(args, backend, env),
-                              verbose=bool(args.verbose))
-    return attempts.run_job(job)
+    job = loop.JobContext(backend, env, cfg, base=cfg, lr=lr,
+                          hosts=hostsource.source(disc),
+                          first_checks=_launch_checks(args, backend, env),
+                          verbose=bool(args.verbose))
+    return loop.run_job(job)
 
 
 def _launch_checks(args: Any, backend: Any, env: Mapping[str, str]) -> Callable[[Any, str], Any]:
-    """The checks before attempt 0, in its run dir (``attempts.JobContext.first_checks``):
+    """The checks before attempt 0, in its run dir (``loop.JobContext.first_checks``):
     ``--preflight deep``'s, the open-file limit of flat ssh, the ssh preflight (or its
-    replacement); -> the config to launch, or ``attempts.NotStarted``."""
+    replacement); -> the config to launch, or ``loop.NotStarted``."""
     def checks(cfg: Any, run_dir: str) -> Any:
         # --preflight deep is asked for by name: --no-preflight (which `mpilaunch job` adds
         # once it saw every host) skips the ssh preflight only
@@ -145,7 +145,7 @@ def _launch_checks(args: Any, backend: Any, env: Mapping[str, str]) -> Callable[
             from mpilaunch.check import deep
 
             if deep.gate_fails(cfg, env):
-                raise attempts.NotStarted()
+                raise loop.NotStarted()
         remote = sum(1 for h in cfg.hosts if not net.is_here(h))
         if remote and backend.program == "mpirun":
             open_file_limit(cfg, remote, min(cfg.np, sum(h.slots for h in cfg.hosts if net.is_here(h))))

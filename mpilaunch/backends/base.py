@@ -23,7 +23,7 @@ SSH_CLOSED = re.compile(r"Connection to (\S+) closed by remote host")
 
 
 class Plan:
-    """What the launcher's supervision (supervise/, hang/server.py) reads of any backend's plan,
+    """What the launcher's supervision (supervise/, stacks/server.py) reads of any backend's plan,
     with the value of a plan that does not say. Every plan class derives from it (a namedtuple
     first, then this: its fields are the values); a field of the plan overrides the default.
 
@@ -58,7 +58,7 @@ def plan_facts(cfg: Any) -> Dict[str, Any]:
     dirs: Tuple[str, ...] = ()
     if cfg.log_dir:
         own = os.path.abspath(cfg.log_dir)
-        lr = cfg.long_run
+        lr = cfg.resilience
         job = os.path.abspath(lr.log_dir) if lr is not None and lr.log_dir else own
         dirs = (own,) if job == own else (own, job)
     return {"exec_mode": bool(cfg.exec_mode), "log_dirs": dirs}
@@ -107,7 +107,7 @@ class Backend:
     program = "mpirun"
     #: the --max_restarts / --term-grace / --stall-timeout support: a missing one is refused
     #: before anything starts, naming the backend
-    long_run: Tuple[str, ...] = ("max_restarts", "term_grace", "stall_timeout")
+    resilience: Tuple[str, ...] = ("max_restarts", "term_grace", "stall_timeout")
     #: the ranks check that they run where the hostfile placed them (``span.py``)
     span_check = True
     #: how the summary explains a lost host

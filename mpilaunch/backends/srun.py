@@ -62,7 +62,7 @@ class Srun(Backend):
     program = "srun"
     # restarts and the watchdog: measured with mpirun only; the graceful stop goes over the
     # control channel, which every backend has
-    long_run = ("term_grace",)
+    resilience = ("term_grace",)
     # to every process of the step (Slurm's process tracking), workers' children included;
     # srun stops itself on SIGTSTP and keeps SIGCONT (docs/OPENMPI_FACTS.md section 16)
     forwards = frozenset((signal.SIGUSR1, signal.SIGUSR2))

@@ -13,7 +13,8 @@ from typing import Mapping, Optional, Tuple
 from mpilaunch import contract, net
 from mpilaunch.config import allocation
 from mpilaunch.config import hostfile as hf
-from mpilaunch.config import longrun, mpiargs, msrun, options, preflight, programs, torchrun, tuneimport
+from mpilaunch.config import (mpiargs, msrun, options, preflight, programs, resilience, torchrun,
+                              tuneimport)
 from mpilaunch.config.broadcast import DEFAULT_PREFIXES
 from mpilaunch.errors import UsageError
 
@@ -52,7 +53,7 @@ class LaunchConfig(namedtuple("LaunchConfig", (
         # -m MODULE (script is then None); mpirun's --stdin target; why the scheduler is (not)
         # started; whether rank 0 checks the port (--exec: only a --master_port the user gave)
         "module stdin scheduler_why port_check "
-        # more adapter flags, before '--' (long jobs: longrun.nextattempt.attempt_cfg writes them per attempt)
+        # more adapter flags, before '--' (long jobs: attempts.nextattempt.attempt_cfg writes them per attempt)
         "rank_extra "
         # msrun's: --bind_numa (a file's content inlined), DryRun's level / rank / simulated size,
         # the rank table's absolute path
@@ -60,9 +61,9 @@ class LaunchConfig(namedtuple("LaunchConfig", (
         # the user's mpirun pieces (bind, x, mca, extra, a tune file's lines), split once:
         # mpiargs.pieces; every backend reads these
         "mpi_pieces "
-        # the run command's long-run settings (config/longrun.py: LongRun; None for check and job),
+        # the run command's resilience settings (config/resilience.py: Resilience; None for check and job),
         # --preflight's level and the deep check's settings (config/preflight.py; None: no deep check)
-        "long_run preflight deep "
+        "resilience preflight deep "
         # TORCHELASTIC_RUN_ID of every torch worker: --rdzv-id, else made once per launch
         "run_id"),
         defaults=(None, "mpirun", None, None, "", True, (), None, None, None, None, None, (),
@@ -295,7 +296,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
             if level == "deep" or getattr(args, "check_deep", False) else None)
     cfg = cfg._replace(preflight=level, deep=deep)
     if hasattr(args, "max_restarts"):   # the run command's (check's and job's own have none)
-        cfg = cfg._replace(long_run=longrun.settings(args, env, cfg))
+        cfg = cfg._replace(resilience=resilience.settings(args, env, cfg))
     return cfg
 
 

@@ -165,7 +165,7 @@ OPTIONS = (
        "(mpirun's --stdin)", "rank", shown="0 (none when mpilaunch's stdin is closed or /dev/null)",
        metavar="RANK"),
     _o(("--join",), "join", "msrun compatibility: always joined", "rank", kind="hidden"),
-    # -- long jobs (mpilaunch/longrun/restart.py, mpilaunch/rank/longrun.py)
+    # -- long jobs (mpilaunch/attempts/restart.py, mpilaunch/rank/resilience.py)
     _o(("--max_restarts", "--max-restarts"), "max_restarts",
        "restart the whole job after a failure, up to N times in all (logs: LOG_DIR/attempt<k>/)",
        "long", default="0", metavar="N", commands=(RUN, JOB)),

@@ -128,7 +128,7 @@ def _process_start() -> float:
 
 def start(cfg, lr, backend, env=None) -> None:
     """Open ``LOG_DIR/events.jsonl`` (a new job: the file starts empty) and write the
-    launcher's start and the hosts. ``lr``: config.longrun.LongRun (its ``log_dir`` is LOG_DIR
+    launcher's start and the hosts. ``lr``: config.resilience.Resilience (its ``log_dir`` is LOG_DIR
     itself, also when each attempt logs to ``LOG_DIR/attempt<k>``)."""
     global _rec
 

@@ -62,10 +62,10 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
 
     channel = control.take(user_env)   # the launcher's key never reaches a worker (control.py)
     plan.check(opts, info, user_env)
-    if opts.longrun is not None:   # span check, restart count, heartbeat
-        from mpilaunch.rank import longrun
+    if opts.resilience is not None:   # span check, restart count, heartbeat
+        from mpilaunch.rank import resilience
 
-        longrun.prepare(opts, info, user_env)
+        resilience.prepare(opts, info, user_env)
     argv = rank_options.worker_argv(opts, user_env.get("PATH"))
     if opts.exec_:
         return exec_script(opts, info, user_env, argv)
@@ -73,12 +73,12 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
     _make_log_dir(opts.log_dir)
     from mpilaunch.rank import agree
 
-    if opts.longrun is not None and opts.longrun.expect is not None:
+    if opts.resilience is not None and opts.resilience.expect is not None:
         # the node index from the launcher's plan, when it matches what the MPI launcher says
         # here: ranks across hosts then need no MPI_Init just to learn it
         from mpilaunch.rank import span
 
-        info = agree.node_from_plan(info, span.parse(opts.longrun.expect))
+        info = agree.node_from_plan(info, span.parse(opts.resilience.expect))
     ag = agree.agree(info, opts.master_addr, opts.master_port)
     info = ag.info
     if user_env.get("MPILAUNCH_DEBUG_AGREE"):   # tests and bench/: did this adapter load MPI?
@@ -96,7 +96,7 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
         if os.path.dirname(spec.log_path):
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
     _no_stale_error_file(specs)
-    if info.rank == 0 and not (opts.longrun and opts.longrun.restart_count):
+    if info.rank == 0 and not (opts.resilience and opts.resilience.restart_count):
         note = frameworkenv.omp_note(user_env, specs[-1].env)   # torchrun's warning, once
         if note:
             sys.stderr.write(note)
@@ -112,13 +112,13 @@ def _attempt_specs(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifna
                    k: int, port: int):
     """The children of attempt ``k`` restarted in place (rank/inplace/): its log dir
     (LOG_DIR/attempt<k>, beside this attempt's), restart count and rendezvous port."""
-    from mpilaunch.rank import longrun
+    from mpilaunch.rank import resilience
     from mpilaunch.rank.inplace.loop import attempt_dir
 
     opts = opts._replace(log_dir=attempt_dir(opts.log_dir, k), master_port=port,
-                         longrun=opts.longrun._replace(restart_count=k))
+                         resilience=opts.resilience._replace(restart_count=k))
     env = dict(user_env)
-    longrun.prepare(opts, info, env, span_check=False)
+    resilience.prepare(opts, info, env, span_check=False)
     _make_log_dir(opts.log_dir)
     specs = plan.children(opts, info, ag.sched_addr, port, env, argv, hostname, ip=ip,
                           gloo_ifname=ifname, cpus=cpus, numa_nodes=numa)
@@ -153,7 +153,7 @@ def _pass_launcher_fds(specs, used_mpi: bool, user_env: dict):
 
 def _restarts(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifname, cpus, numa):
     """runner.supervise's in-place hooks (rank/inplace/loop.py), None without --in-place."""
-    if opts.longrun is None or not opts.longrun.in_place:
+    if opts.resilience is None or not opts.resilience.in_place:
         return None
 
     def specs_for(k, port):
@@ -212,10 +212,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     status.life(rank, hostname, "adapter", "up", pid=os.getpid())   # the launcher's event record
     try:
         opts = rank_options.parse_args(argv, os.cpu_count())
-        if opts.longrun is not None:   # --term-grace needs the supervised mode
-            from mpilaunch.rank import longrun
+        if opts.resilience is not None:   # --term-grace needs the supervised mode
+            from mpilaunch.rank import resilience
 
-            longrun.early(opts)
+            resilience.early(opts)
         # Losing our parent (mpirun/orted/prted) must end us, and through us our children.
         parent = os.getppid()
         from mpilaunch.pdeathsig import set_parent_death_signal

@@ -83,7 +83,7 @@ def _fast(argv: List[str]):
 
 class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr master_port "
                          "no_scheduler cluster_time_out bind visible_devices scheduler_grace "
-                         "exec_ no_python python command module port_check longrun "
+                         "exec_ no_python python command module port_check resilience "
                          "numa sim_level sim_rank_id sim_world rank_table_file run_id",
                          defaults=(None, None, None, None, None, None, None))):
     """The adapter's validated options (a namedtuple: docs/ARCHITECTURE.md, start-up).
@@ -93,7 +93,7 @@ class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr ma
     (None, ``affinity.AUTO`` or ``{key: [cpu, ...]}``); visible_devices: tuple or None;
     scheduler_grace: float; command: [SCRIPT, ARGS...] (``module``: SCRIPT is a module name);
     port_check: rank 0 checks --master-port (``--exec`` without a port the user gave: no);
-    longrun: the flags each attempt writes (:class:`mpilaunch.rank.longrun.LongRun`) or None;
+    resilience: the flags each attempt writes (:class:`mpilaunch.rank.resilience.ResilienceFlags`) or None;
     numa: ``--bind-numa`` as given (checked; rank/binding/numabind.py reads it again in the child);
     sim_level, sim_rank_id, sim_world: int or None; rank_table_file: str or None; run_id: the
     job's id (``--run-id``) or None."""
@@ -144,17 +144,17 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
         cluster_time_out=cluster_time_out, bind=bind, visible_devices=visible,
         scheduler_grace=grace, exec_=ns.exec_, no_python=ns.no_python, python=ns.python,
         command=command, module=ns.module, port_check=not ns.no_port_check,
-        longrun=_longrun(ns))
+        resilience=_resilience(ns))
 
 
-def _longrun(ns):
-    """The long-run flags (restart count, graceful stop, stall watchdog, span check: the rows
-    each attempt writes, read by mpilaunch/rank/longrun.py), None when none was given."""
+def _resilience(ns):
+    """The resilience flags (restart count, graceful stop, stall watchdog, span check: the rows
+    each attempt writes, read by mpilaunch/rank/resilience.py), None when none was given."""
     if all(getattr(ns, f.dest) is None for f in flags.FLAGS if f.writer == flags.ATTEMPT):
         return None
-    from mpilaunch.rank import longrun
+    from mpilaunch.rank import resilience
 
-    return longrun.parse(ns)
+    return resilience.parse(ns)
 
 
 def _which(name: str, path: Optional[str]) -> Optional[str]:

@@ -72,7 +72,7 @@ def framework_opts(opts, error_file: Optional[str] = None) -> FrameworkOpts:
     """The framework options of ``opts``; torchrun's variables for a supervised worker of a
     job without MindSpore's scheduler (rank/frameworkenv.py), ``error_file`` its
     ``TORCHELASTIC_ERROR_FILE``."""
-    lr = opts.longrun
+    lr = opts.resilience
     return FrameworkOpts(opts.cluster_time_out, opts.visible_devices, opts.sim_level,
                          opts.sim_rank_id, opts.sim_world, opts.rank_table_file,
                          torch=bool(opts.no_scheduler and not opts.exec_), run_id=opts.run_id,

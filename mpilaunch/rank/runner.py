@@ -2,8 +2,8 @@
 
 One :class:`~mpilaunch.rank.supervisor.Supervisor` runs them; the opt-in features hook in:
 
-* ``opts.longrun`` (the launcher's long-job flags): the graceful stop of ``--term-grace`` and
-  the stall watchdog (rank/longrun.py, :class:`~mpilaunch.rank.longrun.Hooks`);
+* ``opts.resilience`` (the launcher's long-job flags): the graceful stop of ``--term-grace`` and
+  the stall watchdog (rank/resilience.py, :class:`~mpilaunch.rank.resilience.Hooks`);
 * ``restarts`` (``--in-place``): one supervisor per attempt, until an attempt is not restarted
   (rank/inplace/loop.py, :class:`~mpilaunch.rank.inplace.loop.Restarts`).
 
@@ -78,10 +78,10 @@ def supervise(specs: Sequence[ChildSpec], opts, rank: int, host: str, local_size
     ``restarts``: a factory ``(inbox, opts) -> Restarts`` for ``--in-place``."""
     inbox = Inbox()
     hooks = None
-    if opts.longrun is not None:
-        from mpilaunch.rank import longrun
+    if opts.resilience is not None:
+        from mpilaunch.rank import resilience
 
-        hooks = longrun.Hooks(opts.longrun, inbox.put)
+        hooks = resilience.Hooks(opts.resilience, inbox.put)
     if channel is not None:
         from mpilaunch.rank import control     # only a launch with the channel pays for it
 

@@ -1,11 +1,11 @@
 """Stacks on demand, rank side: the answer to the launcher's ``stacks ID`` (rank/control.py),
-for ``mpilaunch stacks LOG_DIR`` (mpilaunch/hang/, docs/HANGS.md).
+for ``mpilaunch stacks LOG_DIR`` (mpilaunch/stacks/, docs/HANGS.md).
 
 The adapter runs ``py-spy dump`` on its own host, on each of its children (the worker, and
 rank 0's MindSpore scheduler), in parallel, and answers with the text: one section per child,
 ``=== worker pid P`` / ``=== scheduler pid P``, then py-spy's output (``--full-filenames``), and
 under each frame of the user's own code its source line (``    > text``), read here where the
-file is: the launcher's grouping (hang/verdict.py) recognises an mpi4py collective by the call
+file is: the launcher's grouping (stacks/verdict.py) recognises an mpi4py collective by the call
 on that line (py-spy shows no C frame without ``--native``).
 
 Loaded only when a request arrives (the rank-side import budget: tests/rank/test_options.py);

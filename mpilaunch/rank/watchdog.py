@@ -12,7 +12,7 @@ When neither changed for ``timeout`` s, the rank is *silent*: its worker's Pytho
 dumped to ``stacks_<rank>.txt`` in the log dir (``py-spy dump``, an optional dependency:
 ``pip install py-spy`` or ``mpilaunch[stall]``; without it the file and the summary say so),
 and a status line ``event: stall`` goes to the launcher; progress after that sends
-``event: progress``. The launcher (``mpilaunch/longrun/restart.py``) ends the job only when **every**
+``event: progress``. The launcher (``mpilaunch/attempts/restart.py``) ends the job only when **every**
 rank is silent at once, so a rank that computes quietly while others log is never a stall.
 The watchdog polls two ``stat`` calls every ``min(1, timeout/4)`` s.
 

@@ -1,7 +1,7 @@
 """The attempt protocol: what the supervision of one attempt (``starter.run_attempt``) asks of
-the attempt it runs. ``Attempt`` is a plain launch; ``longrun.restart.LongRunAttempt`` fills the
+the attempt it runs. ``Attempt`` is a plain launch; ``attempts.restart.ResilientAttempt`` fills the
 hooks in for the graceful stop, the stall watchdog and restarts in place; the loop that starts
-one attempt after another is ``longrun.attempts.run_job``."""
+one attempt after another is ``attempts.loop.run_job``."""
 from __future__ import annotations
 
 import signal
@@ -15,7 +15,7 @@ LINGER = 3.0    # an adapter's own teardown: 2 s to SIGKILL its workers, then it
 
 @dataclass(frozen=True)
 class AttemptRecord:
-    """How one attempt ended: what the loop of attempts (``longrun.attempts.run_job``) decides
+    """How one attempt ended: what the loop of attempts (``attempts.loop.run_job``) decides
     from and the attempts' summary lists. Made once the attempt has ended
     (:meth:`Attempt.record`); the loop amends it only by making a new one
     (``dataclasses.replace``), so no thread still running can change it behind the loop's back.
@@ -23,7 +23,7 @@ class AttemptRecord:
     status, cause    the attempt's exit status and its root cause, in words
     stopped_by       the stop signal that ended it (to mpilaunch, during or after it), or None
     usage_error      an adapter refused to start (exit 2): it would fail the same way again
-    progress         some worker made progress (longrun/progress.py)
+    progress         some worker made progress (attempts/progress.py)
     note             what the attempts' summary adds to its line (a shrink, host discovery)
     in_place         the attempts before it restarted in place inside the same launch
     lost             the hosts the starter reported lost

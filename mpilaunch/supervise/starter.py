@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, ContextManager, List, Mappi
 
 from mpilaunch import rundir
 from mpilaunch.config import allocation
-from mpilaunch.hang import server as hang_server
+from mpilaunch.stacks import server as hang_server
 from mpilaunch.supervise import control as control_channel
 from mpilaunch.supervise import leftovers, relays, usersignals
 from mpilaunch.supervise.ending import Ending
@@ -145,7 +145,7 @@ def run_attempt(backend: Backend, plan: Plan, env: Mapping[str, str], run_dir: s
                 keep_tune: bool, attempt: Attempt) -> int:
     """Start ``plan`` with ``backend`` and supervise it to its end; the attempt's exit status.
     ``attempt``: the protocol of supervise/attempt.py (``Attempt`` for a plain launch;
-    longrun/restart.py's ``LongRunAttempt`` for the graceful stop and the stall watchdog)."""
+    attempts/restart.py's ``ResilientAttempt`` for the graceful stop and the stall watchdog)."""
     s = _Supervision(backend, plan, attempt, run_dir)
     s.prepare()                 # nothing started yet: the control channel, the argv
     rc = s.start_and_watch(env, keep_tune)
@@ -166,7 +166,7 @@ class _Supervision:
         self.proc: Optional[subprocess.Popen] = None
         self.job: Optional[Job] = None
         self.control: Optional[control_channel.Control] = None
-        self.stacks_server: Any = None      # hang/server.py's, for `mpilaunch stacks`
+        self.stacks_server: Any = None      # stacks/server.py's, for `mpilaunch stacks`
         self.forwarder = usersignals.Forwarder(backend)
         self.forwarder.install()     # before any thread of this attempt starts (usersignals.py)
 

@@ -16,9 +16,9 @@ from helpers.mpis import MPIRUNS
 from helpers.ports import free_port
 from helpers.restart import TRAIN
 from helpers.procs import watch_to_end
-from mpilaunch.config.longrun import LongRun
+from mpilaunch.config.resilience import Resilience
 
-from mpilaunch.longrun import nextattempt
+from mpilaunch.attempts import nextattempt
 from mpilaunch.backends import placement
 
 pytestmark = pytest.mark.skipif(
@@ -121,7 +121,7 @@ def _two_names(tmp_path):
     (["--stall-timeout", "0"], "--stall-timeout"),
     (["--exec", "--term-grace", "3"], "not --exec"),
 ])
-def test_bad_long_run_options_are_one_line(argv, message, tmp_path):
+def test_bad_resilience_options_are_one_line(argv, message, tmp_path):
     script = tmp_path / "x.py"
     script.write_text("pass\n")
     r = subprocess.run(mpilaunch_argv("-np", "1", *argv, str(script)), env=clean_env(), cwd=REPO,
@@ -134,7 +134,7 @@ def test_attempt_flags_and_log_dirs():
 
     class Cfg:
         pass
-    lr = LongRun(2, 0.0, 3.0, None, False, "/logs", True, True)
+    lr = Resilience(2, 0.0, 3.0, None, False, "/logs", True, True)
 
     import collections
     C = collections.namedtuple("C", "log_dir master_port exec_mode rank_extra hosts")

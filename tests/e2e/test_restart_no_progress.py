@@ -1,5 +1,5 @@
 """--max_no_progress_restarts: a job whose script fails before any worker made progress is not
-restarted again and again (mpilaunch/longrun/progress.py); a job that made progress and then
+restarted again and again (mpilaunch/attempts/progress.py); a job that made progress and then
 failed is. Real mpirun, plain Python scripts."""
 import os
 import subprocess
@@ -12,7 +12,7 @@ from helpers import REPO
 from helpers.launch import clean_env, mpilaunch_argv
 from helpers.mpis import MPIRUNS
 from helpers.procs import watch_to_end
-from mpilaunch.longrun import progress
+from mpilaunch.attempts import progress
 
 # Rank 1 fails once the launcher has recorded rank 0's first output (its event record) and
 # progress.LEAD seconds have passed since, by the launcher's clock (this machine's): the state

@@ -1,7 +1,7 @@
 """A backend of a few lines whose starter is a real Python process: it prints the adapters'
 status lines it is given, then exits with the code it is given. starter.run_attempt supervises
 it exactly as it does Open MPI, Hydra and srun (tests/launcher/supervise/test_starter.py), and
-the loop of attempts runs it attempt after attempt (tests/launcher/longrun/test_loop.py)."""
+the loop of attempts runs it attempt after attempt (tests/launcher/attempts/test_loop.py)."""
 import json
 import os
 import sys

@@ -16,7 +16,7 @@ PKG = os.path.join(REPO, "mpilaunch")
 # The layers, lowest first: a module may import its own package and the layers below it.
 # "root" is the shared modules beside the entry points (contract, errors, net, netif,
 # pdeathsig, rundir, ssh); run, api and cli are the entry points.
-LAYERS = ("root", "rank", "output", "config", "check", "backends", "hang", "supervise", "longrun",
+LAYERS = ("root", "rank", "output", "config", "check", "backends", "stacks", "supervise", "attempts",
           "run", "job", "report", "api", "cli")
 ENTRY = {"run": "run", "api": "api", "cli": "cli", "__main__": "cli"}
 # Imports against the order, each for a reason: the package root loads the Python API on
@@ -108,7 +108,7 @@ def test_the_packages_import_one_way():
     ({"mpilaunch.config.options": {"mpilaunch.supervise.starter"}},
      ["mpilaunch.config.options (config) -> mpilaunch.supervise.starter (supervise)"]),
     ({"mpilaunch.net": {"mpilaunch.config.hostfile"}}, ["mpilaunch.net (root) -> mpilaunch.config.hostfile (config)"]),
-    ({"mpilaunch.longrun.restart": {"mpilaunch.supervise.starter", "mpilaunch.config.longrun"}}, []),
+    ({"mpilaunch.attempts.restart": {"mpilaunch.supervise.starter", "mpilaunch.config.resilience"}}, []),
     ({"mpilaunch.cli": {"mpilaunch.run", "mpilaunch.job.command"}}, []),
 ])
 def test_the_layer_rule_itself(graph, expected):

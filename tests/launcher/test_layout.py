@@ -95,7 +95,7 @@ def test_nothing_imports_the_dispatcher():
 
 # A backend is one room (docs/ARCHITECTURE.md, "Adding a backend"): it may use the shared rooms
 # and backends.base, never another backend, nor what drives the backends.
-DRIVERS = ("mpilaunch.supervise.starter", "mpilaunch.longrun.attempts", "mpilaunch.longrun.restart", "mpilaunch.run",
+DRIVERS = ("mpilaunch.supervise.starter", "mpilaunch.attempts.loop", "mpilaunch.attempts.restart", "mpilaunch.run",
            "mpilaunch.supervise.relays", "mpilaunch.output.outcome", "mpilaunch.cli")
 # what every backend shares: the protocol, the rank command, where the ranks go
 BACKEND_SHARED = ("mpilaunch.backends", "mpilaunch.backends.base", "mpilaunch.backends.rankcmd",
@@ -118,15 +118,15 @@ def _backend_breaches(graph):
 
 def test_a_backend_imports_no_other_backend_and_nothing_that_drives_it():
     assert _backend_breaches(_graph()) == []
-    planted = {"mpilaunch.backends.srun": {"mpilaunch.backends.hydra", "mpilaunch.longrun.restart"},
+    planted = {"mpilaunch.backends.srun": {"mpilaunch.backends.hydra", "mpilaunch.attempts.restart"},
                "mpilaunch.backends.hydra": {"mpilaunch.backends.hydra_report"}}
-    assert _backend_breaches(planted) == ["mpilaunch.backends.srun -> mpilaunch.backends.hydra",
-                                          "mpilaunch.backends.srun -> mpilaunch.longrun.restart"]
+    assert _backend_breaches(planted) == ["mpilaunch.backends.srun -> mpilaunch.attempts.restart",
+                                          "mpilaunch.backends.srun -> mpilaunch.backends.hydra"]
 
 
 def test_the_launcher_names_no_backend():
     graph = _graph()
-    for m in ("mpilaunch.supervise.starter", "mpilaunch.longrun.attempts", "mpilaunch.supervise.relays", "mpilaunch.output.outcome",
+    for m in ("mpilaunch.supervise.starter", "mpilaunch.attempts.loop", "mpilaunch.supervise.relays", "mpilaunch.output.outcome",
               "mpilaunch.output.summary"):
         named = sorted(d for d in graph[m] if d.startswith("mpilaunch.backends.")
                        and d not in BACKEND_SHARED)

@@ -10,7 +10,7 @@ import pytest
 from helpers import EXAMPLES
 from mpilaunch import net, run
 from mpilaunch.config import launchconfig, options
-from mpilaunch.longrun import nextattempt
+from mpilaunch.attempts import nextattempt
 from mpilaunch.config import hostfile as hf
 from mpilaunch.backends.hydra import Hydra
 from mpilaunch.backends.openmpi import OpenMpi
@@ -30,7 +30,7 @@ def _cfg(*argv, env=None):
 
 def _attempt0(*argv):
     args, cfg = _cfg(*argv)
-    return nextattempt.attempt_cfg(cfg, cfg.long_run, 0)
+    return nextattempt.attempt_cfg(cfg, cfg.resilience, 0)
 
 
 def test_rank0_address_for_a_launcher_outside_the_hostfile():

@@ -1,4 +1,4 @@
-"""The check before a relaunch (mpilaunch/longrun/health.py) on 3 ssh test hosts: rank 2's
+"""The check before a relaunch (mpilaunch/attempts/health.py) on 3 ssh test hosts: rank 2's
 worker is killed by a signal (SIGKILL) on host 3, whose sshd was stopped just before. The
 next attempt is not spent on that host: with --min-hosts it is dropped and the job completes on
 the two left; without, the job ends at once, exit 255, one line naming the host and why. Nothing

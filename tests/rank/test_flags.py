@@ -11,7 +11,7 @@ from helpers import REPO
 from mpilaunch.backends import rankcmd
 from mpilaunch.config.launchconfig import LaunchConfig
 from mpilaunch.rank import flags, options
-from mpilaunch.rank.longrun import LongRun
+from mpilaunch.rank.resilience import ResilienceFlags
 
 PY = "/usr/bin/python3"
 SPEC = "4;exact;localhost:4"
@@ -64,7 +64,7 @@ def test_every_written_flag_round_trips(no_python):
     assert (opts.master_port, opts.cluster_time_out, opts.visible_devices, opts.tail) == (
         29500, 77, ("1", "3"), frozenset({0, 3}))
     assert (opts.exec_, opts.module, opts.port_check, opts.no_scheduler) == (True, True, False, True)
-    assert opts.longrun == LongRun(2, 3, 2.5, 60.0, SPEC, 4242)
+    assert opts.resilience == ResilienceFlags(2, 3, 2.5, 60.0, SPEC, 4242)
     assert opts.command == ["pkg.mod", "--lr", "0.1"]
     assert (opts.numa, opts.sim_level, opts.sim_rank_id, opts.sim_world, opts.rank_table_file,
             opts.run_id) == ('{"device0":[0]}', 1, 3, 8, "/rt.json", "job-1")

@@ -68,7 +68,7 @@ PLAIN_RANK = {
     "mpilaunch.procstat", "mpilaunch.rank", "mpilaunch.rank.__main__", "mpilaunch.rank.agree",
     "mpilaunch.rank.control", "mpilaunch.rank.descendants", "mpilaunch.rank.firstout",
     "mpilaunch.rank.flags", "mpilaunch.rank.frameworkenv", "mpilaunch.rank.identity",
-    "mpilaunch.rank.jobdone", "mpilaunch.rank.logs", "mpilaunch.rank.longrun",
+    "mpilaunch.rank.jobdone", "mpilaunch.rank.logs", "mpilaunch.rank.resilience",
     "mpilaunch.rank.options", "mpilaunch.rank.plan", "mpilaunch.rank.relay", "mpilaunch.rank.runner",
     "mpilaunch.rank.span",
     "mpilaunch.rank.spawn", "mpilaunch.rank.status", "mpilaunch.rank.supervisor"}

@@ -1,5 +1,5 @@
 """rank/runner.py's Inbox (what other threads deliver: to the running supervisor, else kept
-for the next one) and rank/longrun.py's Hooks (the launcher's stop taken once, the status after a
+for the next one) and rank/resilience.py's Hooks (the launcher's stop taken once, the status after a
 stop signal), without processes: the whole entry point runs in the adapter tests."""
 import json
 import signal
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from mpilaunch.contract import STATUS_PREFIX
 from mpilaunch.rank import runner
-from mpilaunch.rank.longrun import Hooks, LongRun
+from mpilaunch.rank.resilience import Hooks, ResilienceFlags
 from mpilaunch.rank.relay import PIPE_SIZE, PIPE_SIZE_MANY_RANKS, pipe_size
 
 
@@ -50,16 +50,16 @@ def test_the_pipe_size_rule():
 
 def test_the_launchers_stop_is_taken_once_and_only_with_term_grace(capfd):
     got = []
-    hooks = Hooks(LongRun(None, None, 5.0, None, None), got.append)
+    hooks = Hooks(ResilienceFlags(None, None, 5.0, None, None), got.append)
     hooks.on_stop()
     hooks.on_stop()
     assert got == [("signal", signal.SIGTERM)] and hooks.asked
-    quiet = Hooks(LongRun(None, None, None, None, None), got.append)
+    quiet = Hooks(ResilienceFlags(None, None, None, None, None), got.append)
     quiet.on_stop()
     assert got == [("signal", signal.SIGTERM)] and not quiet.asked
     # after the stop: the launcher's own (0) or the signal the adapter got, and exit 0
     assert hooks.stopped(SimpleNamespace(stop_signal=signal.SIGTERM), 3, "node-c", 143) == 0
-    fresh = Hooks(LongRun(None, None, 5.0, None, None), got.append)
+    fresh = Hooks(ResilienceFlags(None, None, 5.0, None, None), got.append)
     assert fresh.stopped(SimpleNamespace(stop_signal=signal.SIGHUP), 3, "node-c", 129) == 0
     assert quiet.stopped(SimpleNamespace(stop_signal=signal.SIGHUP), 3, "node-c", 129) == 129
     lines = [json.loads(line[len(STATUS_PREFIX):]) for line in capfd.readouterr().err.splitlines()

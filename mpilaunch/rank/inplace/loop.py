@@ -4,7 +4,7 @@ After a worker or scheduler failure the starter (mpirun, its daemons) and every 
 each adapter stops its children and starts the next attempt's: a fresh rendezvous port,
 ``MPILAUNCH_RESTART_COUNT`` / ``TORCHELASTIC_RESTART_COUNT`` = the attempt, logs in
 ``LOG_DIR/attempt<k>/``. What is not a worker's failure (a lost host, a killed adapter or
-daemon) still ends the starter, and the launcher relaunches it (mpilaunch/longrun/attempts.py).
+daemon) still ends the starter, and the launcher relaunches it (mpilaunch/attempts/loop.py).
 
 **Coordination, without MPI** (rank/inplace/coordinate.py). Rank 0's adapter is the coordinator: it
 listens on TCP ``PORT`` (the launcher's choice; rank 0's address is the one every rank already
@@ -173,7 +173,7 @@ class Restarts:
 
     def __init__(self, inbox, opts, rank: int, hostname: str, coord_addr: str, size: int, argv,
                  specs_for) -> None:
-        lr = opts.longrun
+        lr = opts.resilience
         self.inbox, self.opts, self.argv, self.specs_for = inbox, opts, argv, specs_for
         self.k, self.last = lr.restart_count or 0, lr.max_restarts or 0
         self.status = 0          # the rank's, once next() said there is no next attempt

@@ -150,7 +150,7 @@ def test_bad_network_input_is_one_line_exit_2(tmp_path, text, args, env, message
 
 
 def test_a_discovery_scripts_lines_take_the_same_forms():
-    from mpilaunch.longrun import discovery
+    from mpilaunch.attempts import discovery
 
     assert discovery.parse("10.0.0.5:2@2201\n10.0.0.5:2@2202\n[fd00::1]:1\nb\n", "/d.sh") == (
         hf.Host("10.0.0.5", 2, None, 2201), hf.Host("10.0.0.5", 2, None, 2202),

@@ -58,7 +58,7 @@ def stamp() -> str:
 def gather(control: Any, np: int, log_dir: str, native: bool = False,
            timeout: float = ASK_TIMEOUT) -> dict:
     """Ask every adapter, write the files, judge: the answer's fields."""
-    from mpilaunch.hang import verdict   # 3-8 ms of regular expressions: only when asked
+    from mpilaunch.stacks import verdict   # 3-8 ms of regular expressions: only when asked
 
     t0 = time.monotonic()
     answers, asked = control.stacks(timeout, native)
@@ -176,7 +176,7 @@ STALL_TIMEOUT = 20.0    # s for every silent rank's answer before a stalled job 
 
 
 def stall_verdict(job: Any, log_dir: str) -> Optional[str]:
-    """For ``--stall-timeout`` (longrun/restart.py), before it ends a stalled job: every rank's
+    """For ``--stall-timeout`` (attempts/restart.py), before it ends a stalled job: every rank's
     stacks into ``log_dir``/stacks/TIME as ``mpilaunch stacks`` writes them, and the verdict
     line (recorded as a ``stacks`` event); None without a control channel or on an error."""
     control = job.control

@@ -1,4 +1,4 @@
-"""--max_no_progress_restarts (mpilaunch/config/longrun.py): its default, its validation, and a
+"""--max_no_progress_restarts (mpilaunch/config/resilience.py): its default, its validation, and a
 bad value stopping the launch in one line before anything starts."""
 import pytest
 
@@ -25,7 +25,7 @@ def build(argv, tmp_path):
     (["--max_no_progress_restarts", "0"], 0),
 ])
 def test_the_limit(argv, limit, tmp_path):
-    assert build(argv, tmp_path).long_run.max_no_progress == limit
+    assert build(argv, tmp_path).resilience.max_no_progress == limit
 
 
 @pytest.mark.parametrize("argv, message", [

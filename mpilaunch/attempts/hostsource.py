@@ -14,19 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-from mpilaunch.config.longrun import LongRun
-from mpilaunch.longrun import discovery, health, shrink
-from mpilaunch.longrun.nextattempt import Between
+from mpilaunch.config.resilience import Resilience
+from mpilaunch.attempts import discovery, health, shrink
+from mpilaunch.attempts.nextattempt import Between
 
 
 @dataclass(frozen=True)
 class NextHosts:
-    """The next attempt's config and long-run settings (its hosts, world size, whether rank 0
+    """The next attempt's config and resilience settings (its hosts, world size, whether rank 0
     runs here); ``note``: what the last attempt's line of the summary adds; ``dropped``: the
     hosts left out for good (``--min-hosts``), said once the relaunch is announced."""
 
     cfg: Any
-    lr: LongRun
+    lr: Resilience
     note: str = ""
     dropped: Tuple[str, ...] = ()
 

@@ -1,13 +1,13 @@
-"""--min-hosts (mpilaunch/longrun/shrink.py): which hosts the next attempt gets after a host
+"""--min-hosts (mpilaunch/attempts/shrink.py): which hosts the next attempt gets after a host
 was lost, and its world size; the option's refusals."""
 import collections
 import types
 
 import pytest
 
-from mpilaunch.config.longrun import LongRun
-from mpilaunch.longrun import shrink
-from mpilaunch.longrun.nextattempt import Between
+from mpilaunch.config.resilience import Resilience
+from mpilaunch.attempts import shrink
+from mpilaunch.attempts.nextattempt import Between
 from mpilaunch.supervise.attempt import AttemptRecord
 from mpilaunch.errors import UsageError
 from mpilaunch.config.hostfile import Host
@@ -21,7 +21,7 @@ def Att(lost, rank_hosts=None):
 
 
 def lr(m):
-    return LongRun(2, 0.0, None, None, True, "/logs", False, False, False, m)
+    return Resilience(2, 0.0, None, None, True, "/logs", False, False, False, m)
 
 
 def test_the_lost_host_is_dropped_and_the_world_is_the_slots_left():
@@ -64,12 +64,12 @@ def test_refusals():
     cfg = C(HOSTS, 6, None, "hostfile")
 
     def check(min_hosts, n):
-        from mpilaunch.config import longrun
+        from mpilaunch.config import resilience
         args = Opts()
         args.min_hosts, args.max_restarts = min_hosts, n
         launch = types.SimpleNamespace(hosts=cfg.hosts, hosts_source=cfg.hosts_source, log_dir="/logs",
                                        exec_mode=False)
-        settings = longrun.settings(args, {}, launch)
+        settings = resilience.settings(args, {}, launch)
         return settings.min_hosts
     assert check(None, 0) is None and check("2", 1) == 2
     with pytest.raises(UsageError, match="needs --max_restarts"):

@@ -1,4 +1,4 @@
-"""--host-discovery-script (mpilaunch/longrun/discovery.py): the script's output and its failures,
+"""--host-discovery-script (mpilaunch/attempts/discovery.py): the script's output and its failures,
 the rules between attempts (cool-down after repeated failures, preflight of new hosts, the
 previous hosts kept when the script fails, the end when no host is left), and the first
 attempt's usage errors through the CLI."""
@@ -10,10 +10,10 @@ import pytest
 
 from helpers.launch import run_cli
 from helpers.procs import wait_for
-from mpilaunch.config import longrun
-from mpilaunch.config.longrun import LongRun
-from mpilaunch.longrun import discovery
-from mpilaunch.longrun.nextattempt import Between
+from mpilaunch.config import resilience
+from mpilaunch.config.resilience import Resilience
+from mpilaunch.attempts import discovery
+from mpilaunch.attempts.nextattempt import Between
 from mpilaunch.supervise.attempt import AttemptRecord
 from mpilaunch.errors import UsageError
 from mpilaunch.config.hostfile import Host
@@ -87,12 +87,12 @@ def _gone(pid):
 
 def test_script_path(tmp_path):
     ok = executable(tmp_path, "#!/bin/sh\n")
-    assert longrun.script_path(ok) == ok
+    assert resilience.script_path(ok) == ok
     plain = tmp_path / "plain.sh"
     plain.write_text("echo a\n")
     for raw in (str(plain), str(tmp_path / "missing"), str(tmp_path), " "):
         with pytest.raises(UsageError) as e:
-            longrun.script_path(raw)
+            resilience.script_path(raw)
         assert str(e.value) == f"--host-discovery-script={raw}: not an executable file"
 
 
@@ -191,7 +191,7 @@ def Att(lost, rank_hosts=None):
 
 
 def lr(m=None):
-    return LongRun(2, 0.0, None, None, True, "/logs", False, True, False, m)
+    return Resilience(2, 0.0, None, None, True, "/logs", False, True, False, m)
 
 
 def test_between_a_replacement_host(capsys):

@@ -1,5 +1,5 @@
 """Each attempt's configuration: its log dir (``LOG_DIR/attempt<k>/``), its port, rank 0's
-address, and the adapter flags of the long-run settings (restart count, grace, watchdog, the span
+address, and the adapter flags of the resilience settings (restart count, grace, watchdog, the span
 check, in-place coordination); and, when the user gave the port, the wait until the last attempt
 has let go of it."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict
 from mpilaunch import contract, net
 from mpilaunch.backends import placement, rankcmd
 from mpilaunch.config import allocation
-from mpilaunch.config.longrun import LongRun
+from mpilaunch.config.resilience import Resilience
 from mpilaunch.errors import UsageError
 from mpilaunch.supervise.attempt import AttemptRecord
 
@@ -28,12 +28,12 @@ class Between:
 
     cfg: Any
     base: Any
-    lr: LongRun
+    lr: Resilience
     last: AttemptRecord
     k: int
 
 
-def attempt_cfg(cfg: Any, lr: LongRun, k: int) -> Any:
+def attempt_cfg(cfg: Any, lr: Resilience, k: int) -> Any:
     """The config of attempt ``k``: its log dir, port and adapter flags."""
     changes: Dict[str, Any] = {}
     if lr.max_restarts:

@@ -1,4 +1,4 @@
-"""mpilaunch/rank/longrun.py without a launch: the long-run options read and checked, SIGUSR1
+"""mpilaunch/rank/resilience.py without a launch: the resilience options read and checked, SIGUSR1
 left to the workers, the variables every worker sees, the graceful stop's grace on a stop
 signal and the watchdog wired to the worker. No process is started."""
 import os
@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from mpilaunch.errors import UsageError
-from mpilaunch.rank import longrun, watchdog
+from mpilaunch.rank import resilience, watchdog
 from mpilaunch.rank.identity import RankInfo
-from mpilaunch.rank.longrun import LongRun
+from mpilaunch.rank.resilience import ResilienceFlags
 
 
 def _ns(restart_count=None, max_restarts=None, term_grace=None, stall_timeout=None, expect_ranks=None):
@@ -26,9 +26,9 @@ def _ns(restart_count=None, max_restarts=None, term_grace=None, stall_timeout=No
 # --------------------------------------------------------------------------- parse
 
 def test_parse_converts_each_value_and_keeps_absent_ones_none():
-    assert longrun.parse(_ns("2", "3", "2.5", "60", "4;exact;a:2,b:2")) == LongRun(2, 3, 2.5, 60.0, "4;exact;a:2,b:2")
-    assert longrun.parse(_ns()) == LongRun(None, None, None, None, None)
-    assert longrun.parse(_ns("0", "0", "0", "0")) == LongRun(0, 0, 0.0, 0.0, None)
+    assert resilience.parse(_ns("2", "3", "2.5", "60", "4;exact;a:2,b:2")) == ResilienceFlags(2, 3, 2.5, 60.0, "4;exact;a:2,b:2")
+    assert resilience.parse(_ns()) == ResilienceFlags(None, None, None, None, None)
+    assert resilience.parse(_ns("0", "0", "0", "0")) == ResilienceFlags(0, 0, 0.0, 0.0, None)
 
 
 @pytest.mark.parametrize("ns, message", [
@@ -40,7 +40,7 @@ def test_parse_converts_each_value_and_keeps_absent_ones_none():
 ])
 def test_parse_refuses_bad_values_in_one_line(ns, message):
     with pytest.raises(UsageError) as exc:
-        longrun.parse(ns)
+        resilience.parse(ns)
     assert str(exc.value) == message
 
 
@@ -59,16 +59,16 @@ def test_early_leaves_sigusr1_to_the_workers_with_or_without_a_grace(restore_sig
     # the graceful stop has its own channel: a blocked or ignored SIGUSR1 would reach the
     # workers ignored (exec passes SIG_IGN on), and a user's SIGUSR1 is theirs
     before = signal.getsignal(signal.SIGUSR1)
-    longrun.early(SimpleNamespace(longrun=None, exec_=False))
-    longrun.early(SimpleNamespace(longrun=LongRun(1, 2, None, 5.0, None), exec_=True))
-    longrun.early(SimpleNamespace(longrun=LongRun(None, None, 30.0, None, None), exec_=False))
+    resilience.early(SimpleNamespace(resilience=None, exec_=False))
+    resilience.early(SimpleNamespace(resilience=ResilienceFlags(1, 2, None, 5.0, None), exec_=True))
+    resilience.early(SimpleNamespace(resilience=ResilienceFlags(None, None, 30.0, None, None), exec_=False))
     assert signal.SIGUSR1 not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
     assert signal.getsignal(signal.SIGUSR1) == before
 
 
 def test_early_refuses_a_grace_under_exec(restore_sigusr1):
     with pytest.raises(UsageError) as exc:
-        longrun.early(SimpleNamespace(longrun=LongRun(None, None, 30.0, None, None), exec_=True))
+        resilience.early(SimpleNamespace(resilience=ResilienceFlags(None, None, 30.0, None, None), exec_=True))
     assert str(exc.value) == "--term-grace needs the supervised mode (not --exec)"
     assert signal.SIGUSR1 not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
@@ -80,8 +80,8 @@ INFO = RankInfo(1, 4, 1, 2, None, None, "node-b", "openmpi")   # rank 1: 2 ranks
 
 def test_prepare_gives_every_worker_the_restart_count_and_the_heartbeat(tmp_path):
     env = {"KEEP": "1"}
-    opts = SimpleNamespace(longrun=LongRun(2, 3, None, 60.0, "4;exact;node-a:2,node-b:2"), log_dir=str(tmp_path))
-    longrun.prepare(opts, INFO, env)
+    opts = SimpleNamespace(resilience=ResilienceFlags(2, 3, None, 60.0, "4;exact;node-a:2,node-b:2"), log_dir=str(tmp_path))
+    resilience.prepare(opts, INFO, env)
     assert env == {"KEEP": "1",
                    "MPILAUNCH_RESTART_COUNT": "2", "TORCHELASTIC_RESTART_COUNT": "2",
                    "MPILAUNCH_MAX_RESTARTS": "3", "TORCHELASTIC_MAX_RESTARTS": "3",
@@ -90,16 +90,16 @@ def test_prepare_gives_every_worker_the_restart_count_and_the_heartbeat(tmp_path
 
 def test_prepare_adds_nothing_unasked(tmp_path):
     env = {}
-    longrun.prepare(SimpleNamespace(longrun=None, log_dir=str(tmp_path)), INFO, env)
-    longrun.prepare(SimpleNamespace(longrun=LongRun(0, None, 5.0, 0.0, None), log_dir=str(tmp_path)), INFO, env)
+    resilience.prepare(SimpleNamespace(resilience=None, log_dir=str(tmp_path)), INFO, env)
+    resilience.prepare(SimpleNamespace(resilience=ResilienceFlags(0, None, 5.0, 0.0, None), log_dir=str(tmp_path)), INFO, env)
     assert env == {"MPILAUNCH_RESTART_COUNT": "0", "TORCHELASTIC_RESTART_COUNT": "0"}   # 0 s: no watchdog
 
 
 def test_prepare_stops_a_rank_that_runs_off_plan_before_setting_anything(tmp_path):
     env = {}
-    opts = SimpleNamespace(longrun=LongRun(2, 3, None, None, "4;exact;node-a:3,node-b:1"), log_dir=str(tmp_path))
+    opts = SimpleNamespace(resilience=ResilienceFlags(2, 3, None, None, "4;exact;node-a:3,node-b:1"), log_dir=str(tmp_path))
     with pytest.raises(UsageError) as exc:
-        longrun.prepare(opts, INFO, env)
+        resilience.prepare(opts, INFO, env)
     # the rest of the paragraph (planned, running, usual causes) is span.py's, tested there
     assert str(exc.value).startswith(
         "the ranks do not run where the plan put them (rank 1 was planned on node-a with 3 rank(s) "
@@ -133,14 +133,14 @@ def test_a_stop_signal_gets_the_grace_and_is_remembered():
 
 
 def test_the_grace_event_the_launcher_reads():
-    assert longrun.GRACE_EVENT == "grace-stop"
+    assert resilience.GRACE_EVENT == "grace-stop"
 
 
 # --------------------------------------------------------------------------- the watchdog's wiring
 
 def test_no_worker_no_watchdog(tmp_path):
     sup = SimpleNamespace(children={"scheduler": object()})
-    assert longrun.start_watchdog(sup, SimpleNamespace(log_dir=str(tmp_path)), 0, "h", 5.0) is None
+    assert resilience.start_watchdog(sup, SimpleNamespace(log_dir=str(tmp_path)), 0, "h", 5.0) is None
 
 
 def test_the_watchdog_watches_the_workers_log_heartbeat_pid_and_status(tmp_path, monkeypatch):
@@ -153,7 +153,7 @@ def test_the_watchdog_watches_the_workers_log_heartbeat_pid_and_status(tmp_path,
                              spec=SimpleNamespace(log_path=str(tmp_path / "logs" / "worker_3.log"),
                                                   env={"PATH": str(tmp_path / "bin")}))
     sup = SimpleNamespace(children={"worker": worker})
-    dog = longrun.start_watchdog(sup, SimpleNamespace(log_dir=str(tmp_path / "logs")), 3, "node-c", 60.0)
+    dog = resilience.start_watchdog(sup, SimpleNamespace(log_dir=str(tmp_path / "logs")), 3, "node-c", 60.0)
     try:
         assert isinstance(dog, watchdog.Watchdog) and dog.is_alive()
         assert dog.paths == (str(tmp_path / "logs" / "worker_3.log"), str(tmp_path / "logs" / "heartbeat_3"))

@@ -29,7 +29,7 @@ RESTART_VARS = ("MPILAUNCH_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")
 MAX_VARS = ("MPILAUNCH_MAX_RESTARTS", "TORCHELASTIC_MAX_RESTARTS")
 
 
-class LongRun(namedtuple("LongRun", "restart_count max_restarts term_grace stall_timeout expect "
+class ResilienceFlags(namedtuple("ResilienceFlags", "restart_count max_restarts term_grace stall_timeout expect "
                          "in_place", defaults=(None,))):
     """restart_count, max_restarts: int or None; term_grace, stall_timeout: float or None;
     expect: the ``--expect-ranks`` spec (str) or None; in_place: the coordinator's port of
@@ -38,7 +38,7 @@ class LongRun(namedtuple("LongRun", "restart_count max_restarts term_grace stall
     __slots__ = ()
 
 
-def parse(ns) -> LongRun:
+def parse(ns) -> ResilienceFlags:
     def whole(value, flag):
         return None if value is None else contract.whole(value, flag, 0)
 
@@ -50,7 +50,7 @@ def parse(ns) -> LongRun:
 
         span.parse(ns.expect_ranks)
     in_place = getattr(ns, "in_place", None)
-    return LongRun(whole(ns.restart_count, "--restart-count"),
+    return ResilienceFlags(whole(ns.restart_count, "--restart-count"),
                    whole(ns.max_restarts, "--max-restarts"),
                    secs(ns.term_grace, "--term-grace"), secs(ns.stall_timeout, "--stall-timeout"),
                    ns.expect_ranks,
@@ -59,7 +59,7 @@ def parse(ns) -> LongRun:
 
 def early(opts) -> None:
     """As soon as the options are read: what the graceful stop cannot do."""
-    lr = opts.longrun
+    lr = opts.resilience
     if lr is None or lr.term_grace is None:
         return
     if opts.exec_:
@@ -68,7 +68,7 @@ def early(opts) -> None:
 
 def prepare(opts, info, user_env: dict, span_check: bool = True) -> None:
     """Before the agreement: the span check, then the variables every worker sees."""
-    lr = opts.longrun
+    lr = opts.resilience
     if lr is None:
         return
     if lr.expect is not None and span_check:
@@ -93,7 +93,7 @@ class Hooks:
     line) and ``--stall-timeout`` (the watchdog). ``deliver``: where an event for the running
     supervisor goes (runner.Inbox.put)."""
 
-    def __init__(self, lr: LongRun, deliver) -> None:
+    def __init__(self, lr: ResilienceFlags, deliver) -> None:
         self.lr, self.deliver = lr, deliver
         self.asked = False      # the launcher asked for the graceful stop (not a signal)
 

@@ -1,9 +1,9 @@
 """``mpilaunch stacks LOG_DIR [--native] [--timeout S]``: every rank's stacks from a running
 job, from a second terminal, without stopping it (docs/HANGS.md).
 
-The running launcher named its socket in ``LOG_DIR/.mpilaunch-stacks`` (hang/server.py); it
+The running launcher named its socket in ``LOG_DIR/.mpilaunch-stacks`` (stacks/server.py); it
 asks every rank over its control channel and writes ``LOG_DIR/stacks/TIME/rank_R.txt``. This
-prints where they are and the verdict (hang/verdict.py): the odd rank out and its frame.
+prints where they are and the verdict (stacks/verdict.py): the odd rank out and its frame.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Sequence
 
 from mpilaunch.config import options
 from mpilaunch.errors import UsageError
-from mpilaunch.hang import server
+from mpilaunch.stacks import server
 
 
 def _pointer(log_dir: str):
@@ -33,7 +33,7 @@ def _pointer(log_dir: str):
 
 
 def ask(log_dir: str, native: bool = False, timeout: float = 60.0) -> dict:
-    """The running launcher's answer (hang/server.py's fields); UsageError when none runs."""
+    """The running launcher's answer (stacks/server.py's fields); UsageError when none runs."""
     where, pid = _pointer(log_dir)
 
     if where == server.EXEC:

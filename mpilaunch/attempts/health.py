@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 from mpilaunch import net
 from mpilaunch.config import allocation
 from mpilaunch.config import hostfile as hf
-from mpilaunch.longrun import shrink
+from mpilaunch.attempts import shrink
 from mpilaunch.output import events
 from mpilaunch.output.outcome import LOST_HOST_STATUS
 
 if TYPE_CHECKING:
-    from mpilaunch.longrun.nextattempt import Between
+    from mpilaunch.attempts.nextattempt import Between
 
 FAILS_TO_COOL = 2       # failures of a host before it sits out (see the module's text)
 COOL_DOWN = 300.0       # seconds a host that failed FAILS_TO_COOL times is left out

@@ -5,7 +5,7 @@ The loop (:func:`run_job`) plans every attempt (its config, run dir and plan), r
 (``supervise.starter.run_attempt``) and switches on what :func:`judge` makes of the attempts'
 records (``supervise.attempt.AttemptRecord``, immutable once the attempt has ended): each way
 out is a :class:`State`. Each attempt is a ``supervise.attempt.Attempt`` (the protocol its
-supervision calls, with the defaults of a plain launch), or ``restart.LongRunAttempt`` for the
+supervision calls, with the defaults of a plain launch), or ``restart.ResilientAttempt`` for the
 graceful stop, the stall watchdog and the hosts it lost. Where the next attempt's hosts come
 from is the host source's affair (hostsource.py). A stop signal between two attempts ends the
 job (``supervise.stopping.BetweenAttempts``).
@@ -20,13 +20,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from mpilaunch import contract, rundir
-from mpilaunch.config.longrun import LongRun, long_run_on
+from mpilaunch.config.resilience import Resilience, resilience_on
 from mpilaunch.supervise import starter
 from mpilaunch.supervise.attempt import Attempt, AttemptRecord
 from mpilaunch.supervise.stopping import BetweenAttempts
-from mpilaunch.longrun import nextattempt, progress, restart
-from mpilaunch.longrun.hostsource import FixedHosts, HostSource, HostsEnded, NextHosts
-from mpilaunch.longrun.nextattempt import Between
+from mpilaunch.attempts import nextattempt, progress, restart
+from mpilaunch.attempts.hostsource import FixedHosts, HostSource, HostsEnded, NextHosts
+from mpilaunch.attempts.nextattempt import Between
 from mpilaunch.output import events
 
 
@@ -55,7 +55,7 @@ class JobContext:
     """What every attempt of one job shares. ``cfg``: the launch config as the backend
     configured it, before any attempt's own changes (``nextattempt.attempt_cfg``); ``base``:
     the config whose ``master_addr`` is the user's own (a later attempt on other hosts
-    decides rank 0's address again); ``lr``: config.longrun.LongRun; ``hosts``: where each
+    decides rank 0's address again); ``lr``: config.resilience.Resilience; ``hosts``: where each
     attempt's hosts come from; ``first_checks(cfg, run_dir) -> cfg``: the launch's checks
     before attempt 0, in its run dir (run.py: the ssh preflight; raises :class:`NotStarted`);
     ``verbose``: attempt 0's argv is said."""
@@ -64,7 +64,7 @@ class JobContext:
     env: Mapping[str, str]
     cfg: Any
     base: Any
-    lr: LongRun
+    lr: Resilience
     hosts: HostSource = field(default_factory=FixedHosts)
     first_checks: Callable[[Any, str], Any] = _no_checks
     verbose: bool = False
@@ -97,7 +97,7 @@ def _loop(job: JobContext) -> int:
         return job_end(records, lr, status)
 
 
-def judge(records: Sequence[AttemptRecord], lr: LongRun) -> State:
+def judge(records: Sequence[AttemptRecord], lr: Resilience) -> State:
     """What the job does after the last of ``records`` (its restarts in place included)."""
     last = records[-1]
     if last.status == 0:
@@ -113,7 +113,7 @@ def judge(records: Sequence[AttemptRecord], lr: LongRun) -> State:
     return State.RELAUNCH
 
 
-def run_one(job: JobContext, cfg: Any, lr: LongRun, k: int) -> Tuple[AttemptRecord, Any]:
+def run_one(job: JobContext, cfg: Any, lr: Resilience, k: int) -> Tuple[AttemptRecord, Any]:
     """Attempt ``k`` (``cfg``: its config): planned in a run dir of its own, run to its end ->
     (its record, its config: attempt 0's as the launch's checks left it)."""
     run_dir = rundir.new()
@@ -129,8 +129,8 @@ def run_one(job: JobContext, cfg: Any, lr: LongRun, k: int) -> Tuple[AttemptReco
     if k == 0 and job.verbose:
         _say_plan(job.backend, plan)
     # with restarts or hosts to follow: it learns the lost hosts and the workers' progress
-    att = (restart.LongRunAttempt(k, lr, plan.np)
-           if long_run_on(lr) or lr.discovery_script is not None or lr.max_restarts else Attempt(k))
+    att = (restart.ResilientAttempt(k, lr, plan.np)
+           if resilience_on(lr) or lr.discovery_script is not None or lr.max_restarts else Attempt(k))
     starter.run_attempt(job.backend, plan, job.env, run_dir, cfg.keep_tune_file, att)
     return att.record(), cfg
 
@@ -184,7 +184,7 @@ def _dropped(nxt: NextHosts, k: int) -> str:
             f"world size {cfg.np}")
 
 
-def _wait(cfg: Any, lr: LongRun, k: int) -> Tuple[Optional[int], Any]:
+def _wait(cfg: Any, lr: Resilience, k: int) -> Tuple[Optional[int], Any]:
     """The restart delay, attempt ``k``'s config, the user's port let go of -> (the stop
     signal that came meanwhile or None, that config)."""
     stop = BetweenAttempts()
@@ -198,7 +198,7 @@ def _wait(cfg: Any, lr: LongRun, k: int) -> Tuple[Optional[int], Any]:
     return stop.signum, cfg
 
 
-def job_end(records: Sequence[AttemptRecord], lr: LongRun, status: int) -> int:
+def job_end(records: Sequence[AttemptRecord], lr: Resilience, status: int) -> int:
     if lr.max_restarts:
         sys.stderr.write(summary(records, lr, status) + (events.hint() if status else ""))
         sys.stderr.flush()
@@ -206,7 +206,7 @@ def job_end(records: Sequence[AttemptRecord], lr: LongRun, status: int) -> int:
     return status
 
 
-def no_progress_stop(records: Sequence[AttemptRecord], lr: LongRun) -> Optional[AttemptRecord]:
+def no_progress_stop(records: Sequence[AttemptRecord], lr: Resilience) -> Optional[AttemptRecord]:
     """``--max_no_progress_restarts N``: the last N attempts all failed before any worker made
     progress (progress.py) -> the last record with the reason the job ends, said in one line
     and in the event record (the job ends with the last attempt's status and the rest of the
@@ -225,7 +225,7 @@ def no_progress_stop(records: Sequence[AttemptRecord], lr: LongRun) -> Optional[
                                   f"restarted; restart budget {left} left unused"))
 
 
-def summary(attempts: Sequence[AttemptRecord], lr: LongRun, status: int) -> str:
+def summary(attempts: Sequence[AttemptRecord], lr: Resilience, status: int) -> str:
     last = attempts[-1] if attempts else None
     whose = ("a host failed its check before a restart"
              if last is not None and last.end_status == status else "the last attempt's")

@@ -18,7 +18,7 @@ from mpilaunch import net
 from mpilaunch.backends import placement
 
 if TYPE_CHECKING:
-    from mpilaunch.longrun.nextattempt import Between
+    from mpilaunch.attempts.nextattempt import Between
 
 
 def shrink(step: "Between") -> Optional[Tuple[Any, Any, List[str]]]:

@@ -1,9 +1,9 @@
-"""The progress rule of --max_no_progress_restarts (mpilaunch/longrun/progress.py) and the
-end it makes in the attempts' loop (mpilaunch/longrun/attempts.py)."""
+"""The progress rule of --max_no_progress_restarts (mpilaunch/attempts/progress.py) and the
+end it makes in the attempts' loop (mpilaunch/attempts/loop.py)."""
 import pytest
 
-from mpilaunch.config.longrun import LongRun
-from mpilaunch.longrun import attempts, progress
+from mpilaunch.config.resilience import Resilience
+from mpilaunch.attempts import loop, progress
 from mpilaunch.supervise.attempt import AttemptRecord
 from mpilaunch.output.summary import Event
 
@@ -75,21 +75,21 @@ def test_streak_counts_from_the_last_attempt():
 
 
 def _lr(limit, budget=10):
-    return LongRun(budget, 0.0, None, None, False, "/logs", False, True, max_no_progress=limit)
+    return Resilience(budget, 0.0, None, None, False, "/logs", False, True, max_no_progress=limit)
 
 
 def test_the_limit_ends_the_job_with_one_line_and_the_summary_says_it(capsys):
     done = [_failed(0, False), _failed(1, False)]
-    assert attempts.no_progress_stop(done, _lr(3)) is None
+    assert loop.no_progress_stop(done, _lr(3)) is None
     done.append(_failed(2, False))
-    assert attempts.no_progress_stop(done, _lr(0)) is None    # 0: no limit
-    ended = attempts.no_progress_stop(done, _lr(3))
+    assert loop.no_progress_stop(done, _lr(0)) is None    # 0: no limit
+    ended = loop.no_progress_stop(done, _lr(3))
     assert ended is not None
     done[-1] = ended
     assert capsys.readouterr().err == (
         "mpilaunch: 3 attempts in a row failed before any worker made progress (last: rank 1 "
         "(worker) on host a: exit code 1): not restarting; restart budget 8 left unused\n")
-    assert attempts.summary(done, _lr(3), 1) == (
+    assert loop.summary(done, _lr(3), 1) == (
         "mpilaunch: 3 attempt(s), restart budget 10; exit status 1 (the last attempt's)\n"
         "  3 attempts in a row failed before any worker made progress "
         "(--max_no_progress_restarts 3): not restarted; restart budget 8 left unused\n"
@@ -103,4 +103,4 @@ def test_the_limit_ends_the_job_with_one_line_and_the_summary_says_it(capsys):
 
 def test_an_attempt_with_progress_breaks_the_streak():
     done = [_failed(0, False), _failed(1, False), _failed(2, True), _failed(3, False)]
-    assert attempts.no_progress_stop(done, _lr(2)) is None
+    assert loop.no_progress_stop(done, _lr(2)) is None

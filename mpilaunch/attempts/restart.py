@@ -37,10 +37,10 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Callable, Dict, List, Optional
 
-from mpilaunch.config.longrun import LongRun
+from mpilaunch.config.resilience import Resilience
 from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
-from mpilaunch.hang.server import stall_verdict
-from mpilaunch.longrun.progress import RankFacts
+from mpilaunch.stacks.server import stall_verdict
+from mpilaunch.attempts.progress import RankFacts
 from mpilaunch.supervise.attempt import LINGER, Attempt, AttemptRecord
 from mpilaunch.supervise.control import missing
 from mpilaunch.output import events
@@ -55,7 +55,7 @@ GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and ex
 class _Collector(Collector):
     """Takes the watchdog's status lines (``cause: stall``) away from the failure events."""
 
-    def __init__(self, attempt: "LongRunAttempt", backend: Any) -> None:
+    def __init__(self, attempt: "ResilientAttempt", backend: Any) -> None:
         super().__init__(backend)
         self.attempt = attempt
 
@@ -73,12 +73,12 @@ class _Collector(Collector):
             super().feed_status(event)
 
 
-class LongRunAttempt(Attempt):
+class ResilientAttempt(Attempt):
     """One attempt with the launcher's part of the graceful stop and the stall watchdog
     (the protocol: ``supervise.attempt.Attempt``). Its ``index`` moves on with each restart
     in place (a relay's thread, under ``lock``); the loop reads it from :meth:`record`."""
 
-    def __init__(self, index: int, lr: LongRun, np: int) -> None:
+    def __init__(self, index: int, lr: Resilience, np: int) -> None:
         super().__init__(index)
         self.lr, self.np = lr, np
         self.job: Any = None
@@ -117,7 +117,7 @@ class LongRunAttempt(Attempt):
     # -- graceful stop
     def on_stop(self, job: Any, signum: int, forward: Callable[[int], None]) -> bool:
         """The first stop signal, with --term-grace: ``stop`` over the control channel to every
-        adapter (they SIGTERM their workers and wait up to the grace: rank/longrun.py), then
+        adapter (they SIGTERM their workers and wait up to the grace: rank/resilience.py), then
         the ordinary teardown when the job has not ended by itself."""
         grace = self.lr.term_grace
         if grace is None or job is None or self.started_at is None or job.control is None:

@@ -1,4 +1,4 @@
-"""The loop of attempts (mpilaunch/longrun/attempts.py: run_job) with the Toy backend of
+"""The loop of attempts (mpilaunch/attempts/loop.py: run_job) with the Toy backend of
 tests/helpers/toy.py, whose starter is a real process: every way out of the loop, what the job
 exits with, how many attempts ran, and what the attempts' summary says."""
 import collections
@@ -6,10 +6,10 @@ import os
 import signal
 
 from mpilaunch.config.hostfile import Host
-from mpilaunch.config.longrun import LongRun
-from mpilaunch.longrun import attempts
-from mpilaunch.longrun.attempts import JobContext, State
-from mpilaunch.longrun.hostsource import FixedHosts
+from mpilaunch.config.resilience import Resilience
+from mpilaunch.attempts import loop
+from mpilaunch.attempts.loop import JobContext, State
+from mpilaunch.attempts.hostsource import FixedHosts
 from mpilaunch.supervise.attempt import AttemptRecord
 from mpilaunch.supervise.stopping import BetweenAttempts
 from helpers.toy import Toy, report, wait_then
@@ -26,14 +26,14 @@ def cfg(tmp_path, hosts):
 
 
 def lr(tmp_path, budget, no_progress=0, delay=0.0):
-    return LongRun(budget, delay, None, None, False, str(tmp_path / "logs"), True, False,
+    return Resilience(budget, delay, None, None, False, str(tmp_path / "logs"), True, False,
                    max_no_progress=no_progress)
 
 
 def run(tmp_path, toy, budget, hosts=HERE, check=None, **more):
     c = cfg(tmp_path, hosts)
     source = FixedHosts(check=check) if check else FixedHosts()
-    return attempts.run_job(JobContext(toy, dict(os.environ), c, c, lr(tmp_path, budget, **more),
+    return loop.run_job(JobContext(toy, dict(os.environ), c, c, lr(tmp_path, budget, **more),
                                        source))
 
 
@@ -135,9 +135,9 @@ def test_a_usage_error_of_the_adapter_is_not_relaunched(tmp_path, capfd):
 def test_the_judge_switches_on_the_records_alone(tmp_path):
     budget = lr(tmp_path, 2, no_progress=2)
     ok, failed = AttemptRecord(0, 0), AttemptRecord(0, 1, progress=False)
-    assert attempts.judge([ok], budget) is State.SUCCEEDED
-    assert attempts.judge([AttemptRecord(0, 143, stopped_by=15)], budget) is State.STOPPED
-    assert attempts.judge([AttemptRecord(0, 2, usage_error=True)], budget) is State.USAGE_ERROR
-    assert attempts.judge([failed], budget) is State.RELAUNCH
-    assert attempts.judge([failed, AttemptRecord(1, 1, progress=False)], budget) is State.NO_PROGRESS
-    assert attempts.judge([failed, AttemptRecord(2, 1)], budget) is State.BUDGET_SPENT
+    assert loop.judge([ok], budget) is State.SUCCEEDED
+    assert loop.judge([AttemptRecord(0, 143, stopped_by=15)], budget) is State.STOPPED
+    assert loop.judge([AttemptRecord(0, 2, usage_error=True)], budget) is State.USAGE_ERROR
+    assert loop.judge([failed], budget) is State.RELAUNCH
+    assert loop.judge([failed, AttemptRecord(1, 1, progress=False)], budget) is State.NO_PROGRESS
+    assert loop.judge([failed, AttemptRecord(2, 1)], budget) is State.BUDGET_SPENT

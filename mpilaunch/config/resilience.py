@@ -1,7 +1,7 @@
-"""The long-run settings, checked where the configuration is built: ``--max_restarts``,
+"""The resilience settings, checked where the configuration is built: ``--max_restarts``,
 ``--max_no_progress_restarts``, ``--restart-mode``, ``--restart-delay``, ``--term-grace``, ``--stall-timeout``, ``--min-hosts``,
 ``--no-span-check`` and ``--host-discovery-script`` (what each does: docs/LONG_JOBS.md; the
-launcher's part: mpilaunch/longrun/). A setting the chosen backend cannot honour is refused by
+launcher's part: mpilaunch/attempts/). A setting the chosen backend cannot honour is refused by
 :func:`for_backend`, still before anything starts."""
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ MODES = ("in-place", "relaunch")
 DISCOVERY_FLAG = "--host-discovery-script"
 
 
-class LongRun(NamedTuple):
-    """The long-run settings, validated, plus what each attempt needs from the first;
+class Resilience(NamedTuple):
+    """The resilience settings, validated, plus what each attempt needs from the first;
     ``in_place``: ``--restart-mode in-place`` (rank/inplace/); ``min_hosts``: ``--min-hosts``
-    (None: off; mpilaunch/longrun/shrink.py); ``discovery_script``: the absolute path of
-    ``--host-discovery-script`` (None: off; mpilaunch/longrun/discovery.py);
+    (None: off; mpilaunch/attempts/shrink.py); ``discovery_script``: the absolute path of
+    ``--host-discovery-script`` (None: off; mpilaunch/attempts/discovery.py);
     ``max_no_progress``: ``--max_no_progress_restarts`` (0: no limit;
-    mpilaunch/longrun/progress.py)."""
+    mpilaunch/attempts/progress.py)."""
 
     max_restarts: int
     restart_delay: float
@@ -47,8 +47,8 @@ def script_path(raw: str, source: str = DISCOVERY_FLAG) -> str:
     return path
 
 
-def settings(args, env, cfg) -> LongRun:
-    """The long-run options of ``args`` (the run command's) for the launch ``cfg`` describes."""
+def settings(args, env, cfg) -> Resilience:
+    """The resilience options of ``args`` (the run command's) for the launch ``cfg`` describes."""
     def seconds(dest):
         raw, source = options.setting(args, {}, dest)
         return None if raw is None else contract.seconds(raw, source, allow_zero=True)
@@ -61,7 +61,7 @@ def settings(args, env, cfg) -> LongRun:
         raise UsageError(f"{source}={mode}: give in-place or relaunch")
     raw, source = options.setting(args, env, "host_discovery_script")
     script = None if raw is None else script_path(raw, source)
-    lr = LongRun(n, seconds("restart_delay") or 0.0, seconds("term_grace"), seconds("stall_timeout"),
+    lr = Resilience(n, seconds("restart_delay") or 0.0, seconds("term_grace"), seconds("stall_timeout"),
                  not getattr(args, "no_span_check", False), cfg.log_dir,
                  str(getattr(args, "master_port", None) or "0").strip() != "0",  # 0: pick
                  net.rank0_is_here(cfg.hosts), mode == "in-place" and n > 0,
@@ -97,7 +97,7 @@ def _max_no_progress(args, n: int) -> int:
     return limit if n else 0
 
 
-def for_hosts(lr: LongRun, hosts, hosts_source: str) -> LongRun:
+def for_hosts(lr: Resilience, hosts, hosts_source: str) -> Resilience:
     """``lr`` for a launch on ``hosts`` (the user's, or a discovery script's first list):
     ``--min-hosts`` checked against them, rank 0's place decided from them."""
     if lr.min_hosts is not None and lr.min_hosts > len(hosts):
@@ -109,12 +109,12 @@ def for_hosts(lr: LongRun, hosts, hosts_source: str) -> LongRun:
 _WHY_NOT = {d: "measured with mpirun and mpiexec only" for d in ("max_restarts", "stall_timeout")}
 
 
-def for_backend(lr: LongRun, backend) -> LongRun:
-    """A long-run setting the backend does not support: one line, before anything starts.
+def for_backend(lr: Resilience, backend) -> Resilience:
+    """A resilience setting the backend does not support: one line, before anything starts.
     -> ``lr``, with the span check off where the backend places no ranks by a hostfile."""
     asked = [d for d, on in (("max_restarts", lr.max_restarts), ("term_grace", lr.term_grace is not None),
                              ("stall_timeout", lr.stall_timeout)) if on]
-    missing = [d for d in asked if d not in backend.long_run]
+    missing = [d for d in asked if d not in backend.resilience]
     if missing:
         names = " and ".join(options.BY_DEST[d].name for d in missing)
         why = "; ".join(_WHY_NOT[d] for d in missing if d in _WHY_NOT)
@@ -123,7 +123,7 @@ def for_backend(lr: LongRun, backend) -> LongRun:
     return lr._replace(span=lr.span and backend.span_check)
 
 
-def long_run_on(lr: LongRun) -> bool:
+def resilience_on(lr: Resilience) -> bool:
     """The launcher has a part in the graceful stop, the stall watchdog or the hosts."""
     return (lr.term_grace is not None or bool(lr.stall_timeout) or lr.in_place
             or lr.min_hosts is not None)

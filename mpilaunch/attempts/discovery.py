@@ -36,17 +36,17 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional,
 
 from mpilaunch import net
 from mpilaunch.config import hostfile as hf
-from mpilaunch.config import longrun, options
-from mpilaunch.config.longrun import DISCOVERY_FLAG
+from mpilaunch.config import options, resilience
+from mpilaunch.config.resilience import DISCOVERY_FLAG
 from mpilaunch.errors import UsageError
-from mpilaunch.longrun import health, shrink
-from mpilaunch.longrun.health import COOL_DOWN, FAILS_TO_COOL  # noqa: F401 (the rule's numbers)
+from mpilaunch.attempts import health, shrink
+from mpilaunch.attempts.health import COOL_DOWN, FAILS_TO_COOL  # noqa: F401 (the rule's numbers)
 from mpilaunch.output import events
 from mpilaunch.output.summary import signal_name
 from mpilaunch.ssh import last_line
 
 if TYPE_CHECKING:
-    from mpilaunch.longrun.nextattempt import Between
+    from mpilaunch.attempts.nextattempt import Between
 
 FLAG = DISCOVERY_FLAG
 TIMEOUT = 30.0          # seconds the script may take (a kubectl or API call, not a scan)
@@ -211,15 +211,15 @@ class Discovery:
 
 
 def setup(args: Any, cfg: Any, env: Mapping[str, str]) -> Tuple[Optional[Discovery], Any]:
-    """``--host-discovery-script`` (``cfg.long_run.discovery_script``): -> (Discovery, the
+    """``--host-discovery-script`` (``cfg.resilience.discovery_script``): -> (Discovery, the
     config of attempt 0, its hosts the script's first list), or (None, cfg)."""
-    lr = cfg.long_run
+    lr = cfg.resilience
     if lr is None or lr.discovery_script is None:
         return None, cfg
     np_raw, _ = options.setting(args, env, "np")
     disc = Discovery(lr.discovery_script, cfg.np if np_raw is not None else None)
     first = disc.first(cfg)
-    return disc, first._replace(long_run=longrun.for_hosts(lr, first.hosts, first.hosts_source))
+    return disc, first._replace(resilience=resilience.for_hosts(lr, first.hosts, first.hosts_source))
 
 
 def between(disc: Discovery, step: "Between") -> Optional[Tuple[Any, Any, str]]:

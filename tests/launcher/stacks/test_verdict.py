@@ -1,5 +1,5 @@
-"""The odd rank out (mpilaunch/hang/verdict.py), on real answers captured from running jobs
-(tests/launcher/hang/data/: the rank_R.txt files ``mpilaunch stacks`` wrote):
+"""The odd rank out (mpilaunch/stacks/verdict.py), on real answers captured from running jobs
+(tests/launcher/stacks/data/: the rank_R.txt files ``mpilaunch stacks`` wrote):
 
 * torch_gloo: 4 ranks, rank 2 waits in load_batch before step 3's all_reduce, the others in it;
 * mindspore: 2 workers + the scheduler (in rank 0's file), worker 1 waits in load_data before
@@ -9,7 +9,7 @@
 import glob
 import os
 
-from mpilaunch.hang import verdict
+from mpilaunch.stacks import verdict
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 

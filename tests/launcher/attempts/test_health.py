@@ -1,4 +1,4 @@
-"""The hosts' health across attempts (mpilaunch/longrun/health.py): one record of failures and
+"""The hosts' health across attempts (mpilaunch/attempts/health.py): one record of failures and
 cool-downs for host discovery and for the check before a relaunch; what that check drops, or
 how it ends the job."""
 import collections
@@ -6,9 +6,9 @@ import collections
 import pytest
 
 from mpilaunch.config.hostfile import Host
-from mpilaunch.config.longrun import LongRun
-from mpilaunch.longrun import attempts, health
-from mpilaunch.longrun.nextattempt import Between
+from mpilaunch.config.resilience import Resilience
+from mpilaunch.attempts import loop, health
+from mpilaunch.attempts.nextattempt import Between
 from mpilaunch.supervise.attempt import AttemptRecord
 
 C = collections.namedtuple("C", "hosts np master_addr hosts_source")
@@ -20,7 +20,7 @@ def Att(lost=(), signalled=()):
 
 
 def lr(m=None, budget=3):
-    return LongRun(budget, 0.0, None, None, True, "/logs", False, False, False, m)
+    return Resilience(budget, 0.0, None, None, True, "/logs", False, False, False, m)
 
 
 class Checks:
@@ -48,7 +48,7 @@ def test_the_second_failure_cools_a_host_down_for_the_cool_down():
 
 
 def test_discovery_keeps_its_record_in_the_same_health_record():
-    from mpilaunch.longrun import discovery
+    from mpilaunch.attempts import discovery
 
     d = discovery.Discovery("/d.sh", None, clock=lambda: 0.0, runner=lambda: HOSTS,
                             preflight=lambda cfg, hosts: {})
@@ -130,7 +130,7 @@ def test_the_summary_says_why_the_status_is_not_the_last_attempts():
                         end_note="host c failed its check before attempt 1: ssh port: refused; "
                                  "not restarting onto it (give --min-hosts to go on without "
                                  "it): exit status 255", end_status=255)
-    assert attempts.summary([att], lr(None), 255).splitlines()[:2] == [
+    assert loop.summary([att], lr(None), 255).splitlines()[:2] == [
         "mpilaunch: 1 attempt(s), restart budget 3; exit status 255 (a host failed its check "
         "before a restart)",
         "  host c failed its check before attempt 1: ssh port: refused; not restarting onto it "
