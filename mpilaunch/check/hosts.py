@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import time
 from dataclasses import replace
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from mpilaunch import contract, net, ssh
 from mpilaunch.config import hostfile as hf
@@ -43,46 +43,70 @@ def _local_probe(name: str, addr: str, p: Params, rank0: bool, timeout: float) -
 
 def check_host(index: int, host: hf.Host, p: Params, timeout: float) -> List[CheckResult]:
     """Every check for one host; each step bounded by ``timeout`` (the ssh step by 2x: log in,
-    then run)."""
+    then run). A step that fails ends the host's checks: the rest are skipped."""
     # ssh goes to the real name with the entry's port (config/sshconfig.py: the same sshd as the
     # MPI's alias); results name the entry (address:port when one address has several)
-    name, port = host.name, sshconfig.port_of(host, p.ssh_port)
-    rank0 = index == 0
-    out: List[CheckResult] = []
     t0 = time.monotonic()
-    target = ssh.ssh_target(name, port, p.ssh_extra, timeout=max(2.0, min(timeout, 10.0)))
+    port = sshconfig.port_of(host, p.ssh_port)
+    target = ssh.ssh_target(host.name, port, p.ssh_extra, timeout=max(2.0, min(timeout, 10.0)))
     name = hf.label(host)
-    psrc = p.port_source if host.port is None else f"the port given in {p.hosts_source}"
-    addrs, why = net.resolve(target.hostname, timeout)
+    out, addrs = _resolve(name, target.hostname, p, timeout, t0)
     if addrs is None:
-        via = f" (ssh HostName {target.hostname})" if target.hostname != name else ""
-        out.append(CheckResult(name, "", "resolve", FAIL,
-                               f"does not resolve{via}: {why} — fix the name in {p.hosts_source} or "
-                               "add it to DNS / /etc/hosts", time.monotonic() - t0))
-        return out + skip_rest(name, "", "resolve", p.level)
-    addr = addrs[0]
-    out.append(CheckResult(name, addr, "resolve", OK, ", ".join(addrs[:3]), time.monotonic() - t0))
-
+        return out
+    addr, rank0 = addrs[0], index == 0
     if host.port is None and (net.is_here(host.name, addrs) or net.is_here(target.hostname, addrs)):
-        out.append(CheckResult(name, addr, "ssh-port", SKIP, "local host"))
-        out.append(CheckResult(name, addr, "ssh", SKIP, "local host"))
-        if p.level != LEVEL_FULL:
-            return out
-        return out + _local_probe(name, addr, p, rank0, timeout)
+        return out + _local_host(name, addr, p, rank0, timeout)
+    reached = _ssh_port(name, addr, target, _port_source(host, p), p, timeout)
+    if reached[-1].status != OK:
+        return out + reached
+    return out + reached + _ssh_login(host, port, name, addr, target, p, rank0, timeout)
 
+
+def _port_source(host: hf.Host, p: Params) -> str:
+    """Where the ssh port came from, for a message about it."""
+    return p.port_source if host.port is None else f"the port given in {p.hosts_source}"
+
+
+def _resolve(name: str, hostname: str, p: Params, timeout: float,
+             t0: float) -> Tuple[List[CheckResult], Optional[List[str]]]:
+    """The resolve step: (its results, the addresses; None when the name does not resolve)."""
+    addrs, why = net.resolve(hostname, timeout)
+    if addrs is None:
+        via = f" (ssh HostName {hostname})" if hostname != name else ""
+        return [CheckResult(name, "", "resolve", FAIL,
+                            f"does not resolve{via}: {why} — fix the name in {p.hosts_source} or "
+                            "add it to DNS / /etc/hosts", time.monotonic() - t0)] + \
+            skip_rest(name, "", "resolve", p.level), None
+    return [CheckResult(name, addrs[0], "resolve", OK, ", ".join(addrs[:3]),
+                        time.monotonic() - t0)], addrs
+
+
+def _local_host(name: str, addr: str, p: Params, rank0: bool, timeout: float) -> List[CheckResult]:
+    """This machine: no ssh; at the full level its probe runs as a local subprocess."""
+    out = [CheckResult(name, addr, "ssh-port", SKIP, "local host"),
+           CheckResult(name, addr, "ssh", SKIP, "local host")]
+    return out + _local_probe(name, addr, p, rank0, timeout) if p.level == LEVEL_FULL else out
+
+
+def _ssh_port(name: str, addr: str, target: ssh.SshTarget, psrc: str, p: Params,
+              timeout: float) -> List[CheckResult]:
+    """The ssh-port step; its last result is OK only when the port answered."""
     t1 = time.monotonic()
     if target.error:
-        out.append(CheckResult(name, addr, "ssh-port", SKIP))
-        out.append(CheckResult(name, addr, "ssh", FAIL, target.error, 0.0))
-        return out + skip_rest(name, addr, "ssh", p.level)
+        return [CheckResult(name, addr, "ssh-port", SKIP),
+                CheckResult(name, addr, "ssh", FAIL, target.error, 0.0)] + \
+            skip_rest(name, addr, "ssh", p.level)
     err = ssh.tcp_probe(addr, target.port, timeout)
     if err is not None:
-        out.append(CheckResult(name, addr, "ssh-port", FAIL,
-                               ssh.port_message(err, target.port, timeout, psrc),
-                               time.monotonic() - t1))
-        return out + skip_rest(name, addr, "ssh-port", p.level)
-    out.append(CheckResult(name, addr, "ssh-port", OK, f"port {target.port}", time.monotonic() - t1))
+        return [CheckResult(name, addr, "ssh-port", FAIL,
+                            ssh.port_message(err, target.port, timeout, psrc),
+                            time.monotonic() - t1)] + skip_rest(name, addr, "ssh-port", p.level)
+    return [CheckResult(name, addr, "ssh-port", OK, f"port {target.port}", time.monotonic() - t1)]
 
+
+def _ssh_login(host: hf.Host, port: Optional[int], name: str, addr: str, target: ssh.SshTarget,
+               p: Params, rank0: bool, timeout: float) -> List[CheckResult]:
+    """The ssh login (at the full level, the remote probe in the same session)."""
     t2 = time.monotonic()
     remote: Optional[str] = "true"
     if p.level == LEVEL_FULL:
@@ -93,27 +117,24 @@ def check_host(index: int, host: hf.Host, p: Params, timeout: float) -> List[Che
         extra = list(p.ssh_extra) + ssh.mux_master_options(p.ssh_mux)
         proc = _run(ssh.ssh_argv(host.name, port, extra, timeout, remote), 2 * timeout)
     except FileNotFoundError:
-        out.append(CheckResult(name, addr, "ssh", FAIL, ssh.NO_SSH))
-        return out + skip_rest(name, addr, "ssh", p.level)
+        return [CheckResult(name, addr, "ssh", FAIL, ssh.NO_SSH)] + skip_rest(name, addr, "ssh", p.level)
     except subprocess.TimeoutExpired:
-        out.append(CheckResult(name, addr, "ssh", FAIL,
-                               f"ssh did not finish within {2 * timeout:g}s — sshd or the login hangs there",
-                               time.monotonic() - t2))
-        return out + skip_rest(name, addr, "ssh", p.level)
+        return [CheckResult(name, addr, "ssh", FAIL,
+                            f"ssh did not finish within {2 * timeout:g}s — sshd or the login hangs there",
+                            time.monotonic() - t2)] + skip_rest(name, addr, "ssh", p.level)
     if proc.returncode == 255:
-        out.append(CheckResult(name, addr, "ssh", FAIL,
-                               ssh.classify_ssh_error(proc.stderr, target.port, timeout, psrc),
-                               time.monotonic() - t2))
-        return out + skip_rest(name, addr, "ssh", p.level)
-    out.append(CheckResult(name, addr, "ssh", OK, "login ok", time.monotonic() - t2))
+        why = ssh.classify_ssh_error(proc.stderr, target.port, timeout, _port_source(host, p))
+        return [CheckResult(name, addr, "ssh", FAIL, why, time.monotonic() - t2)] + \
+            skip_rest(name, addr, "ssh", p.level)
     if p.level != LEVEL_FULL:
         if proc.returncode != 0:
-            out[-1] = CheckResult(name, addr, "ssh", FAIL,
-                                  f"logged in, but 'true' exited {proc.returncode} there: "
-                                  f"{ssh.last_line(proc.stderr)} — check the login shell / its start-up files")
-        return out
-    return out + probe_results(name, addr, proc.returncode, proc.stdout, proc.stderr, p, rank0,
-                               time.monotonic() - t2)
+            return [CheckResult(name, addr, "ssh", FAIL,
+                                f"logged in, but 'true' exited {proc.returncode} there: "
+                                f"{ssh.last_line(proc.stderr)} — check the login shell / its start-up files")]
+        return [CheckResult(name, addr, "ssh", OK, "login ok", time.monotonic() - t2)]
+    return [CheckResult(name, addr, "ssh", OK, "login ok", time.monotonic() - t2)] + \
+        probe_results(name, addr, proc.returncode, proc.stdout, proc.stderr, p, rank0,
+                      time.monotonic() - t2)
 
 
 def probe_results(name, addr, rc, stdout, stderr, p: Params, rank0: bool, seconds: float) -> List[CheckResult]:
