@@ -25,7 +25,13 @@ import signal
 import time
 from typing import List, Tuple
 
-GRACE = 3.0       # s between the SIGTERM and the SIGKILL (an adapter's teardown takes < 1 s)
+from mpilaunch import procstat
+from mpilaunch.contract import ADAPTER_KILL_GRACE
+
+# s between the SIGTERM and the SIGKILL: an adapter's teardown gives its workers
+# ADAPTER_KILL_GRACE s before it SIGKILLs them, then reaps them and reports; the 1 s more is for
+# that reaping and report, so a leftover adapter is not killed before its workers are ended
+GRACE = ADAPTER_KILL_GRACE + 1.0
 GIVE_UP = 5.0     # s after the SIGKILL: a process the kernel cannot end (stuck in I/O) is named
 POLL = 0.05
 
@@ -57,23 +63,13 @@ def _send(pids: List[int], sig: int) -> None:
             pass
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie has ended: its parent, perhaps init, reaps it)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
-
-
 def end(name: str, value: str, grace: float = GRACE) -> Tuple[List[int], List[int]]:
     """End every process marked ``name=value``: (the PIDs found, those still running when it
     gave up). ([], []): nothing was left."""
     seen: List[int] = []
     start = time.monotonic()
     while True:
-        left = [p for p in marked(name, value) if _alive(p)]
+        left = [p for p in marked(name, value) if procstat.running(p)]
         if not left:
             return seen, []
         fresh = [p for p in left if p not in seen]
