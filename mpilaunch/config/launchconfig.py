@@ -13,8 +13,8 @@ from typing import Mapping, Optional, Tuple
 from mpilaunch import contract, net
 from mpilaunch.config import allocation
 from mpilaunch.config import hostfile as hf
-from mpilaunch.config import (mpiargs, msrun, options, preflight, programs, resilience, torchrun,
-                              tuneimport)
+from mpilaunch.config import (mpiargs, msrun, options, preflight, programs, resilience, sshconfig,
+                              torchrun, tuneimport)
 from mpilaunch.config.broadcast import DEFAULT_PREFIXES
 from mpilaunch.errors import UsageError
 
@@ -238,8 +238,6 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     if launcher == "mpirun" and (port is not None or extra) and mpiargs.ssh_params_given(pieces):
         raise UsageError("the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
                          "plm_rsh_args in the MCA/extra args; keep one")
-    from mpilaunch.config import sshconfig  # a port per host: every ssh of the launch can use it
-
     sshconfig.validate(hosts, hosts_source, extra, launcher, allocation.in_slurm(env),
                        mpiargs.ssh_params_given(pieces))
     cfg = LaunchConfig(

@@ -23,7 +23,7 @@ import re
 import sys
 import time
 
-from mpilaunch import __version__, contract
+from mpilaunch import __version__, contract, procstat
 from mpilaunch.output.outcome import event_status
 from mpilaunch.output.summary import who
 
@@ -116,9 +116,10 @@ def _process_start() -> float:
     """When this process started (the interpreter's start-up belongs to the launch), from
     /proc; now if that cannot be read."""
     now = time.time()
+    ticks = procstat.start_time("self")
+    if ticks is None:
+        return now
     try:
-        with open("/proc/self/stat", "rb") as f:
-            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
         with open("/proc/uptime", "rb") as f:
             uptime = float(f.read().split()[0])
         return min(now, now - (uptime - ticks / os.sysconf("SC_CLK_TCK")))
@@ -212,7 +213,7 @@ def attempt_start(index: int, plan) -> None:
     if _rec is None:
         return
     _rec.attempt, _rec.teardown = index, None
-    log_dir = os.path.join(_rec.log_dir, f"attempt{index}") if _rec.restarts else _rec.log_dir
+    log_dir = contract.attempt_log_dir(_rec.log_dir, index) if _rec.restarts else _rec.log_dir
     emit("attempt_start", np=plan.np, log_dir=log_dir,
          hosts=[{"name": h.name, "slots": h.slots} for h in plan.hosts])
 

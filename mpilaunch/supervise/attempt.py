@@ -8,9 +8,13 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Tuple
 
+from mpilaunch.contract import ADAPTER_KILL_GRACE
 from mpilaunch.output.summary import Collector, root_text
 
-LINGER = 3.0    # an adapter's own teardown: 2 s to SIGKILL its workers, then its report
+# s the launcher waits for adapters still tearing down after the starter ended: an adapter gives
+# its workers ADAPTER_KILL_GRACE s before it SIGKILLs them, then reaps them, reports and exits;
+# the 1 s more is for the reaping, the report and the exit
+LINGER = ADAPTER_KILL_GRACE + 1.0
 
 
 @dataclass(frozen=True)
