@@ -142,7 +142,11 @@ def _resolve_hosts(args, env: Mapping[str, str]) -> Tuple[Tuple[hf.Host, ...], s
     return (hf.Host("localhost", slots),), "localhost", FROM_LOCAL
 
 
-def _prefixes(value: str, source: str) -> Tuple[str, ...]:
+def _prefixes(setting: Setting) -> Tuple[str, ...]:
+    """The variable-name prefixes to broadcast: the setting's, else the default ones."""
+    if not setting.value:
+        return DEFAULT_PREFIXES
+    value, source = str(setting.value), setting.source
     items = tuple(p.strip() for p in value.split(",") if p.strip())
     if not items:
         raise UsageError(f"{source}={value!r}: give at least one prefix")
@@ -154,6 +158,60 @@ def _prefixes(value: str, source: str) -> Tuple[str, ...]:
 
 def build(args, env: Mapping[str, str]) -> LaunchConfig:
     """argparse namespace + environment -> validated LaunchConfig (pure but for reading files)."""
+    script, module = _program(args)
+    hosts, hosts_source, hosts_from = _resolve_hosts(args, env)
+    np, np_source = _np(args, env, hosts, hosts_source)
+    tune_path, tune_import = _tune_file(args, env)
+    prefixes = _prefixes(_layer(args, env, "env_prefixes"))
+    master_addr, master_port, port_check = _rendezvous(args, env, hosts)
+    time_out = (contract.whole(args.cluster_time_out, "--cluster_time_out", 1)
+                if args.cluster_time_out is not None else None)
+    python = _python(args)
+    scheduler, scheduler_why = _scheduler(args, env, script, module, hosts, master_port)
+    sim_level, sim_rank_id = msrun.sim(args, env, np)
+    if sim_level is not None or env.get("MS_SIMULATION_LEVEL", "").strip():
+        scheduler, scheduler_why = False, "MindSpore's DryRun (--sim_level) runs no scheduler"
+    sim_world = None
+    if sim_rank_id is not None:   # msrun: one process, simulating that rank of the job
+        np, sim_world = 1, np
+    msrun.node_rank_note(options.setting(args, env, "node_rank"), hosts)
+    bind_args, x_args = _layer(args, env, "bind_args"), _layer(args, env, "x_args")
+    mca_args, extra_args = _layer(args, env, "mca_args"), _layer(args, env, "extra_args")
+    pieces = mpiargs.pieces((bind_args, x_args, mca_args, extra_args), tune_import)
+    port, extra, launcher = _ssh(args, env, hosts, hosts_source, pieces)
+    cfg = LaunchConfig(
+        bind_numa=msrun.bind_numa(args.bind_numa), sim_level=sim_level, sim_rank_id=sim_rank_id,
+        sim_world=sim_world, rank_table_file=msrun.rank_table(args.rank_table_file),
+        script=script, module=module, stdin=_stdin(args.stdin), scheduler_why=scheduler_why,
+        port_check=port_check, script_args=tuple(args.script_args),
+        hosts=hosts, hosts_source=hosts_source, hosts_from=hosts_from, np=np, np_source=np_source,
+        oversubscribe=bool(args.oversubscribe), ssh_port=port, ssh_extra=extra,
+        tune_path=tune_path, tune_import=tune_import, keep_tune_file=bool(args.keep_tune_file),
+        env_prefixes=prefixes, bind_args=bind_args, x_args=x_args, mca_args=mca_args,
+        extra_args=extra_args, mpi_pieces=pieces,
+        mpirun=args.mpirun,   # MPILAUNCH_MPIRUN is read by mpi.detect (with PATH)
+        python=python, dry_run=bool(args.dry_run), log_dir=_layer(args, env, "log_dir").value,
+        worker_log_name=args.worker_log_name,
+        tail_worker_log=contract.tail_spec_text(
+            contract.parse_tail_spec(_layer(args, env, "tail_worker_log").value)),
+        master_addr=master_addr, master_port=master_port, cluster_time_out=time_out,
+        bind_core=args.bind_core, scheduler=scheduler, exec_mode=bool(args.exec_mode),
+        no_python=bool(args.no_python), visible_devices=args.visible_devices, launcher=launcher,
+        # only a torch worker reads it (not MindSpore's, not an --exec program)
+        run_id=(torchrun.run_id(options.setting(args, env, "rdzv_id"))
+                if not scheduler and not args.exec_mode else None),
+    )
+    level = preflight.preflight_level(args, env) if hasattr(args, "preflight") else "ssh"
+    deep = (preflight.deep_settings(args, env)
+            if level == "deep" or getattr(args, "check_deep", False) else None)
+    cfg = cfg._replace(preflight=level, deep=deep)
+    if hasattr(args, "max_restarts"):   # the run command's (check's and job's own have none)
+        cfg = cfg._replace(resilience=resilience.settings(args, env, cfg))
+    return cfg
+
+
+def _program(args) -> Tuple[Optional[str], Optional[str]]:
+    """(the script, the -m module): one of them, checked."""
     module = getattr(args, "module", None)
     if module and args.no_python and not args.script:
         raise UsageError(f"-m {module} and --no-python exclude each other (-m runs a Python "
@@ -164,8 +222,20 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     script = None if module else args.script
     if script and not args.no_python and not args.exec_mode and not os.path.isfile(script):
         raise UsageError(f"script {script}: no such file")
+    return script, module
 
-    hosts, hosts_source, hosts_from = _resolve_hosts(args, env)
+
+def _python(args) -> str:
+    """The ranks' Python: an absolute path."""
+    python = args.python or sys.executable
+    if not os.path.isabs(python):
+        raise UsageError(f"--python={python}: give an absolute path (ranks may get another PATH)")
+    return python
+
+
+def _np(args, env: Mapping[str, str], hosts, hosts_source: str) -> Tuple[int, str]:
+    """(the number of ranks, where it came from): the hosts' slots unless given, within them
+    unless --oversubscribe."""
     slots = hf.total_slots(hosts)
     np_setting = _layer(args, env, "np")
     torchrun.check_hosts(options.setting(args, env, "nproc_per_node"),
@@ -180,16 +250,17 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
             f"{np_source}={np} is more than the {slots} slot(s) of {hosts_source}; "
             "add slots or pass --oversubscribe"
         )
+    return np, np_source
 
+
+def _tune_file(args, env: Mapping[str, str]) -> Tuple[Optional[str], Optional[tuneimport.TuneImport]]:
+    """(the tune file to write, None when there is none or it is imported; what it imports)."""
     tune = _layer(args, env, "tune_file")
     tune_path = str(tune.value) if tune.value else None
-    tune_import = None
     if tune_path and os.path.lexists(tune_path):
         # The ModelArts recipe's `env | grep ... > $TUNE_ENV_FILE`: the user's statement of what
         # to broadcast. Read it; write our own tune file in the private run dir.
-
-        tune_import = tuneimport.read(tune_path, tune.source)
-        tune_path = None
+        return None, tuneimport.read(tune_path, tune.source)
     if tune_path:
         parent = os.path.dirname(os.path.abspath(tune_path))
         if not os.path.isdir(parent):
@@ -197,13 +268,11 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         if not os.access(parent, os.W_OK | os.X_OK) or _is_pseudo_fs(parent):
             raise UsageError(f"{tune.source}={tune_path}: cannot create files in {parent}; "
                              "choose a path in a writable directory")
+    return tune_path, None
 
-    prefixes_setting = _layer(args, env, "env_prefixes")
-    prefixes = (
-        _prefixes(str(prefixes_setting.value), prefixes_setting.source)
-        if prefixes_setting.value else DEFAULT_PREFIXES
-    )
 
+def _rendezvous(args, env: Mapping[str, str], hosts) -> Tuple[Optional[str], int, bool]:
+    """(master_addr, master_port, whether rank 0 checks the port)."""
     master_addr, (master_port, port_source) = torchrun.rendezvous(
         args, options.setting(args, env, "master_addr"), options.setting(args, env, "master_port"))
     master_port = contract.master_port(master_port, port_source)
@@ -212,27 +281,13 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     port_check = True
     if args.exec_mode:
         master_port, port_check = _exec_port(master_port, port_source, hosts)
-    cluster_time_out = (
-        contract.whole(args.cluster_time_out, "--cluster_time_out", 1)
-        if args.cluster_time_out is not None else None
-    )
+    return master_addr, master_port, port_check
 
-    python = args.python or sys.executable
-    if not os.path.isabs(python):
-        raise UsageError(f"--python={python}: give an absolute path (ranks may get another PATH)")
 
-    scheduler, scheduler_why = _scheduler(args, env, script, module, hosts, master_port)
-
-    sim_level, sim_rank_id = msrun.sim(args, env, np)
-    if sim_level is not None or env.get("MS_SIMULATION_LEVEL", "").strip():
-        scheduler, scheduler_why = False, "MindSpore's DryRun (--sim_level) runs no scheduler"
-    sim_world = None
-    if sim_rank_id is not None:   # msrun: one process, simulating that rank of the job
-        np, sim_world = 1, np
-    msrun.node_rank_note(options.setting(args, env, "node_rank"), hosts)
-    bind_args, x_args = _layer(args, env, "bind_args"), _layer(args, env, "x_args")
-    mca_args, extra_args = _layer(args, env, "mca_args"), _layer(args, env, "extra_args")
-    pieces = mpiargs.pieces((bind_args, x_args, mca_args, extra_args), tune_import)
+def _ssh(args, env: Mapping[str, str], hosts, hosts_source: str,
+         pieces) -> Tuple[Optional[int], Tuple[str, ...], str]:
+    """(the ssh port, the ssh args, the launcher), the ssh options given once and valid for
+    the hosts (a port per host: every ssh of the launch can use it)."""
     port, extra = ssh_port(args, env), ssh_extra(args)
     launcher = _launcher(args, env)
     if launcher == "mpirun" and (port is not None or extra) and mpiargs.ssh_params_given(pieces):
@@ -240,62 +295,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
                          "plm_rsh_args in the MCA/extra args; keep one")
     sshconfig.validate(hosts, hosts_source, extra, launcher, allocation.in_slurm(env),
                        mpiargs.ssh_params_given(pieces))
-    cfg = LaunchConfig(
-        bind_numa=msrun.bind_numa(args.bind_numa),
-        sim_level=sim_level,
-        sim_rank_id=sim_rank_id,
-        sim_world=sim_world,
-        rank_table_file=msrun.rank_table(args.rank_table_file),
-        script=script,
-        module=module,
-        stdin=_stdin(args.stdin),
-        scheduler_why=scheduler_why,
-        port_check=port_check,
-        script_args=tuple(args.script_args),
-        hosts=hosts,
-        hosts_source=hosts_source,
-        hosts_from=hosts_from,
-        np=np,
-        np_source=np_source,
-        oversubscribe=bool(args.oversubscribe),
-        ssh_port=port,
-        ssh_extra=extra,
-        tune_path=tune_path,
-        tune_import=tune_import,
-        keep_tune_file=bool(args.keep_tune_file),
-        env_prefixes=prefixes,
-        bind_args=bind_args,
-        x_args=x_args,
-        mca_args=mca_args,
-        extra_args=extra_args,
-        mpi_pieces=pieces,
-        mpirun=args.mpirun,   # MPILAUNCH_MPIRUN is read by mpi.detect (with PATH)
-        python=python,
-        dry_run=bool(args.dry_run),
-        log_dir=_layer(args, env, "log_dir").value,
-        worker_log_name=args.worker_log_name,
-        tail_worker_log=contract.tail_spec_text(
-            contract.parse_tail_spec(_layer(args, env, "tail_worker_log").value)),
-        master_addr=master_addr,
-        master_port=master_port,
-        cluster_time_out=cluster_time_out,
-        bind_core=args.bind_core,
-        scheduler=scheduler,
-        exec_mode=bool(args.exec_mode),
-        no_python=bool(args.no_python),
-        visible_devices=args.visible_devices,
-        launcher=launcher,
-        # only a torch worker reads it (not MindSpore's, not an --exec program)
-        run_id=(torchrun.run_id(options.setting(args, env, "rdzv_id"))
-                if not scheduler and not args.exec_mode else None),
-    )
-    level = preflight.preflight_level(args, env) if hasattr(args, "preflight") else "ssh"
-    deep = (preflight.deep_settings(args, env)
-            if level == "deep" or getattr(args, "check_deep", False) else None)
-    cfg = cfg._replace(preflight=level, deep=deep)
-    if hasattr(args, "max_restarts"):   # the run command's (check's and job's own have none)
-        cfg = cfg._replace(resilience=resilience.settings(args, env, cfg))
-    return cfg
+    return port, extra, launcher
 
 
 def _launcher(args, env: Mapping[str, str]) -> str:

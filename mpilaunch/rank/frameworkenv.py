@@ -157,19 +157,7 @@ def framework_env(info: RankInfo, sched_addr: str, sched_port: int, opts: Framew
     }
     sim = opts.sim_level if opts.sim_level is not None else user_env.get("MS_SIMULATION_LEVEL")
     if sim is not None and str(sim).strip():
-        # as msrun 2.x in a simulation: MS_SIMULATION_LEVEL, and none of the dynamic
-        # cluster's variables (no scheduler runs: DryRun compiles one rank alone)
-        for name in ("MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_TOPO_TIMEOUT"):
-            ours.pop(name)
-            if name != "MS_TOPO_TIMEOUT":
-                env.pop(name, None)
-        ours["MS_SIMULATION_LEVEL"] = str(sim).strip()
-        if opts.sim_rank_id is not None:
-            ours["RANK_ID"] = str(opts.sim_rank_id)
-            ours.pop("MS_NODE_ID")
-            env.pop("MS_NODE_ID", None)
-        if opts.sim_world is not None:
-            ours["RANK_SIZE"] = ours["MS_WORKER_NUM"] = str(opts.sim_world)
+        _simulation(ours, env, str(sim).strip(), opts)
     if opts.rank_table_file:
         ours["RANK_TABLE_FILE"] = opts.rank_table_file
     if ":" in sched_addr and user_env.get("NCCL_SOCKET_FAMILY", "").strip() == "AF_INET":
@@ -191,6 +179,23 @@ def framework_env(info: RankInfo, sched_addr: str, sched_port: int, opts: Framew
         if info.num_nodes is None:
             env.pop("GROUP_WORLD_SIZE", None)
     return env
+
+
+def _simulation(ours: Dict[str, str], env: Dict[str, str], level: str, opts: FrameworkOpts) -> None:
+    """As msrun 2.x in a simulation: MS_SIMULATION_LEVEL, and none of the dynamic cluster's
+    variables (no scheduler runs: DryRun compiles one rank alone). Amends ``ours`` (what the
+    launcher sets) and ``env`` (the user's, which it drops those from)."""
+    for name in ("MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_TOPO_TIMEOUT"):
+        ours.pop(name)
+        if name != "MS_TOPO_TIMEOUT":
+            env.pop(name, None)
+    ours["MS_SIMULATION_LEVEL"] = level
+    if opts.sim_rank_id is not None:
+        ours["RANK_ID"] = str(opts.sim_rank_id)
+        ours.pop("MS_NODE_ID")
+        env.pop("MS_NODE_ID", None)
+    if opts.sim_world is not None:
+        ours["RANK_SIZE"] = ours["MS_WORKER_NUM"] = str(opts.sim_world)
 
 
 def torchrun_env(info: RankInfo, opts: FrameworkOpts, user_env: Mapping[str, str]) -> Dict[str, str]:
