@@ -240,7 +240,7 @@ def between(disc: Discovery, step: "Between") -> Optional[Tuple[Any, Any, str]]:
         why = ("no host left" if not hosts else
                f"{len(hosts)} host(s) left, fewer than --min-hosts {lr.min_hosts}")
         warn(f"{why} for attempt {k}: the job ends with attempt {k - 1}'s status")
-        events.emit("discovery", next_attempt=k, hosts=[h.name for h in hosts], left_out=out,
+        events.emit(events.Kind.DISCOVERY, next_attempt=k, hosts=[h.name for h in hosts], left_out=out,
                     ended=True)
         return None
     np = world_size(hosts, disc.user_np)
@@ -249,7 +249,7 @@ def between(disc: Discovery, step: "Between") -> Optional[Tuple[Any, Any, str]]:
         note = (f"; host discovery: attempt {k} on {names(hosts)} (was {names(previous)}), "
                 f"world size {np}")
         warn(f"attempt {k} runs on {names(hosts)}, world size {np}")
-    events.emit("discovery", next_attempt=k, hosts=[{"name": h.name, "slots": h.slots}
+    events.emit(events.Kind.DISCOVERY, next_attempt=k, hosts=[{"name": h.name, "slots": h.slots}
                                                     for h in hosts], np=np, left_out=out,
                 preflighted=disc.last_checked)
     new = cfg._replace(hosts=hosts, np=np, master_addr=base.master_addr)

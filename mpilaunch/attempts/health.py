@@ -177,7 +177,7 @@ def before_relaunch(health: HostHealth, step: "Between", warn: Callable[[str], N
     names = ", ".join(record)
     ended = bool(out) and (lr.min_hosts is None or len(left) < lr.min_hosts or not left)
     if checked or out:
-        events.emit("host_check", next_attempt=k, checked=[hf.label(hosts[i]) for i in checked],
+        events.emit(events.Kind.HOST_CHECK, next_attempt=k, checked=[hf.label(hosts[i]) for i in checked],
                     level="deep" if getattr(cfg, "preflight", None) == "deep" else "ssh",
                     failed=record, ended=ended)
     if not out:

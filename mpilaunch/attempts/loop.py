@@ -157,7 +157,7 @@ def relaunch(step: Between, hosts: HostSource
         if end.note:
             last = replace(last, end_note=end.note, end_status=end.status)
         return State.NO_HOSTS, status, last, None
-    events.emit("restart", next_attempt=k, cause=last.cause, delay=lr.restart_delay)
+    events.emit(events.Kind.RESTART, next_attempt=k, cause=last.cause, delay=lr.restart_delay)
     print(f"mpilaunch: attempt {k - 1} failed ({last.cause}); restarting the job: attempt "
           f"{k} of at most {lr.max_restarts + 1}"
           + (f" in {lr.restart_delay:g} s" if lr.restart_delay else ""),
@@ -176,7 +176,7 @@ def _dropped(nxt: NextHosts, k: int) -> str:
     if not nxt.dropped:
         return ""
     cfg, dropped = nxt.cfg, list(nxt.dropped)
-    events.emit("shrink", dropped=dropped, hosts=len(cfg.hosts), np=cfg.np)
+    events.emit(events.Kind.SHRINK, dropped=dropped, hosts=len(cfg.hosts), np=cfg.np)
     print(f"mpilaunch: host {', '.join(dropped)} dropped (--min-hosts {nxt.lr.min_hosts}): "
           f"attempt {k} runs on {len(cfg.hosts)} host(s), world size {cfg.np}",
           file=sys.stderr, flush=True)
@@ -215,7 +215,7 @@ def no_progress_stop(records: Sequence[AttemptRecord], lr: Resilience) -> Option
     if not lr.max_no_progress or n < lr.max_no_progress:
         return None
     left = lr.max_restarts - att.index
-    events.emit("no_progress", attempts=n, limit=lr.max_no_progress, budget_left=left,
+    events.emit(events.Kind.NO_PROGRESS, attempts=n, limit=lr.max_no_progress, budget_left=left,
                 cause=att.cause)
     print(f"mpilaunch: {n} attempts in a row failed before any worker made progress (last: "
           f"{att.cause}): not restarting; restart budget {left} left unused", file=sys.stderr,

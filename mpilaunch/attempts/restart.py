@@ -164,7 +164,7 @@ class ResilientAttempt(Attempt):
             self.index += 1
             self.silent, self.done = {}, set()
             self.facts = RankFacts()
-        events.emit("restart", next_attempt=self.index, cause=done.cause, delay=0.0,
+        events.emit(events.Kind.RESTART, next_attempt=self.index, cause=done.cause, delay=0.0,
                     mode="in-place")
         events.next_attempt_in_place(self.index)
         print(f"mpilaunch: attempt {done.index} failed ({done.cause}); restarted in place: "

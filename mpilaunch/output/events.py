@@ -33,6 +33,40 @@ REPORT_COMMAND = "mpilaunch report"
 _ASSIGN = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=(\S*)")
 
 
+class Kind:
+    """The record's kinds, each spelled once: every emitter names its kind from here, and
+    docs/EVENTS.md documents every one (a test holds both)."""
+
+    LAUNCHER_START = "launcher_start"
+    HOSTS = "hosts"
+    PREFLIGHT_START = "preflight_start"
+    PREFLIGHT_HOST = "preflight_host"
+    PREFLIGHT_END = "preflight_end"
+    ATTEMPT_START = "attempt_start"
+    STARTER_START = "starter_start"
+    ADAPTER_UP = "adapter_up"
+    PROCESS_START = "process_start"
+    FIRST_OUTPUT = "first_output"
+    PROCESS_EXIT = "process_exit"
+    ADAPTER_DEAD = "adapter_dead"
+    RANK_STATUS = "rank_status"
+    STACKS = "stacks"
+    SIGNAL = "signal"
+    TEARDOWN_START = "teardown_start"
+    STARTER_EXIT = "starter_exit"
+    LEFTOVERS_ENDED = "leftovers_ended"
+    TEARDOWN_END = "teardown_end"
+    SCHEDULER_STOP = "scheduler_stop"
+    ATTEMPT_END = "attempt_end"
+    SUMMARY = "summary"
+    RESTART = "restart"
+    NO_PROGRESS = "no_progress"
+    HOST_CHECK = "host_check"
+    SHRINK = "shrink"
+    DISCOVERY = "discovery"
+    JOB_END = "job_end"
+
+
 class _Record:
     def __init__(self, fd: int, path: str, log_dir: str, restarts: bool, env):
         self.fd, self.path, self.log_dir, self.restarts = fd, path, log_dir, restarts
@@ -152,10 +186,10 @@ def start(cfg, lr, backend, env=None) -> None:
         return
     _rec = _Record(fd, target, log_dir, bool(lr.max_restarts), env)
     tell_api("ready", target)   # every value checked: the API's launch() returns from here on
-    emit("launcher_start", t=_process_start(), version=__version__, pid=os.getpid(),
+    emit(Kind.LAUNCHER_START, t=_process_start(), version=__version__, pid=os.getpid(),
          host=os.uname().nodename, argv=list(sys.argv), cwd=os.getcwd(), log_dir=log_dir,
          python=sys.executable, max_restarts=lr.max_restarts)
-    emit("hosts", source=cfg.hosts_source, np=cfg.np, launcher=backend.program,
+    emit(Kind.HOSTS, source=cfg.hosts_source, np=cfg.np, launcher=backend.program,
          backend=getattr(backend, "name", backend.program),
          hosts=[{"name": h.name, "slots": h.slots} for h in cfg.hosts])
 
@@ -178,7 +212,7 @@ def _close_old() -> None:
 def preflight_start() -> None:
     if _rec is not None:
         _rec.preflight_t0 = time.time()
-        emit("preflight_start", t=_rec.preflight_t0)
+        emit(Kind.PREFLIGHT_START, t=_rec.preflight_t0)
 
 
 def preflight(results):
@@ -199,12 +233,12 @@ def preflight(results):
         if verdict == "fail":
             failed.append(host)
         seconds = sum(r.seconds for r in rs)
-        emit("preflight_host", host=host, verdict=verdict, start=round(t0, 6),
+        emit(Kind.PREFLIGHT_HOST, host=host, verdict=verdict, start=round(t0, 6),
              end=round(t0 + seconds, 6), seconds=round(seconds, 6),
              checks=[{"check": r.check, "status": r.status, "seconds": round(r.seconds, 6),
                       "message": r.message} for r in rs])
     jobwide = [r for r in results if not r.host and r.status == "fail"]
-    emit("preflight_end", verdict="fail" if failed or jobwide else "ok", failed=failed,
+    emit(Kind.PREFLIGHT_END, verdict="fail" if failed or jobwide else "ok", failed=failed,
          messages=[r.message for r in jobwide])
     return results
 
@@ -214,7 +248,7 @@ def attempt_start(index: int, plan) -> None:
         return
     _rec.attempt, _rec.teardown = index, None
     log_dir = contract.attempt_log_dir(_rec.log_dir, index) if _rec.restarts else _rec.log_dir
-    emit("attempt_start", np=plan.np, log_dir=log_dir,
+    emit(Kind.ATTEMPT_START, np=plan.np, log_dir=log_dir,
          hosts=[{"name": h.name, "slots": h.slots} for h in plan.hosts])
 
 
@@ -230,7 +264,7 @@ def teardown(reason: str) -> None:
     if _rec is None or _rec.teardown is not None:
         return
     _rec.teardown = reason
-    emit("teardown_start", reason=reason)
+    emit(Kind.TEARDOWN_START, reason=reason)
 
 
 def stop_signal(signum: int) -> None:
@@ -240,13 +274,13 @@ def stop_signal(signum: int) -> None:
     import signal as _signal
 
     name = _signal.Signals(signum).name
-    emit("signal", signal=signum, name=name)
+    emit(Kind.SIGNAL, signal=signum, name=name)
     teardown(f"{name} received by mpilaunch")
 
 
 _BY = {"self": "itself", "terminated": "teardown", "grace": "graceful stop", "life": "itself"}
-_LIFE_KINDS = {"up": "adapter_up", "started": "process_start", "output": "first_output",
-               "exit": "process_exit"}
+_LIFE_KINDS = {"up": Kind.ADAPTER_UP, "started": Kind.PROCESS_START, "output": Kind.FIRST_OUTPUT,
+               "exit": Kind.PROCESS_EXIT}
 
 
 def status(event) -> None:
@@ -255,8 +289,8 @@ def status(event) -> None:
         return
     common = {"rank": event.rank, "host": event.host, "role": event.role, "host_t": event.t}
     if event.cause == contract.LIFE_CAUSE:
-        kind = _LIFE_KINDS.get(event.event, "rank_status")
-        if kind == "process_exit":
+        kind = _LIFE_KINDS.get(event.event, Kind.RANK_STATUS)
+        if kind == Kind.PROCESS_EXIT:
             emit(kind, status=event.code or 0, code=event.code, signal=None, cause="ok",
                  by="itself", **common)
         else:
@@ -264,14 +298,14 @@ def status(event) -> None:
         return
     if event.event in ("exit", "start-failed", "grace-expired") or (
             event.role == "adapter" and event.event == "error"):
-        emit("process_exit", status=event_status(event), code=event.code, signal=event.signal,
+        emit(Kind.PROCESS_EXIT, status=event_status(event), code=event.code, signal=event.signal,
              cause=event.cause, by=_BY.get(event.cause, event.cause), event=event.event,
              log=event.log, message=event.message, exception=event.exception,
              tail=event.tail, **common)
     else:   # the stall watchdog's stall / progress / done, an adapter's graceful stop, an
             # attempt restarted in place (its root cause's exception with it)
         extra = {"exception": event.exception} if event.exception else {}
-        emit("rank_status", event=event.event, cause=event.cause, message=event.message,
+        emit(Kind.RANK_STATUS, event=event.event, cause=event.cause, message=event.message,
              **extra, **common)
     if event.cause == "self" and (event.code or event.signal):
         teardown(f"{who(event)} failed on {event.host}")
@@ -286,7 +320,7 @@ def attempt_end(attempt, collector) -> None:
     if root is None or lost or attempt.stopped_by is not None:
         root = None
     _rec.exception = root.exception if root is not None else None   # job_end's, if last
-    emit("attempt_end", status=attempt.status, cause=attempt.cause,
+    emit(Kind.ATTEMPT_END, status=attempt.status, cause=attempt.cause,
          stopped_by=attempt.stopped_by, lost_hosts=lost,
          root=None if root is None else {
              "rank": root.rank, "host": root.host, "role": root.role, "code": root.code,
@@ -298,7 +332,7 @@ def summary(text: str) -> str:
     """Record the failure summary; the line that ends it: how to see the job's timeline."""
     if _rec is None:
         return ""
-    emit("summary", text=text)
+    emit(Kind.SUMMARY, text=text)
     return hint()
 
 
@@ -316,7 +350,7 @@ def job_end(status: "int | None", attempts: int, error: "str | None" = None) -> 
     (``exception``, null when it named none)."""
     exc = _rec.exception if _rec is not None and status else None
     if error is None:
-        emit("job_end", status=status, attempts=attempts, exception=exc)
+        emit(Kind.JOB_END, status=status, attempts=attempts, exception=exc)
     else:
-        emit("job_end", status=status, attempts=attempts, error=error, exception=exc)
+        emit(Kind.JOB_END, status=status, attempts=attempts, error=error, exception=exc)
     close()

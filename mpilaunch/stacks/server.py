@@ -120,7 +120,7 @@ class Server:
             try:
                 answer = gather(self.control, self.np, self.log_dir, req[1:2] == ["native"], timeout)
 
-                events.emit("stacks", dir=answer["dir"], verdict=answer["verdict"],
+                events.emit(events.Kind.STACKS, dir=answer["dir"], verdict=answer["verdict"],
                             odd=answer["odd"], seconds=answer["seconds"])
             except OSError as exc:
                 answer = {"error": f"cannot write the stacks into {self.log_dir}: {exc.strerror}"}
@@ -187,6 +187,6 @@ def stall_verdict(job: Any, log_dir: str) -> Optional[str]:
         answer = gather(control, job.np, log_dir, timeout=STALL_TIMEOUT)
     except OSError:
         return None
-    events.emit("stacks", dir=answer["dir"], verdict=answer["verdict"], odd=answer["odd"],
+    events.emit(events.Kind.STACKS, dir=answer["dir"], verdict=answer["verdict"], odd=answer["odd"],
                 seconds=answer["seconds"], reason="stall")
     return answer["verdict"]

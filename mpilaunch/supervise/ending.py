@@ -128,7 +128,7 @@ class Ending:
                 return      # the teardown's victim, or one more after the first failure
             if self.collector is not None:
                 self.collector.adapter_died(rank, pid, host)
-            events.emit("adapter_dead", rank=rank, pid=pid, host=host)
+            events.emit(events.Kind.ADAPTER_DEAD, rank=rank, pid=pid, host=host)
             print(f"mpilaunch: rank {rank}'s adapter (pid {pid} on host {host}) died: its "
                   "connection to the launcher closed without its last word; stopping the job",
                   file=sys.stderr, flush=True)

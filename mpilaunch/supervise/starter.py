@@ -214,7 +214,7 @@ class _Supervision:
             preexec_fn=_child_setup_for(prctl()), close_fds=True,
         )
         rundir.record_mpirun(self.run_dir, proc.pid)
-        events.emit("starter_start", program=backend.program, pid=proc.pid, argv=self.cmd)
+        events.emit(events.Kind.STARTER_START, program=backend.program, pid=proc.pid, argv=self.cmd)
         job = Job(proc, self.collector, backend.program, lock=stop.lock)
         job.control, job.np = control, plan.np
         self.job = job
@@ -237,7 +237,7 @@ class _Supervision:
         for relay in streams:
             relay.start()
         rc = wait_starter(proc)
-        events.emit("starter_exit", returncode=rc)
+        events.emit(events.Kind.STARTER_EXIT, returncode=rc)
         if self.control is not None:
             _linger(self.control, self.attempt.linger(), backend.program)
         for relay in streams:
@@ -267,7 +267,7 @@ class _Supervision:
         rundir.remove_files(self.plan, self.run_dir, keep_tune)
         if proc is not None and proc.returncode is not None:
             self.backend.cleanup(proc.pid, proc.returncode)
-        events.emit("teardown_end")   # the starter gone, the run files removed
+        events.emit(events.Kind.TEARDOWN_END)   # the starter gone, the run files removed
 
     def conclude(self, rc: int, env: Mapping[str, str]) -> int:
         """The attempt's exit status, and on a failure its summary on stderr."""
@@ -294,7 +294,7 @@ class _Supervision:
             cause = allocation.slurm_stop_cause(env)
             if cause:
                 relays.Sink(2).write(f"  scheduler: {cause}\n".encode("utf-8", "replace"))
-                events.emit("scheduler_stop", cause=cause)
+                events.emit(events.Kind.SCHEDULER_STOP, cause=cause)
         return status
 
 
@@ -329,7 +329,7 @@ def _end_leftovers(control, program: str) -> None:
     Only looked for when some rank did not say its last word; a quiet job pays nothing."""
     found, stuck = leftovers.end(control_channel.TOKEN_VAR, control.token)
     if found:
-        events.emit("leftovers_ended", pids=found)
+        events.emit(events.Kind.LEFTOVERS_ENDED, pids=found)
     if stuck:
         print(f"mpilaunch: {program} ended, but process {', '.join(map(str, stuck))} of this job "
               "could not be ended on this host", file=sys.stderr, flush=True)
