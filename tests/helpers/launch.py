@@ -37,3 +37,14 @@ def run_cli(args, tmp_path, env_extra=None):
     proc = subprocess.run([sys.executable, "-m", "mpilaunch", *args], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     return proc, tmpdir
+
+
+def build_config(argv, env, tmp_path, source="print('hi')\n", python="/venv/bin/python3"):
+    """The checked LaunchConfig of ``mpilaunch --python PYTHON ARGV train.py`` (the script
+    written with ``source``: what it imports decides the framework), as the run command builds it."""
+    from mpilaunch.config import launchconfig
+    from mpilaunch.config.options import parser
+
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    return launchconfig.build(parser().parse_args(["--python", python] + argv + [str(script)]), env)

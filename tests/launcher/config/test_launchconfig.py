@@ -3,19 +3,13 @@ default, every value checked where the configuration is built, and every user er
 there: before a log dir, a run dir or any process exists."""
 import pytest
 
-from helpers.launch import run_cli
+from helpers.launch import build_config, run_cli
 from mpilaunch.config import launchconfig, mpiargs
-from mpilaunch.config.options import parser as run_parser
 from mpilaunch.errors import UsageError
-
-PY = "/venv/bin/python3"
 
 
 def build(argv, env, tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text("print('hi')\n")
-    args = run_parser().parse_args(["--python", PY] + argv + [str(script)])
-    return launchconfig.build(args, env)
+    return build_config(argv, env, tmp_path, "print('hi')\n")
 
 
 @pytest.mark.parametrize("argv, env, message", [

@@ -3,18 +3,13 @@ taken with their meaning, checked against the hosts and slots (a mismatch is one
 both), refused in one line where they have none."""
 import pytest
 
-from mpilaunch.config import launchconfig, torchrun
-from mpilaunch.config.options import parser as run_parser
+from helpers.launch import build_config
+from mpilaunch.config import torchrun
 from mpilaunch.errors import UsageError
-
-PY = "/venv/bin/python3"
 
 
 def build(argv, env, tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text("import torch\n")
-    args = run_parser().parse_args(["--python", PY] + argv + [str(script)])
-    return launchconfig.build(args, env)
+    return build_config(argv, env, tmp_path, "import torch\n")
 
 
 @pytest.mark.parametrize("argv, env, message", [
