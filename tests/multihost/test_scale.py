@@ -8,6 +8,8 @@ tests/helpers/scale.py (bench/bench_scale.py times the same ones at 32 and 64 ho
 import os
 import re
 import subprocess
+import sys
+import threading
 
 import pytest
 
@@ -138,11 +140,28 @@ def test_a_host_whose_sshd_is_down_at_start_is_named_with_the_fix(scalehosts_hea
     assert scale.left_on_hosts(th) == {}
 
 
+# The ranks' interpreter on the gated host waits for the gate file before it becomes Python: that
+# host's rank is not up until the test has seen the start-up line, however fast the machine.
+GATED_PYTHON = """\
+#!{python}
+import os, socket, sys, time
+if socket.gethostname() == {host!r}:
+    while not os.path.exists({gate!r}):
+        time.sleep(0.05)
+os.execv({python!r}, [{python!r}] + sys.argv[1:])
+"""
+
+
 def test_the_startup_line_is_drawn_on_a_terminal_only(scalehosts, tmp_path):
     th = scalehosts
     n = len(th.hosts)
+    gate = str(tmp_path / "gate")
+    python = tmp_path / "python"
+    python.write_text(GATED_PYTHON.format(python=sys.executable, host=th.hosts[-1].hostname,
+                                          gate=gate))
+    python.chmod(0o755)
     master, slave = os.openpty()
-    cmd = scale.argv(th, OMPI5, n, str(tmp_path), "sleep", sleep=1.0)
+    cmd = scale.argv(th, OMPI5, n, str(tmp_path), "ok", "--python", str(python))
     h = th.hosts[0]
     # Any output of the job before the line is due ends it undrawn (by design). A PATH through
     # pyenv's shims printed "pyenv: cannot rehash" as the ranks started, once in a full run (two
@@ -155,20 +174,35 @@ def test_the_startup_line_is_drawn_on_a_terminal_only(scalehosts, tmp_path):
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
     os.close(slave)
     seen = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:      # EIO: the last writer is gone
-            break
-        if not chunk:
-            break
-        seen += chunk
-    assert proc.wait(timeout=60) == 0
+    # every rank but the gated one up, the line says whom it waits for
+    line = re.compile(rf"\rmpilaunch: starting: {n - 1}/{n} ranks up, {n - 1}/{n} hosts, "
+                      rf"waiting for (\S+) \(\d+\.\d s\)\x1b\[K")
+    # a line that never comes fails the test instead of hanging it
+    timer = threading.Timer(60, lambda: open(gate, "w").close())
+    timer.start()
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:      # EIO: the last writer is gone
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if not os.path.exists(gate) and line.search(seen.decode("utf-8", "replace")):
+                open(gate, "w").close()      # the line is drawn: let the last host's rank start
+    finally:
+        timer.cancel()
+        open(gate, "w").close()      # never leave the gated rank waiting
+    assert proc.wait(timeout=60) == 0, seen
     os.close(master)
     text = seen.decode("utf-8", "replace")
-    # the launch took more than 2 s here: the line was drawn, then erased
-    assert re.search(rf"\rmpilaunch: starting: \d+/{n} ranks up, \d+/{n} hosts", text), text
-    assert text.endswith("\r\x1b[K") or "\r\x1b[K" in text
+    drawn = list(line.finditer(text))
+    assert drawn, text
+    assert drawn[-1].group(1) == th.hosts[-1].addr, text
+    # erased once the last rank is up
+    assert "\r\x1b[K" in text[drawn[-1].end():], text
+    assert scale.left_on_hosts(th) == {}
 
 
 def test_the_open_file_limit_is_raised_for_flat_ssh_or_named(scalehosts, tmp_path):
