@@ -24,7 +24,7 @@ from mpilaunch.config.resilience import Resilience, resilience_on
 from mpilaunch.supervise import starter
 from mpilaunch.supervise.attempt import Attempt, AttemptRecord
 from mpilaunch.supervise.stopping import BetweenAttempts
-from mpilaunch.attempts import nextattempt, progress, restart
+from mpilaunch.attempts import monitoring, nextattempt, progress, restart
 from mpilaunch.attempts.hostsource import FixedHosts, HostSource, HostsEnded, NextHosts
 from mpilaunch.attempts.nextattempt import Between
 from mpilaunch.output import events
@@ -68,12 +68,13 @@ class JobContext:
     hosts: HostSource = field(default_factory=FixedHosts)
     first_checks: Callable[[Any, str], Any] = _no_checks
     verbose: bool = False
+    board: Any = None       # the monitor's, across the attempts (attempts/monitoring.py)
 
 
 def run_job(job: JobContext) -> int:
     """Attempt 0, then as many relaunches as the budget allows; the job's exit status."""
     try:
-        return _loop(job)
+        return _loop(replace(job, board=monitoring.board_for(job.cfg)))
     except NotStarted:
         return 1
 
@@ -94,7 +95,7 @@ def _loop(job: JobContext) -> int:
         elif state is State.NO_PROGRESS:
             records[-1] = no_progress_stop(records, lr) or last
         # SUCCEEDED, STOPPED, USAGE_ERROR, BUDGET_SPENT, NO_PROGRESS, NO_HOSTS: the job ends
-        return job_end(records, lr, status)
+        return job_end(records, lr, status, job.board)
 
 
 def judge(records: Sequence[AttemptRecord], lr: Resilience) -> State:
@@ -131,7 +132,7 @@ def run_one(job: JobContext, cfg: Any, lr: Resilience, k: int) -> Tuple[AttemptR
     # with restarts or hosts to follow: it learns the lost hosts and the workers' progress
     att = (restart.ResilientAttempt(k, lr, plan.np)
            if resilience_on(lr) or lr.discovery_script is not None or lr.max_restarts else Attempt(k))
-    starter.run_attempt(job.backend, plan, job.env, run_dir, cfg.keep_tune_file, att)
+    starter.run_attempt(job.backend, plan, job.env, run_dir, cfg.keep_tune_file, att, job.board)
     return att.record(), cfg
 
 
@@ -198,10 +199,11 @@ def _wait(cfg: Any, lr: Resilience, k: int) -> Tuple[Optional[int], Any]:
     return stop.signum, cfg
 
 
-def job_end(records: Sequence[AttemptRecord], lr: Resilience, status: int) -> int:
+def job_end(records: Sequence[AttemptRecord], lr: Resilience, status: int, board: Any = None) -> int:
     if lr.max_restarts:
         sys.stderr.write(summary(records, lr, status) + (events.hint() if status else ""))
-        sys.stderr.flush()
+    sys.stderr.write(monitoring.end_lines(board))   # the stragglers the job had
+    sys.stderr.flush()
     events.job_end(status, len(records))   # the record's last line (docs/EVENTS.md)
     return status
 

@@ -64,6 +64,8 @@ class Kind:
     HOST_CHECK = "host_check"
     SHRINK = "shrink"
     DISCOVERY = "discovery"
+    WAIT_SHARE = "wait_share"
+    STRAGGLER = "straggler"
     JOB_END = "job_end"
 
 

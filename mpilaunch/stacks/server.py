@@ -83,8 +83,10 @@ def gather(control: Any, np: int, log_dir: str, native: bool = False,
 class Server:
     """Listens while one attempt runs; ``close()`` removes the socket and the pointers."""
 
-    def __init__(self, run_dir: str, log_dirs: Sequence[str], control: Any, np: int) -> None:
+    def __init__(self, run_dir: str, log_dirs: Sequence[str], control: Any, np: int,
+                 board: Any = None) -> None:
         self.control, self.np = control, np
+        self.board = board      # monitor/board.py's: what `mpilaunch top` shows (None: monitor off)
         self.log_dir = log_dirs[0]
         self.path = os.path.join(run_dir, SOCKET)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -145,7 +147,8 @@ class Server:
             pass
 
 
-def open_for(run_dir: str, plan: Plan, control: Any) -> "Server | List[str] | None":
+def open_for(run_dir: str, plan: Plan, control: Any,
+             board: Any = None) -> "Server | List[str] | None":
     """The server of an attempt with a control channel; for one without (``--exec``), the
     pointers that say so; None when the plan names no log dir (``plan.log_dirs``: the ranks'
     log dir, then the job's own when that is an attempt's)."""
@@ -156,7 +159,7 @@ def open_for(run_dir: str, plan: Plan, control: Any) -> "Server | List[str] | No
         text = f"{EXEC}\n{os.getpid()}\n"
         return [p for p in (write_pointer(d, text) for d in dirs) if p]
     try:
-        return Server(run_dir, dirs, control, plan.np)
+        return Server(run_dir, dirs, control, plan.np, board)
     except OSError:
         return None
 

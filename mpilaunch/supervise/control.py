@@ -52,7 +52,8 @@ class Control:
     names = (ENDPOINT_VAR, TOKEN_VAR)
 
     def __init__(self, hosts: Sequence, np: int = 0,
-                 on_dead: Optional[Callable[[int, Optional[int], str], None]] = None) -> None:
+                 on_dead: Optional[Callable[[int, Optional[int], str], None]] = None,
+                 on_sample: Optional[Callable[..., None]] = None) -> None:
         import secrets
         import selectors
 
@@ -77,6 +78,7 @@ class Control:
         self.bufs: Dict[int, bytearray] = {}
         self.said_bye: set = set()
         self.on_dead = on_dead      # (rank, pid, host): its connection closed without its bye
+        self.on_sample = on_sample  # (monitor.model.Sample): a rank's sample (docs/MONITOR.md)
         self.answers: Dict[str, Dict[int, str]] = {}    # stacks request id -> rank -> text
         self.seq = 0
         self.lock = threading.Condition()

@@ -142,11 +142,12 @@ class Job:
 
 
 def run_attempt(backend: Backend, plan: Plan, env: Mapping[str, str], run_dir: str,
-                keep_tune: bool, attempt: Attempt) -> int:
+                keep_tune: bool, attempt: Attempt, board: Any = None) -> int:
     """Start ``plan`` with ``backend`` and supervise it to its end; the attempt's exit status.
     ``attempt``: the protocol of supervise/attempt.py (``Attempt`` for a plain launch;
-    attempts/restart.py's ``ResilientAttempt`` for the graceful stop and the stall watchdog)."""
-    s = _Supervision(backend, plan, attempt, run_dir)
+    attempts/restart.py's ``ResilientAttempt`` for the graceful stop and the stall watchdog).
+    ``board``: the monitor's (monitor/board.py), fed the ranks' samples; None: monitor off."""
+    s = _Supervision(backend, plan, attempt, run_dir, board)
     s.prepare()                 # nothing started yet: the control channel, the argv
     rc = s.start_and_watch(env, keep_tune)
     return s.conclude(rc, env)
@@ -159,8 +160,10 @@ class _Supervision:
     and the control thread act on it through ``self.ending`` (ending.py: one lock for every
     decision that ends the attempt); what they learnt is ``self.stop``."""
 
-    def __init__(self, backend: Backend, plan: Plan, attempt: Attempt, run_dir: str) -> None:
+    def __init__(self, backend: Backend, plan: Plan, attempt: Attempt, run_dir: str,
+                 board: Any = None) -> None:
         self.backend, self.plan, self.attempt, self.run_dir = backend, plan, attempt, run_dir
+        self.board = board
         self.ending = Ending(backend, attempt)
         self.stop = self.ending.stop
         self.proc: Optional[subprocess.Popen] = None
@@ -177,8 +180,9 @@ class _Supervision:
             # before any socket of ours exists: with fd 0 closed, the control channel's socket
             # would be fd 0, and read as a stdin for rank 0 that never ends
             self.plan = relays.stdin_target(self.backend, self.plan)
-            self.control = self.forwarder.control = _open_control(self.backend, self.plan,
-                                                                  self.attempt, self.ending.adapter_died)
+            self.control = self.forwarder.control = _open_control(
+                self.backend, self.plan, self.attempt, self.ending.adapter_died,
+                self.board.feed if self.board is not None else None)
             if self.control is not None:   # its two variables reach every rank as the starter exports them
                 self.plan = self.backend.with_control(self.plan, self.control.names)
             events.attempt_start(self.attempt.index, self.plan)   # the event record (docs/EVENTS.md)
@@ -218,7 +222,10 @@ class _Supervision:
         job = Job(proc, self.collector, backend.program, lock=stop.lock)
         job.control, job.np = control, plan.np
         self.job = job
-        self.stacks_server = hang_server.open_for(self.run_dir, plan, control)   # mpilaunch stacks LOG_DIR
+        if self.board is not None:
+            self.board.attempt_started(self.attempt.index, plan.np, self.collector, control)
+        # mpilaunch stacks LOG_DIR, mpilaunch top LOG_DIR
+        self.stacks_server = hang_server.open_for(self.run_dir, plan, control, board=self.board)
         self.forwarder.started(job, job.np)
         # a stop that came while Popen ran, an adapter that died before the job existed
         self.ending.attach(job, plan)
@@ -335,7 +342,7 @@ def _end_leftovers(control, program: str) -> None:
               "could not be ended on this host", file=sys.stderr, flush=True)
 
 
-def _open_control(backend, plan, attempt, on_dead=None):
+def _open_control(backend, plan, attempt, on_dead=None, on_sample=None):
     """The control channel, for every supervised launch: a dead adapter is seen on it (its
     connection closes without its last word), ``mpilaunch stacks`` asks the ranks over it
     (docs/HANGS.md), the graceful stop and the signals the starter does not forward travel on
@@ -343,7 +350,7 @@ def _open_control(backend, plan, attempt, on_dead=None):
     if plan.exec_mode:     # the ranks run no adapter that stays
         return None
     try:
-        return control_channel.Control(plan.hosts, plan.np, on_dead)
+        return control_channel.Control(plan.hosts, plan.np, on_dead, on_sample=on_sample)
     except OSError as exc:
         control_channel.warn(f"no control channel ({exc}): the graceful stop and the signals "
                      f"{backend.program} does not forward cannot reach the ranks")

@@ -1,0 +1,212 @@
+"""The launcher's board of the running job: every rank's latest sample (``model.Sample``, pushed
+by its adapter over the control channel: ``supervise/control.py``'s ``on_sample``), what the
+launcher already knows of each rank's process (its exit, from the starter's status lines), the
+attempt; judged for stragglers round by round (``straggler.py``). ``mpilaunch top`` and
+``/metrics`` read it as a :class:`model.JobView` (:meth:`Board.view`).
+
+One board per job, across its attempts (:meth:`Board.attempt_started` clears what belonged to
+the last one). Thread-safe with one lock: the control thread feeds it, the stacks server's
+threads read it, the main thread starts attempts. What the rule decides is told outside that
+lock (``on_change``, ``on_round``), so a slow stderr never holds a reader up. Cheap to import
+(the standard library and ``model.py``): every monitored launch loads it.
+
+A **round** is one sample of every rank: it closes when every rank expected has sent one
+since the last, or ``ROUND_WAIT`` intervals after the last round (a rank whose sample is late
+is left out of that round, not waited for).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+from mpilaunch.monitor import straggler
+from mpilaunch.monitor.model import JobView, RankView, Sample
+
+ROUND_WAIT = 1.5    # intervals after the last round a round closes with the samples it has
+STALE = 2.5         # intervals without a sample after which a rank is not waited for
+
+
+@dataclass(frozen=True)
+class Change:
+    """A rank became a straggler (``recovered`` False) or recovered: the record's fields and
+    the status line."""
+    rank: int
+    host: str
+    score: straggler.Score
+    hot_frame: Optional[str]
+    recovered: bool
+    line: str
+
+    def fields(self) -> dict:
+        """The ``straggler`` record's fields (docs/EVENTS.md)."""
+        return {"rank": self.rank, "host": self.host, "score": self.score.score,
+                "others_wait": self.score.others, "wait_share": self.score.own,
+                "slowdown": self.score.slowdown, "hot_frame": self.hot_frame,
+                "recovered": self.recovered}
+
+
+class Board:
+    """``interval``: the monitor's (s); ``on_change(Change)``: a rank became a straggler or
+    recovered; ``on_round(shares)``: a round closed (``shares``: every rank's wait share by
+    rank, None where it has none), only when some rank has one."""
+
+    def __init__(self, interval: float,
+                 on_change: Optional[Callable[[Change], None]] = None,
+                 on_round: Optional[Callable[[List[Optional[float]]], None]] = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.interval = interval
+        self.on_change, self.on_round = on_change, on_round
+        self.clock, self.wall = clock, wall
+        self.lock = threading.Lock()
+        self.attempt = self.restarts = self.np = 0
+        self.collector: Any = None      # output.summary.Collector of the running attempt
+        self.control: Any = None        # supervise.control.Control of the running attempt
+        self.seen: List[straggler.Seen] = []
+        self._clear()
+
+    def _clear(self) -> None:
+        self.latest: Dict[Tuple[int, str], Tuple[Sample, float, float]] = {}  # (sample, mono, wall)
+        self.previous: Dict[Tuple[int, str], Sample] = {}
+        self.pending: Dict[int, Sample] = {}
+        self.rounds: List[Dict[int, Optional[float]]] = []
+        self.last_round = self.clock()
+        self.stragglers: Set[int] = set()
+        self.scores: Dict[int, straggler.Score] = {}
+        self.open: Dict[int, straggler.Seen] = {}   # the stragglers' records, while they last
+
+    # -- the attempts
+    def attempt_started(self, index: int, np: int, collector: Any = None, control: Any = None) -> None:
+        with self.lock:
+            self._close_spans()
+            self._clear()
+            self.attempt, self.restarts, self.np = index, index, np
+            self.collector, self.control = collector, control
+
+    def _close_spans(self) -> None:
+        now = self.wall()
+        for seen in self.open.values():
+            start, _ = seen.spans[-1]
+            seen.spans[-1] = (start, now)
+
+    # -- the samples
+    def feed(self, sample: Sample) -> None:
+        """One rank's sample (the control thread's callback)."""
+        with self.lock:
+            shares, step = self._take(sample)
+            changes = self._changes(step) if step is not None else []
+        if shares is not None and self.on_round is not None and any(w is not None for w in shares):
+            self.on_round(shares)
+        for change in changes:
+            if self.on_change is not None:
+                self.on_change(change)
+
+    def _take(self, sample: Sample) -> Tuple[Optional[List[Optional[float]]], Optional[straggler.Step]]:
+        key, now = (sample.rank, sample.role), self.clock()
+        old = self.latest.get(key)
+        if old is not None and old[0].pid == sample.pid:
+            self.previous[key] = old[0]
+        else:                           # a new process (restarted in place): no CPU % yet
+            self.previous.pop(key, None)
+        self.latest[key] = (sample, now, self.wall())
+        if sample.role != "worker":
+            return None, None
+        self.pending[sample.rank] = sample
+        np = max(self.np, 1 + max(r for r, _ in self.latest))
+        stale = {r for (r, role), (_, t, _) in self.latest.items()
+                 if role == "worker" and now - t > STALE * self.interval}
+        expected = set(range(np)) - stale
+        if not expected <= set(self.pending) and now - self.last_round < ROUND_WAIT * self.interval:
+            return None, None
+        shares = {r: s.wait_share for r, s in self.pending.items()}
+        self.pending, self.last_round = {}, now
+        self.rounds = (self.rounds + [shares])[-straggler.WINDOW:]
+        step = straggler.step(self.rounds, self.stragglers)
+        self.stragglers, self.scores = set(step.stragglers), {**self.scores, **step.scores}
+        return [shares.get(r) for r in range(np)], step
+
+    def _changes(self, step: straggler.Step) -> List[Change]:
+        out = []
+        now = self.wall()
+        for rank in step.became:
+            sample = self.latest[(rank, "worker")][0]
+            score = step.scores[rank]
+            seen = self.open.get(rank)
+            if seen is None:
+                seen = straggler.Seen(rank, sample.host, self.attempt, sample.hot_frame)
+                self.seen.append(seen)
+                self.open[rank] = seen
+            seen.spans.append((now, None))
+            seen.hot_frame = sample.hot_frame or seen.hot_frame
+            seen.others = max(seen.others, score.others)
+            seen.slowdown = max(seen.slowdown, score.slowdown)
+            out.append(Change(rank, sample.host, score, sample.hot_frame, False,
+                              straggler.became_line(rank, sample.host, score, sample.hot_frame)))
+        for rank, seen in self.open.items():    # the worst while it lasts
+            now_score = step.scores.get(rank)
+            if now_score is not None and rank not in step.became and rank in self.stragglers:
+                seen.others = max(seen.others, now_score.others)
+                seen.slowdown = max(seen.slowdown, now_score.slowdown)
+        for rank in step.recovered:
+            seen = self.open.pop(rank)
+            seen.spans[-1] = (seen.spans[-1][0], now)
+            score = step.scores[rank]
+            out.append(Change(rank, seen.host, score, None, True,
+                              straggler.recovered_line(rank, seen.host, score)))
+        return out
+
+    # -- what top and /metrics read
+    def view(self) -> JobView:
+        control = self.control
+        # asked before the board's lock is taken: the control channel's lock is never taken
+        # under it (the control thread holds its own when it feeds the board)
+        connected = set(control.ranks()) if control is not None else None
+        hosts = {r: control.host_of(r) for r in connected or ()}
+        with self.lock:
+            keys = {(r, "worker") for r in range(self.np)} | set(self.latest)
+            rows = [self._row(rank, role, connected, hosts) for rank, role in
+                    sorted(keys, key=lambda k: (k[0], k[1] != "worker"))]
+            samplers = [s.sampler for (_, role), (s, _, _) in self.latest.items() if role == "worker"]
+            sampler = next((s for s in samplers if s != "py-spy"), "py-spy" if samplers else "")
+            return JobView(self.wall(), self.attempt, self.restarts, self.np, self.interval,
+                           sampler, rows)
+
+    def _row(self, rank: int, role: str, connected: Optional[Set[int]],
+             hosts: Dict[int, str]) -> RankView:
+        entry = self.latest.get((rank, role))
+        state = self._state(rank, role, entry is not None)
+        up = state == "running" and (connected is None or rank in connected)
+        if entry is None:
+            host = hosts.get(rank, "")
+            return RankView(rank, "" if host == "?" else host, role, state, 0.0, None, 0, None,
+                            None, None, False, None, up)
+        s, _, wall_t = entry
+        prev = self.previous.get((rank, role))
+        pct = None
+        if prev is not None and s.t > prev.t:
+            pct = round(100.0 * (s.cpu_s - prev.cpu_s) / (s.t - prev.t), 1)
+        age = None if s.output_t is None else round(max(0.0, s.t - s.output_t + self.wall() - wall_t), 3)
+        score = self.scores.get(rank) if role == "worker" else None
+        return RankView(rank, s.host, role, state, s.cpu_s, pct, s.rss, age, s.wait_share,
+                        s.hot_frame, role == "worker" and rank in self.stragglers,
+                        score.score if score is not None else None, up)
+
+    def _state(self, rank: int, role: str, sampled: bool) -> str:
+        """From the starter's status lines (the launcher's Collector): how the process ended."""
+        col = self.collector
+        if col is not None:
+            for e in reversed(list(col.events)):
+                if e.rank == rank and e.role == role and e.event in ("exit", "start-failed",
+                                                                     "grace-expired"):
+                    return f"signal {e.signal}" if e.signal else f"exited {e.code or 0}"
+            if role == "worker" and any(e.rank == rank for e in list(col.dead)):
+                return "adapter died"
+        return "running" if sampled else "starting"
+
+    # -- the end of the job
+    def seen_lines(self) -> List[str]:
+        """One line per straggler the job had (its summary's), or none."""
+        with self.lock:
+            return straggler.seen_lines(self.seen, self.wall())

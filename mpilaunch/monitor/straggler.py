@@ -1,0 +1,162 @@
+"""The straggler rule: which rank holds a synchronous job back, from every rank's wait share
+(the share of its stack samples spent waiting in a collective: ``model.Sample.wait_share``).
+
+In a synchronous job one slow rank sets the pace: every other rank reaches the collective
+first and waits there for it, while the slow rank arrives last and hardly waits. So the rule
+compares each rank's wait share with the others': its **gap** is the median of the other
+ranks' wait shares minus its own. With every rank alike the gaps are noise around 0; the rank
+the others wait for has a gap as large as the share of the step they spend waiting for it.
+
+* **score**: the rank's gap averaged over the last ``WINDOW`` rounds it has one in (a round:
+  one sample of every rank, ``board.py``), so one noisy round does not name a rank, and a rank
+  slow from the start is named in its first round.
+* a rank **becomes** a straggler when its score is ``ON`` or more and **recovers** when it
+  falls below ``OFF`` (hysteresis: a rank near the threshold does not come and go each round).
+* **slowdown**: a step of ``base`` seconds with a rank ``x`` s late takes ``base + x``; the
+  others wait ``x / (base + x)`` more than it does, the score ``s``; so the job runs
+  ``1 / (1 - s)`` times as long as it would without that wait.
+
+What the rule will not judge (it says nothing rather than guess): a rank without a wait share
+(no stack sampler on its host), a round with fewer than two ranks that have one (one rank
+waits for no one). A rank of an exited or unjudged round keeps its state.
+
+The threshold's measurement: docs/MONITOR.md, "The straggler rule". Pure: rounds in, a
+:class:`Step` out; no clock, no I/O.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import AbstractSet, Dict, List, Mapping, Optional, Sequence, Tuple
+
+ON = 0.30       # score to become a straggler (docs/MONITOR.md: balanced jobs stay below 0.15)
+OFF = 0.15      # score under which a straggler has recovered
+WINDOW = 2      # rounds a score averages
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One rank in one round: its own wait share, the median of the others', the difference."""
+    own: float
+    others: float
+
+    @property
+    def gap(self) -> float:
+        return self.others - self.own
+
+
+def gaps(shares: Mapping[int, Optional[float]]) -> Dict[int, Gap]:
+    """rank -> its :class:`Gap` in one round (``shares``: rank -> wait share or None); empty
+    when fewer than two ranks have a wait share."""
+    known = sorted((w, r) for r, w in shares.items() if w is not None)
+    n = len(known)
+    if n < 2:
+        return {}
+    out = {}
+    for i, (w, r) in enumerate(known):
+        # the median of the others: the sorted values without position i
+        def at(k: int) -> float:
+            return known[k if k < i else k + 1][0]
+        m = n - 1
+        others = at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+        out[r] = Gap(w, others)
+    return out
+
+
+@dataclass(frozen=True)
+class Score:
+    """A rank's score over the window, with the two means it is the difference of."""
+    score: float
+    own: float
+    others: float
+
+    @property
+    def slowdown(self) -> float:
+        """How many times as long the job runs as it would without the others' wait for it."""
+        return round(1.0 / max(1.0 - self.score, 0.01), 2)
+
+
+@dataclass(frozen=True)
+class Step:
+    """The rule's judgement after a round. ``scores``: every rank judged this round;
+    ``stragglers``: the ranks held back by after it; ``became`` / ``recovered``: the changes."""
+    scores: Dict[int, Score]
+    stragglers: Tuple[int, ...]
+    became: Tuple[int, ...]
+    recovered: Tuple[int, ...]
+
+
+def scores(rounds: Sequence[Mapping[int, Optional[float]]]) -> Dict[int, Score]:
+    """rank -> its :class:`Score` over the last ``WINDOW`` of ``rounds`` (oldest first), for
+    every rank with a gap in the last round."""
+    recent = [gaps(r) for r in rounds[-WINDOW:]]
+    if not recent:
+        return {}
+    out = {}
+    for rank in recent[-1]:
+        mine = [g[rank] for g in recent if rank in g]
+        own = sum(g.own for g in mine) / len(mine)
+        others = sum(g.others for g in mine) / len(mine)
+        out[rank] = Score(round(others - own, 3), round(own, 3), round(others, 3))
+    return out
+
+
+def step(rounds: Sequence[Mapping[int, Optional[float]]], current: AbstractSet[int]) -> Step:
+    """Judge the last of ``rounds`` (rank -> wait share, oldest first); ``current``: the
+    stragglers before it."""
+    sc = scores(rounds)
+    now = set()
+    for rank in set(current) | set(sc):
+        s = sc.get(rank)
+        if s is None:
+            if rank in current:     # not judged this round: keeps its state
+                now.add(rank)
+        elif s.score >= ON or (rank in current and s.score >= OFF):
+            now.add(rank)
+    return Step(sc, tuple(sorted(now)), tuple(sorted(now - set(current))),
+                tuple(sorted(set(current) - now)))
+
+
+def pct(share: float) -> str:
+    return f"{round(share * 100)}%"
+
+
+def became_line(rank: int, host: str, s: Score, hot_frame: Optional[str]) -> str:
+    """The launcher's status line for a rank that became a straggler."""
+    where = f" on host {host}" if host else ""
+    text = (f"rank {rank}{where} is holding the job back: others wait {pct(s.others)} of the "
+            f"time for it")
+    return text + (f"; its time goes to {hot_frame}" if hot_frame else "")
+
+
+def recovered_line(rank: int, host: str, s: Score) -> str:
+    where = f" on host {host}" if host else ""
+    return (f"rank {rank}{where} no longer holds the job back: others wait {pct(s.others)} of "
+            f"the time, it waits {pct(s.own)}")
+
+
+def seen_lines(seen: Sequence["Seen"], now: float) -> List[str]:
+    """The end of job's lines: one per straggler seen (``now``: the job's end, for one that
+    had not recovered)."""
+    out = []
+    for s in seen:
+        held = sum((end if end is not None else now) - start for start, end in s.spans)
+        times = len(s.spans)
+        text = (f"rank {s.rank}" + (f" on host {s.host}" if s.host else "")
+                + (f" (attempt {s.attempt})" if s.attempt else "")
+                + f": held the job back {held:.0f} s" + (f" ({times} times)" if times > 1 else "")
+                + f", others waited up to {pct(s.others)} of the time for it (the job up to "
+                f"{s.slowdown:g}x as long)")
+        out.append(text + (f"; its time went to {s.hot_frame}" if s.hot_frame else ""))
+    return out
+
+
+@dataclass
+class Seen:
+    """A straggler the job had: its spans (start, end or None while it lasts), the worst."""
+    rank: int
+    host: str
+    attempt: int
+    hot_frame: Optional[str]
+    others: float = 0.0
+    slowdown: float = 1.0
+    spans: List[Tuple[float, Optional[float]]] = field(default_factory=list)

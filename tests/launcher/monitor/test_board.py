@@ -1,0 +1,170 @@
+"""The launcher's board (mpilaunch/monitor/board.py): rounds from samples, the straggler's
+record and line, the job view top and /metrics read, the end-of-job lines."""
+import json
+import threading
+
+from mpilaunch.attempts import monitoring
+from mpilaunch.backends.openmpi import OpenMpi
+from mpilaunch.config.mpi import OMPI5, MpiInfo
+from mpilaunch.monitor.board import Board
+from mpilaunch.monitor.model import JobView, Sample
+from mpilaunch.output.summary import Collector, Event
+
+OMPI = OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5))
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+class Channel:
+    """The two questions the board asks the control channel."""
+    def __init__(self, ranks, hosts):
+        self._ranks, self._hosts = ranks, hosts
+
+    def ranks(self):
+        return list(self._ranks)
+
+    def host_of(self, rank):
+        return self._hosts.get(rank, "?")
+
+
+def sample(rank, t, wait, cpu=0.0, host=None, hot="train.py:9 in step", pid=None, role="worker",
+           sampler="py-spy", output_t=None):
+    return Sample(rank, role, pid or 100 + rank, t, cpu, 1 << 20, output_t, wait, hot, 50, sampler,
+                  host or f"h{rank}")
+
+
+def board(np=4, interval=1.0):
+    clock, changes, rounds = Clock(), [], []
+    b = Board(interval, on_change=changes.append, on_round=rounds.append, clock=clock, wall=clock)
+    b.attempt_started(0, np, Collector(OMPI), None)
+    return b, clock, changes, rounds
+
+
+def one_round(b, clock, waits, hot=None):
+    clock.t += 1.0
+    for r, w in enumerate(waits):
+        b.feed(sample(r, clock.t, w, cpu=clock.t - 1000.0,
+                      hot=(hot or {}).get(r, "train.py:9 in step")))
+
+
+def test_a_round_closes_when_every_rank_has_sent_and_names_the_straggler_once():
+    b, clock, changes, rounds = board()
+    clock.t += 1.0
+    for r, w in enumerate([0.64, 0.60, 0.02]):
+        b.feed(sample(r, clock.t, w, hot="train.py:41 in load_batch" if r == 2 else None))
+    assert rounds == [] and changes == []        # rank 3 not in yet
+    b.feed(sample(3, clock.t, 0.66))
+    assert rounds == [[0.64, 0.60, 0.02, 0.66]]
+    assert [c.fields() for c in changes] == [
+        {"rank": 2, "host": "h2", "score": 0.62, "others_wait": 0.64, "wait_share": 0.02,
+         "slowdown": 2.63, "hot_frame": "train.py:41 in load_batch", "recovered": False}]
+    assert changes[0].line == ("rank 2 on host h2 is holding the job back: others wait 64% of "
+                               "the time for it; its time goes to train.py:41 in load_batch")
+    one_round(b, clock, [0.64, 0.60, 0.02, 0.66])
+    assert len(changes) == 1 and len(rounds) == 2      # still one: no second event
+
+
+def test_recovery_is_told_and_the_end_lines_list_the_straggler():
+    b, clock, changes, _ = board()
+    one_round(b, clock, [0.64, 0.60, 0.02, 0.66], hot={2: "train.py:41 in load_batch"})
+    one_round(b, clock, [0.10, 0.12, 0.09, 0.11])      # mean gap 0.31: still one
+    one_round(b, clock, [0.10, 0.12, 0.09, 0.11])      # 0.02: recovered
+    assert [(c.rank, c.recovered) for c in changes] == [(2, False), (2, True)]
+    assert changes[1].line == ("rank 2 on host h2 no longer holds the job back: others wait "
+                               "11% of the time, it waits 9%")
+    assert monitoring.end_lines(b) == (
+        "mpilaunch: 1 straggler(s) seen\n"
+        "  rank 2 on host h2: held the job back 2 s, others waited up to 64% of the time for it "
+        "(the job up to 2.63x as long); its time went to train.py:41 in load_batch\n")
+
+
+def test_a_late_rank_is_not_waited_for_past_one_and_a_half_intervals():
+    b, clock, _, rounds = board()
+    one_round(b, clock, [0.6, 0.6, 0.0, 0.6])
+    clock.t += 1.0
+    for r in (0, 1, 2):
+        b.feed(sample(r, clock.t, 0.5))
+    assert len(rounds) == 1
+    clock.t += 1.0
+    b.feed(sample(0, clock.t, 0.5))                  # 2 s since the last round: it closes
+    assert rounds[-1] == [0.5, 0.5, 0.5, None]
+
+
+def test_without_wait_shares_no_round_is_recorded_and_no_one_is_named():
+    b, clock, changes, rounds = board()
+    one_round(b, clock, [None, None, None, None])
+    one_round(b, clock, [None, None, None, None])
+    assert rounds == [] and changes == [] and monitoring.end_lines(b) == ""
+    assert b.view().sampler == "py-spy"
+    b.feed(sample(0, clock.t, None, sampler="none: py-spy is not installed"))
+    assert b.view().sampler == "none: py-spy is not installed"
+
+
+def test_one_rank_is_never_a_straggler():
+    b, clock, changes, rounds = board(np=1)
+    one_round(b, clock, [0.0])
+    one_round(b, clock, [0.0])
+    assert changes == [] and rounds == [[0.0], [0.0]]
+
+
+def test_the_view_states_cpu_and_the_straggler_row():
+    b, clock, _, _ = board()
+    col = Collector(OMPI)
+    b.attempt_started(1, 4, col, Channel([0, 1, 2], {0: "h0", 1: "h1", 2: "h2", 3: "h3"}))
+    one_round(b, clock, [0.64, 0.60, 0.02, 0.66])
+    clock.t += 1.0
+    b.feed(sample(0, clock.t, 0.6, cpu=1.5, output_t=clock.t - 2.0))   # 0.5 CPU s in 1 s
+    col.feed_status(Event(1, "h1", "worker", "exit", 0, None, "self", None, [], clock.t, None))
+    col.feed_status(Event(3, "h3", "worker", "exit", None, 9, "terminated", None, [], clock.t, None))
+    v = b.view()
+    assert (v.attempt, v.restarts, v.np, v.interval) == (1, 1, 4, 1.0)
+    rows = {r.rank: r for r in v.ranks}
+    assert [(r.rank, r.state, r.up, r.straggler, r.score) for r in v.ranks] == [
+        (0, "running", True, False, -0.04), (1, "exited 0", False, False, 0.04),
+        (2, "running", True, True, 0.62), (3, "signal 9", False, False, -0.06)]
+    assert (rows[0].cpu_pct, rows[0].output_age, rows[0].cpu_s) == (50.0, 2.0, 1.5)
+    assert rows[2].cpu_pct is None            # one sample: no CPU % yet
+    assert JobView.from_json(v.to_json()) == v
+
+
+def test_a_rank_not_sampled_yet_is_starting_with_its_host():
+    b, _, _, _ = board(np=2)
+    b.attempt_started(0, 2, Collector(OMPI), Channel([0], {0: "h0"}))
+    assert [(r.rank, r.host, r.state, r.up) for r in b.view().ranks] == [
+        (0, "h0", "starting", False), (1, "", "starting", False)]
+
+
+def test_a_new_attempt_forgets_the_last_ones_samples_but_not_its_stragglers():
+    b, clock, changes, _ = board()
+    one_round(b, clock, [0.64, 0.60, 0.02, 0.66])
+    clock.t += 5.0
+    b.attempt_started(1, 4, Collector(OMPI), None)
+    assert [r.state for r in b.view().ranks] == ["starting"] * 4
+    clock.t += 10.0
+    assert b.seen_lines() == [
+        "rank 2 on host h2: held the job back 5 s, others waited up to 64% of the time for it "
+        "(the job up to 2.63x as long); its time went to train.py:9 in step"]
+
+
+def test_feeding_and_viewing_from_threads_at_once():
+    b, clock, _, _ = board(np=8)
+    stop = threading.Event()
+    views = []
+
+    def read():
+        while not stop.is_set():
+            views.append(json.loads(b.view().to_json())["np"])
+
+    t = threading.Thread(target=read)
+    t.start()
+    for i in range(200):
+        b.feed(sample(i % 8, 1000.0 + i, 0.5))
+    stop.set()
+    t.join()
+    assert views and set(views) == {8}
