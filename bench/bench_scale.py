@@ -46,8 +46,10 @@ PREFIX = "mlk"
 SIZES = (1, 2, 4, 8, 16, 32)
 TARGET_RATIO = 1.05
 PLACEMENTS = ("worker-0", "outside")
-V_FLAT, V_TREE, V_ML, V_OLD = ("bare mpirun (flat)", "bare mpirun (tree)", "mpilaunch",
-                               "mpilaunch (baseline)")
+V_FLAT, V_TREE, V_ML, V_MLT, V_OLD = ("bare mpirun (flat)", "bare mpirun (tree)", "mpilaunch",
+                                      "mpilaunch (tree)", "mpilaunch (baseline)")
+# each mpilaunch variant against the bare mpirun that starts its daemons the same way
+PAIRS = ((V_ML, V_FLAT, ""), (V_MLT, V_TREE, " tree"), (V_OLD, V_FLAT, " baseline"))
 NO_TREE_MCA = "-mca pml ob1 -mca btl ^openib"   # the ModelArts default minus plm_rsh_no_tree_spawn
 
 
@@ -89,6 +91,7 @@ def commands(desc, mpirun, k, placement, work, baseline=None):
              "--ssh-args", f"-F {desc['ssh_config']}", "-np", str(k), "--master_port", str(C.QUIET_PORT),
              "--log_dir", os.path.join(work, "logs"), SCRIPT]
     out[V_ML] = (inside + front, env)
+    out[V_MLT] = (inside + front[:-1] + ["--mca-args", NO_TREE_MCA, SCRIPT], env)
     if baseline:
         # -P: the working directory (this checkout) must not come before the baseline's package
         out[V_OLD] = (inside + [front[0], "-P"] + front[1:], {**env, "PYTHONPATH": baseline})
@@ -105,17 +108,122 @@ def machine_busy() -> float:
     return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")   # minus idle and iowait
 
 
+CPUACCT = "/sys/fs/cgroup/cpuacct"   # cgroup v1's CPU accounting (v2: the unified tree)
+UNIFIED = "/sys/fs/cgroup/unified"
+
+
+class NodeGroup:
+    """A cgroup of its own for one launch: the launch's first process joins it before it execs
+    (so everything it starts here, the launcher, mpirun, its ssh clients, a local rank, is in it
+    from birth), and the remote hosts' sshd, daemons and ranks are not (their sshd, started by the
+    host set, forks them outside it, though in this kernel). Its CPU is the launching node's own,
+    the figure that does not depend on this rig. None where no cgroup can be made."""
+
+    _n = 0
+
+    def __init__(self):
+        NodeGroup._n += 1
+        name = f"bench-scale-{os.getpid()}-{NodeGroup._n}"
+        self.path = None
+        for root, usage in ((CPUACCT, "cpuacct.usage"), (UNIFIED, "cpu.stat")):
+            if os.access(os.path.join(root, "cgroup.procs"), os.W_OK):
+                try:
+                    os.mkdir(os.path.join(root, name))
+                except OSError:
+                    continue
+                self.path, self.usage = os.path.join(root, name), usage
+                break
+
+    def join(self):
+        """preexec_fn: the child moves itself in, between fork and exec."""
+        if self.path:
+            with open(os.path.join(self.path, "cgroup.procs"), "w") as fh:
+                fh.write("0")   # 0: the writer itself
+
+    def cpu(self):
+        """CPU seconds of every process that ever ran in the group (exited ones included)."""
+        if not self.path:
+            return None
+        with open(os.path.join(self.path, self.usage)) as fh:
+            text = fh.read()
+        if self.usage == "cpuacct.usage":
+            return int(text) / 1e9
+        return int(dict(line.split() for line in text.splitlines())["usage_usec"]) / 1e6
+
+    def pids(self):
+        if not self.path:
+            return []
+        with open(os.path.join(self.path, "cgroup.procs")) as fh:
+            return [int(x) for x in fh.read().split()]
+
+    def remove(self):
+        """Kill what is left in the group (this launch's own processes, by pid) and remove it."""
+        if not self.path:
+            return
+        for _ in range(50):
+            left = self.pids()
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            __import__("time").sleep(0.02)
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+
+def timed_run(argv, env, stderr, group, timeout=180.0):
+    """C.timed_run with the child in ``group`` from its first instruction (preexec_fn: this
+    process has no threads)."""
+    import subprocess
+    import time
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(argv), env=env, cwd=C.REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+                            preexec_fn=group.join)
+    deadline = t0 + timeout
+    timed_out = False
+    while True:
+        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            timed_out = True
+            C.kill_group(proc.pid)
+            pid, status, ru = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.002)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return C.RunResult(wall, proc.returncode, ru.ru_utime + ru.ru_stime, timed_out)
+
+
 def _run(argv, env, work):
-    """One launch: wall time, and ``machine_cpu``: the CPU every process on this machine spent
-    from its start to ``SETTLE`` s after its end. Every namespace host lives on this machine,
-    so that is the launch's whole cost (ssh, sshd, daemons, ranks, launcher): a steadier
-    measure than the wall time, whose runs spread by seconds under the section's own load."""
+    """One launch: wall time; ``machine_cpu``: the CPU every process on this machine spent
+    from its start to ``SETTLE`` s after its end (every namespace host lives on this machine,
+    so that is the launch's whole cost: ssh, sshd, daemons, ranks, launcher; steadier than the
+    wall time, whose runs spread by seconds under the section's own load); ``node_cpu``: the
+    launching node's own share of it (NodeGroup); ``node_left``: its processes still alive
+    ``SETTLE`` s after the launch's end (then killed); ``load``: the 1-minute load at its start."""
     err = os.path.join(work, "stderr.txt")
-    c0 = machine_busy()
-    with open(err, "wb") as fh:
-        r = C.timed_run(argv, env=env, cwd=C.REPO, stderr=fh, timeout=180)
-    __import__("time").sleep(SETTLE)
-    r.extra["machine_cpu"] = machine_busy() - c0
+    group = NodeGroup()
+    try:
+        load = os.getloadavg()[0]
+        c0 = machine_busy()
+        with open(err, "wb") as fh:
+            r = timed_run(argv, env, fh, group)
+        __import__("time").sleep(SETTLE)
+        r.extra["machine_cpu"] = machine_busy() - c0
+        r.extra["node_cpu"] = group.cpu()
+        r.extra["node_left"] = len(group.pids())
+        r.extra["load"] = round(load, 2)
+    finally:
+        group.remove()
     with open(err, errors="replace") as fh:
         text = fh.read()
     r.extra["stderr_lines"] = len(text.splitlines())
@@ -142,7 +250,7 @@ def fault_size(sizes):
 
 
 def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline=None, fault_runs=3,
-            prof_runs=0, node_sizes=()):
+            prof_runs=0, node_sizes=(), scenarios=None):
     from helpers.hosts import hostset
 
     why = hostset.missing_prereqs()
@@ -171,6 +279,9 @@ def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline
                         res[key][v].append(r)
                     if not r.ok:
                         log(f"  [scale] {key} {v}: FAILED rc={r.rc} {r.extra.get('error')}")
+                    log(f"  [scale] round {rnd} {key[0]} {key[1]} hosts {v}: {r.wall:.2f} s, launching node "
+                        f"{_f(r.extra.get('node_cpu'), 3)} s CPU, machine {r.extra['machine_cpu']:.1f} s, "
+                        f"load {r.extra['load']}")
             loads.append(C.loadavg())
             log(f"[scale] round {rnd}/{runs} done, load {loads[-1]}")
         out = {"runs": runs, "sizes": list(sizes), "mpirun": mpirun, "variants": variants,
@@ -189,21 +300,26 @@ def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline
                 cpu = [r.extra["machine_cpu"] for r in rs if r.ok]
                 row[v + " machine cpu"] = statistics.median(cpu) if cpu else None
                 row[v + " machine cpus"] = [round(r.extra["machine_cpu"], 2) for r in rs]
-            pairs = [a.wall / b.wall for a, b in zip(by[V_ML], by[V_FLAT]) if a.ok and b.ok]
-            row["ratio"] = statistics.median(pairs) if pairs else None
-            cpus = [a.extra["machine_cpu"] / b.extra["machine_cpu"] for a, b in zip(by[V_ML], by[V_FLAT])
-                    if a.ok and b.ok and b.extra["machine_cpu"] > 0]
-            row["cpu ratio"] = statistics.median(cpus) if cpus else None
-            if V_OLD in by:
-                old = [a.wall / b.wall for a, b in zip(by[V_OLD], by[V_FLAT]) if a.ok and b.ok]
-                row["ratio baseline"] = statistics.median(old) if old else None
-                old = [a.extra["machine_cpu"] / b.extra["machine_cpu"] for a, b in zip(by[V_OLD], by[V_FLAT])
-                       if a.ok and b.ok and b.extra["machine_cpu"] > 0]
-                row["cpu ratio baseline"] = statistics.median(old) if old else None
+                node = [r.extra["node_cpu"] for r in rs if r.ok and r.extra.get("node_cpu") is not None]
+                row[v + " node cpu"] = statistics.median(node) if node else None
+                row[v + " node cpus"] = [None if r.extra.get("node_cpu") is None else round(r.extra["node_cpu"], 3)
+                                         for r in rs]
+                row[v + " node left"] = max((r.extra.get("node_left", 0) for r in rs), default=0)
+                row[v + " loads"] = [r.extra.get("load") for r in rs]
+            for a_v, b_v, tag in PAIRS:
+                if a_v not in by or b_v not in by:
+                    continue
+                both = [(a, b) for a, b in zip(by[a_v], by[b_v]) if a.ok and b.ok]
+                for key, val in (("ratio", lambda r: r.wall), ("cpu ratio", lambda r: r.extra["machine_cpu"]),
+                                 ("node cpu ratio", lambda r: r.extra.get("node_cpu"))):
+                    got = [val(a) / val(b) for a, b in both if val(a) is not None and val(b)]
+                    row[key + tag] = statistics.median(got) if got else None
             out["rows"].append(row)
         for p in PLACEMENTS:
             rows = [r for r in out["rows"] if r["placement"] == p]
             out["slopes"][p] = {v: slope([(r["hosts"], r[v]) for r in rows]) for v in variants if v != V_OLD}
+            out.setdefault("node slopes", {})[p] = {v: slope([(r["hosts"], r[v + " node cpu"]) for r in rows])
+                                                    for v in variants if v != V_OLD}
         if prof_runs:
             out["profile"] = profile(desc, fault_size(sizes), mpirun, prof_runs, log, work)
             out["adapter_cpu_ms"] = adapter_cpu()
@@ -211,7 +327,7 @@ def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline
         if node_sizes:
             out["node"] = launching_node(desc, node_sizes, mpirun, log=log, work=work)
         if faults:
-            out["faults"] = fault_timings(desc, mpirun, fault_size(sizes), work, log, fault_runs)
+            out["faults"] = fault_timings(desc, mpirun, fault_size(sizes), work, log, fault_runs, scenarios)
             out["fault_hosts"] = fault_size(sizes)
         return out
     finally:
@@ -219,19 +335,23 @@ def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline
         __import__("shutil").rmtree(work, ignore_errors=True)
 
 
-def fault_timings(desc, mpirun, n, work, log, runs=3):
-    """The fault scenarios of tests/multihost/test_scale.py at n hosts (tests/helpers/scale.py)."""
+def fault_timings(desc, mpirun, n, work, log, runs=3, names=None):
+    """The fault scenarios of tests/multihost/test_scale.py at n hosts (tests/helpers/scale.py;
+    ``names``: only these)."""
     from helpers import scale
     from helpers.fixtures_hosts import TestHosts
 
     th = TestHosts(desc)
     out = {}
     for name, fn in scale.SCENARIOS.items():
+        if names and name not in names:
+            continue
         got = []
         for i in range(runs):
             r = fn(th, mpirun, n, os.path.join(work, f"{name}-{i}"))
             got.append(r)
-            log(f"  [scale] fault {name} run {i + 1}: {r.get('seconds')} s rc={r.get('rc')} left={r.get('left')}")
+            log(f"  [scale] fault {name} run {i + 1}: {r.get('seconds')} s, all gone {r.get('all_gone_s')} s, "
+                f"rc={r.get('rc')} left={r.get('left')} load {C.loadavg()}")
         secs = [g["seconds"] for g in got if g.get("seconds") is not None]
         gone = [g["all_gone_s"] for g in got if g.get("all_gone_s") is not None]
         out[name] = {"median_s": statistics.median(secs) if secs else None, "max_s": max(secs) if secs else None,
@@ -378,31 +498,52 @@ def _f(x, d=2):
     return "—" if x is None else f"{x:.{d}f}"
 
 
+def _ratios(r, v, key):
+    """The paired ratios of ``key`` a row has for the variants in ``v``: [(label, value)]."""
+    return [(f"{a} / {b}", r.get(key + tag)) for a, b, tag in PAIRS if a in v and b in v]
+
+
 def tables(res):
     v = res["variants"]
+    pairs = [f"{a} / {b}" for a, b, _ in PAIRS if a in v and b in v]
     rows = []
     for r in res["rows"]:
         rows.append([r["placement"], r["hosts"], *[_f(r[x]) for x in v],
-                     _f(r["ratio"]) + "x", *([_f(r.get("ratio baseline")) + "x"] if V_OLD in v else []),
-                     " / ".join(str(r[x + " failed"]) for x in v), r[V_ML + " setpgid"]])
-    t = [{"title": f"launch time (s, median of {res['runs']} interleaved rounds), 1 rank per host, {res['version']}",
-          "columns": ["placement", "hosts", *v, "mpilaunch / bare flat",
-                      *(["baseline / bare flat"] if V_OLD in v else []), "failed runs", "setpgid lines (mpilaunch)"],
+                     *[_f(x) + "x" for _, x in _ratios(r, v, "ratio")],
+                     " / ".join(str(r[x + " failed"]) for x in v), r[V_ML + " setpgid"],
+                     _f(min(filter(None, sum((r.get(x + " loads", []) for x in v), [])), default=None), 1) + "-"
+                     + _f(max(filter(None, sum((r.get(x + " loads", []) for x in v), [])), default=None), 1)])
+    t = [{"title": f"launch time (s, median of {res['runs']} interleaved rounds), 1 rank per host, {res['version']}; "
+                   "ratios: medians of each round's own pair",
+          "columns": ["placement", "hosts", *v, *pairs, "failed runs", "setpgid lines (mpilaunch)",
+                      "1-min load at the launches' starts"],
           "rows": rows},
          {"title": "the machine's CPU per launch (s, median; every process on this machine, ssh, sshd, "
                    "daemons, ranks and launcher, to 0.4 s after the end), and mpilaunch's against bare "
                    "mpirun's (median of the paired ratios)",
-          "columns": ["placement", "hosts", *v, "mpilaunch / bare flat",
-                      *(["baseline / bare flat"] if V_OLD in v else [])],
+          "columns": ["placement", "hosts", *v, *pairs],
           "rows": [[r["placement"], r["hosts"], *[_f(r.get(x + " machine cpu")) for x in v],
-                    _f(r.get("cpu ratio"), 3) + "x",
-                    *([_f(r.get("cpu ratio baseline"), 3) + "x"] if V_OLD in v else [])]
-                   for r in res["rows"]]},
-         {"title": "per-host slope (least squares over all sizes, ms per host)",
-          "columns": ["placement", *v],
-          "rows": [[p, *[_f(s[x] * 1e3 if s.get(x) is not None else None, 1) for x in v if x != V_OLD]]
-                   for p, s in res["slopes"].items()]}]
-    t[-1]["columns"] = ["placement", *[x for x in v if x != V_OLD]]
+                    *[_f(x, 3) + "x" for _, x in _ratios(r, v, "cpu ratio")]]
+                   for r in res["rows"]]}]
+    if any(r.get(x + " node cpu") is not None for r in res["rows"] for x in v):
+        t.append({"title": "the launching node's own CPU per launch (s, median; a cgroup of the launch's own: the "
+                           "launcher, mpirun/prterun, its ssh clients, on worker-0 also host 1's rank; not the "
+                           "remote hosts' sshd, daemons, ranks), per host (ms), and mpilaunch's against bare "
+                           "mpirun's (median of the paired ratios); left: its processes alive 0.4 s after the end",
+                  "columns": ["placement", "hosts", *v, *[f"{x} per host (ms)" for x in v], *pairs, "left"],
+                  "rows": [[r["placement"], r["hosts"], *[_f(r.get(x + " node cpu"), 3) for x in v],
+                            *[_f(None if r.get(x + " node cpu") is None else r[x + " node cpu"] / r["hosts"] * 1e3, 1)
+                              for x in v],
+                            *[_f(x, 3) + "x" for _, x in _ratios(r, v, "node cpu ratio")],
+                            " / ".join(str(r.get(x + " node left", 0)) for x in v)]
+                           for r in res["rows"]]})
+    if len(res["sizes"]) > 1:
+        t.append({"title": "per-host slope (least squares over all sizes, ms per host): launch time; the launching "
+                           "node's CPU",
+                  "columns": ["placement", "figure", *[x for x in v if x != V_OLD]],
+                  "rows": [[p, what, *[_f(s[x] * 1e3 if s.get(x) is not None else None, 1) for x in v if x != V_OLD]]
+                           for what, key in (("launch time", "slopes"), ("launching node CPU", "node slopes"))
+                           for p, s in res.get(key, {}).items()]})
     prof = (res.get("profile") or {}).get("median")
     if prof:
         keys = [k for k in next(iter(prof.values()))]
@@ -427,7 +568,7 @@ def tables(res):
                            for k, r in sorted(node["resident"].items(), key=lambda x: int(x[0]))]})
     if res.get("faults"):
         n = res.get("fault_hosts", max(res["sizes"]))
-        t.append({"title": f"faults at {n} hosts, launcher on worker-0 (median / max of the runs; "
+        t.append({"title": f"faults at {n} hosts, launcher on worker-0 unless said (median / max of the runs; "
                            "left: processes left on any host afterwards)",
                   "columns": ["scenario", "median s", "max s", "every process gone (max s)", "exit statuses", "left"],
                   "rows": [[f["what"], _f(f["median_s"]), _f(f["max_s"]), _f(f.get("all_gone_max_s")),
@@ -474,6 +615,8 @@ if __name__ == "__main__":
     ap.add_argument("--hosts", default=",".join(map(str, SIZES)))
     ap.add_argument("--faults", action="store_true")
     ap.add_argument("--fault-runs", type=int, default=3)
+    ap.add_argument("--scenarios", default="", help="with --faults: only these (comma-separated) of "
+                    "tests/helpers/scale.py's SCENARIOS, e.g. failing_worker,failing_worker_outside")
     ap.add_argument("--mpirun", default=C.OMPI5)
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--node", default="", metavar="SIZES",
@@ -481,6 +624,9 @@ if __name__ == "__main__":
     ap.add_argument("--profile", type=int, default=0, metavar="RUNS",
                     help="also split RUNS mpilaunch launches per placement at 32 hosts by their event record")
     a = ap.parse_args()
+    # SIGTERM / SIGHUP end the run through measure()'s finally, which tears the hosts down
+    for sig in (__import__("signal").SIGTERM, __import__("signal").SIGHUP):
+        __import__("signal").signal(sig, lambda *_: sys.exit(143))
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     cache = tempfile.mkdtemp(prefix="bench-scale-pyc-")   # cached bytecode, as bench/run.py measures
@@ -488,7 +634,8 @@ if __name__ == "__main__":
     C.prewarm([C.PY])
     res = measure(a.runs, lambda m: print(m, file=sys.stderr, flush=True),
                   tuple(int(x) for x in a.hosts.split(",")), a.mpirun, a.faults, os.environ.get("BENCH_BASELINE"),
-                  a.fault_runs, a.profile or 0, tuple(int(x) for x in a.node.split(",") if x))
+                  a.fault_runs, a.profile or 0, tuple(int(x) for x in a.node.split(",") if x),
+                  [x for x in a.scenarios.split(",") if x] or None)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(res, fh, indent=1, default=str)

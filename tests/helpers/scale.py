@@ -1,5 +1,5 @@
 """The scale scenarios, shared by tests/multihost/test_scale.py (16 hosts, CI) and
-bench/bench_scale.py (32 and 64): one rank per host, the launcher on host 1 (worker-0, as
+bench/bench_scale.py (32 to 128): one rank per host, the launcher on host 1 (worker-0, as
 ModelArts runs it) or outside the hostfile (the root namespace, as mpi-operator's launcher pod),
 and what a user checks: exit status, how long the end took, the host named, what is left on
 every host.
@@ -36,6 +36,7 @@ if mode != "ok":
 
 WHAT = {
     "failing_worker": "a worker exits 3: its exit -> mpilaunch's exit",
+    "failing_worker_outside": "the same, the launcher outside the hostfile",
     "lost_host_crash": "a host's processes killed (crash): the kill -> mpilaunch's exit",
     "lost_host_link": "a host's link down: the link down -> mpilaunch's exit",
     "sigterm": "SIGTERM to mpilaunch: the signal -> mpilaunch's exit",
@@ -94,14 +95,19 @@ def wait_ranks_up(work, n, timeout=60.0):
 
 
 def failing_worker(th, mpirun, n, work, outside=False):
+    """Also ``all_gone_s``: the worker's exit -> no process of the job left on any host."""
     t0 = time.time()
     proc = start(th, argv(th, mpirun, n, work, "fail", delay=1.0), outside)
     out, err = finish(th, proc)
     t_end = time.time()
+    gone = wait_for(lambda: not th.leftovers(), timeout=10, interval=0.05)
+    t_gone = time.time()
     failed = os.path.join(work, "failed")
-    seconds = t_end - float(open(failed).read()) if os.path.exists(failed) else None
-    return dict(rc=proc.returncode, stderr=err, stdout=out, seconds=seconds, wall=t_end - t0,
-                left=left_on_hosts(th))
+    t_fail = float(open(failed).read()) if os.path.exists(failed) else None
+    return dict(rc=proc.returncode, stderr=err, stdout=out,
+                seconds=None if t_fail is None else t_end - t_fail,
+                all_gone_s=t_gone - t_fail if gone and t_fail is not None else None,
+                wall=t_end - t0, left=left_on_hosts(th))
 
 
 def lost_host(th, mpirun, n, work, how="crash", outside=False):
@@ -147,6 +153,7 @@ def restart(th, mpirun, n, work, outside=False):
 
 SCENARIOS = {
     "failing_worker": failing_worker,
+    "failing_worker_outside": lambda th, m, n, w: failing_worker(th, m, n, w, outside=True),
     "lost_host_crash": lambda th, m, n, w: lost_host(th, m, n, w, "crash"),
     "lost_host_link": lambda th, m, n, w: lost_host(th, m, n, w, "link"),
     "sigterm": sigterm,
