@@ -11,6 +11,7 @@ import html
 
 from mpilaunch.output.exctext import exception_lines, exception_text
 from mpilaunch.report import model as M
+from mpilaunch.report import waits
 
 WIDTH, LABEL, ROW_H, BAR_H = 1100, 190, 18, 12
 PLOT = WIDTH - LABEL - 20
@@ -237,8 +238,10 @@ def _attempt(job, att) -> str:
         out.append(f'<p class="facts stacks" data-suspects="{_e(odd)}">stacks at '
                    f'{(rec.get("t") or t0) - t0:.3f} s: {"suspect: " + _e(odd) + "; " if odd else ""}'
                    f'{_e(rec.get("verdict"))} ({_e(rec.get("dir"))})</p>')
+    out += waits.facts(att, t0)     # the monitor's stragglers, and below every rank's wait share
     out.append(_launcher_rows(job, att, scale, t0))
     out += [_host_block(att, scale, host, rows, t0, fold) for host, rows in att.by_host()]
+    out.append(waits.chart(att, scale, t0, LABEL, WIDTH))
     out.append(f'<div class="lane">{_svg(_axis(scale, 2, t0), 22, "axis")}</div>')
     if att.summary:
         out.append(f'<pre class="summary">{_e(att.summary)}</pre>')

@@ -55,6 +55,8 @@ class Attempt:
         self.summary = None
         self.notes = []         # the watchdog's and graceful stops' status lines
         self.stacks = []        # mpilaunch stacks / the stall's dumps: their verdicts (docs/HANGS.md)
+        self.waits = []         # (t, every rank's wait share): the monitor's rounds (docs/MONITOR.md)
+        self.stragglers = []    # straggler records: named, recovered
 
     @property
     def end(self):
@@ -199,6 +201,10 @@ def _apply(job, rec):
         att.stacks.append(rec)
         for rank in rec.get("odd") or []:
             _row(att, {"rank": rank, "role": "worker"}).suspect = True
+    elif kind == "wait_share":
+        att.waits.append((t, rec.get("shares") or []))
+    elif kind == "straggler":
+        att.stragglers.append(rec)
     elif kind == "attempt_end":
         att.status, att.cause, att.root = rec.get("status"), rec.get("cause"), rec.get("root")
         att.stopped_by, att.lost_hosts = rec.get("stopped_by"), rec.get("lost_hosts") or []
