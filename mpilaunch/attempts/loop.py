@@ -158,7 +158,8 @@ def relaunch(step: Between, hosts: HostSource
         if end.note:
             last = replace(last, end_note=end.note, end_status=end.status)
         return State.NO_HOSTS, status, last, None
-    events.emit(events.Kind.RESTART, next_attempt=k, cause=last.cause, delay=lr.restart_delay)
+    events.emit(events.Kind.RESTART, next_attempt=k, cause=last.cause, delay=lr.restart_delay,
+                **restart.relaunch_fields(last))
     print(f"mpilaunch: attempt {k - 1} failed ({last.cause}); restarting the job: attempt "
           f"{k} of at most {lr.max_restarts + 1}"
           + (f" in {lr.restart_delay:g} s" if lr.restart_delay else ""),

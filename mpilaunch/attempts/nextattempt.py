@@ -45,7 +45,8 @@ def attempt_cfg(cfg: Any, lr: Resilience, k: int) -> Any:
     # that is free here; taken there, the job goes without in-place restarts: rank/inplace/loop.py)
     coord = net.free_port() if lr.in_place and k < lr.max_restarts else None
     extra = rankcmd.attempt_flags(k if lr.max_restarts else None, lr.max_restarts,
-                                  lr.term_grace, lr.stall_timeout, spec, coord)
+                                  lr.term_grace, lr.stall_timeout, spec, coord,
+                                  lr.max_no_progress if coord and lr.max_no_progress else None)
     # Rank 0 elsewhere (a launcher outside the hostfile) is on the first host only where the
     # plan fills the slots in order; a placement of the user's own leaves it to the agreement.
     placed = lr.rank0_here or (spec or "").split(";")[1:2] == ["exact"]

@@ -1,19 +1,20 @@
 """Long jobs, launcher side: an attempt with the launcher's part of job-wide restarts, the
 graceful stop and the stall watchdog's verdict (each attempt's configuration: nextattempt.py).
 
-**Where the restart happens.** By default (``--restart-mode relaunch``) the front-end
-relaunches mpirun: a failure of any worker, the scheduler or a host tears the whole job down
-(Open MPI + adapters, ~0.5-2 s), then the launcher starts a new mpirun, up to
-``--max_restarts`` times for the whole job. That is the only way that also survives a lost host
-or a killed adapter/daemon (the MPI job is gone then), and every attempt gets fresh processes
-all the way down. With ``--restart-mode in-place`` a worker's or scheduler's failure is
-restarted by the adapters inside the running job (rank/inplace/: rank 0's adapter
-coordinates, every rank's children restart on a fresh port, the next worker pre-started);
-what ends the starter still comes back here and is relaunched (and shrunk: shrink.py). Every
-rank's worker and rank 0's scheduler restart, never one worker alone: MindSpore refuses a node
-id registering again with a live scheduler. Not the default: a relaunch also resets whatever a
-failed worker left behind in its adapter's host, and it is the path with the longer record
-(Hydra, srun, MindSpore).
+**Where the restart happens.** By default (``--restart-mode in-place``, wherever the adapters
+can: config/resilience.py ``restart_mode``) a worker's or scheduler's failure is restarted by
+the adapters inside the running job (rank/inplace/: rank 0's adapter coordinates, every rank's
+children restart on a fresh port, the next worker pre-started): mpirun, its daemons and the
+adapters stay, as torchrun's agent does. Every rank's worker and rank 0's scheduler restart,
+never one worker alone: MindSpore refuses a node id registering again with a live scheduler.
+What ends the starter instead (a lost host, a dead adapter or daemon, the coordinator out of
+reach) comes back here and is relaunched (and shrunk: shrink.py), the reason in the attempt's
+record (:func:`fallback_reason`), the ``restart`` event and the attempts' summary. With
+``--restart-mode relaunch`` (and by default under ``--exec`` or for an MPI program) every
+failure tears the whole job down (Open MPI + adapters, ~0.5-2 s) and the launcher starts a
+new mpirun, up to ``--max_restarts`` times for the whole job: every attempt gets fresh
+processes all the way down, which also resets whatever a failed worker left behind in its
+adapter's host.
 
 * Every attempt's logs go to ``LOG_DIR/attempt<k>/`` (when ``--max_restarts`` > 0), so
   nothing is overwritten; the summary lists each attempt's root cause; the exit status is the
@@ -39,15 +40,46 @@ from typing import Any, Callable, Dict, List, Optional
 
 from mpilaunch.config.resilience import Resilience
 from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
-from mpilaunch.stacks.server import stall_verdict
+from mpilaunch.attempts import progress
 from mpilaunch.attempts.progress import RankFacts
 from mpilaunch.supervise.attempt import LINGER, Attempt, AttemptRecord
 from mpilaunch.supervise.control import missing
 from mpilaunch.output import events
 from mpilaunch.output.outcome import event_status
-from mpilaunch.output.summary import DEAD_MESSAGE, Collector, describe_status, who_and_where
+from mpilaunch.output.summary import (DEAD_MESSAGE, Collector, describe_failure,
+                                     describe_status, how_it_ended, who_and_where)
 
 GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and exit
+IN_PLACE_NOTE = "; restarted in place"   # the attempts' summary, after the cause
+
+
+def fallback_reason(lr: Resilience, index: int, status: int, stopped: object, lost: List[str],
+                    dead: List[Any]) -> str:
+    """Why attempt ``index`` of the in-place mode ended the starter instead of being restarted
+    in place ('': it was not to be restarted at all: success, a stop, a usage error, the
+    budget's last attempt, or the relaunch mode). ``lost``: the hosts the starter lost;
+    ``dead``: the adapters that died (summary.Collector.dead, with how they ended)."""
+    if not lr.in_place or status == 0 or stopped or index >= lr.max_restarts:
+        return ""
+    if lost:
+        return f"host {', '.join(lost)} lost"
+    if dead:
+        d = dead[0]
+        return (f"the adapter of rank {d.rank} on host {d.host} died"
+                + (f" ({describe_status(d.code, d.signal)})" if d.code or d.signal else ""))
+    return ("the job ended before its adapters restarted it in place (the starter or a daemon "
+            "failed, or the adapters could not reach rank 0's)")
+
+
+def relaunch_fields(last: AttemptRecord) -> Dict[str, str]:
+    """The ``restart`` event's fields for a relaunch after ``last``: its mode, and why the
+    in-place mode fell back to it."""
+    return {"mode": "relaunch", **({"fallback": last.fallback} if last.fallback else {})}
+
+
+def relaunch_note(last: AttemptRecord) -> str:
+    """The attempts' summary: how ``last`` was restarted when it was relaunched."""
+    return f"; relaunched ({last.fallback})" if last.fallback else ""
 
 
 # ---------------------------------------------------------------- one attempt
@@ -99,6 +131,9 @@ class ResilientAttempt(Attempt):
         self.facts = RankFacts()    # the workers' progress in this attempt (progress.py)
         self.progress = True    # any worker made progress (decided in finish)
         self.signalled: List[int] = []   # ranks killed by a signal, or whose adapter died (finish)
+        self.fallback = ""      # why it was not restarted in place (finish, fallback_reason)
+        # the in-place failure that ended the job: --max_no_progress_restarts in a row
+        self.no_progress: Optional[AttemptRecord] = None
 
     def linger(self) -> float:
         """Adapters saving after the starter ended wait for them up to the grace."""
@@ -156,14 +191,25 @@ class ResilientAttempt(Attempt):
         recorded like a relaunched attempt (its status and root cause), and this one becomes
         the next."""
         with self.lock:
+            if self.no_progress is not None:
+                return          # the job is ending
             self.facts.failure()
             done = AttemptRecord(self.index, event_status(event),
-                                 _who(event) + describe_status(event.code, event.signal),
-                                 progress=self.facts.made_progress())
-            self.in_place.append(done)
-            self.index += 1
-            self.silent, self.done = {}, set()
-            self.facts = RankFacts()
+                                 _who(event) + describe_failure(event),
+                                 progress=self.facts.made_progress(), note=IN_PLACE_NOTE)
+            limit = self.lr.max_no_progress
+            if limit and progress.streak(self.in_place + [done]) >= limit:
+                # --max_no_progress_restarts holds in place too: the job ends with this failure
+                self.no_progress = done
+            else:
+                self.in_place.append(done)
+                self.index += 1
+                self.silent, self.done = {}, set()
+                self.facts = RankFacts()
+        if self.no_progress is not None:
+            if self.job is not None:
+                self.job.end()   # the attempt the adapters have just started
+            return
         events.emit(events.Kind.RESTART, next_attempt=self.index, cause=done.cause, delay=0.0,
                     mode="in-place")
         events.next_attempt_in_place(self.index)
@@ -188,6 +234,8 @@ class ResilientAttempt(Attempt):
             print(f"mpilaunch: no worker has shown progress for {self.lr.stall_timeout:g} s: "
                   "ending the job", file=sys.stderr, flush=True)
 
+            from mpilaunch.stacks.server import stall_verdict   # only a stalled job loads it
+
             self.stall_verdict = stall_verdict(self.job, self.lr.log_dir)
             self.job.end()
 
@@ -209,17 +257,27 @@ class ResilientAttempt(Attempt):
         self.signalled = sorted({e.rank for e in collector.events + collector.dead
                                  + collector.notices if e.rank is not None and e.cause == "self"
                                  and (e.signal or e.message == DEAD_MESSAGE)})
+        self.fallback = fallback_reason(self.lr, self.index, status, stopped_by or self.usage_error,
+                                        self.lost, [how_it_ended(d, collector.notices)
+                                                    for d in collector.dead])
         if stopped_by is not None:
             return
-        if self.stalled is not None:
+        if self.no_progress is not None:    # the job is the failure that ended it
+            self.status, self.cause = self.no_progress.status, self.no_progress.cause
+            self.progress, self.fallback = False, ""
+        elif self.stalled is not None:
             self.cause = ("stalled: no progress from ranks "
                           + ", ".join(str(r) for r in sorted(self.stalled)))
+            self.fallback = self.fallback and "the stall watchdog ended the job"
         elif self.foreign and not self.graceful and status == 128 + self.foreign:
             # a stop signal to the ranks from something else: the adapters saved and exited
             # 0, but the job did not finish; the status it has without --term-grace
             self.cause = f"stopped by a {signal.Signals(self.foreign).name} mpilaunch did not send"
 
     def summary(self, text: str, collector: Collector) -> str:
+        if self.no_progress is not None and self.stopped_by is None:
+            return (f"mpilaunch: job failed (exit status {self.status})\n"
+                    f"  root cause: {self.cause}\n")
         if self.stalled is not None and self.stopped_by is None:
             lines = [f"mpilaunch: job failed (exit status {self.status})",
                      f"  root cause: stalled: no worker showed progress (output to its log, or "
@@ -249,7 +307,7 @@ class ResilientAttempt(Attempt):
         with self.lock:
             return replace(super().record(), index=self.index, progress=self.progress,
                            in_place=tuple(self.in_place), lost=tuple(self.lost),
-                           signalled=tuple(self.signalled),
+                           signalled=tuple(self.signalled), fallback=self.fallback,
                            rank_hosts=MappingProxyType(dict(self.rank_hosts)))
 
 

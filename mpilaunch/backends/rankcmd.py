@@ -78,11 +78,13 @@ def rank_command(cfg, launcher_python: str = sys.executable) -> List[str]:
 
 def attempt_flags(restart_count: Optional[int], max_restarts: int, term_grace: Optional[float],
                   stall_timeout: Optional[float], expect_ranks: Optional[str],
-                  in_place: Optional[int] = None) -> List[str]:
+                  in_place: Optional[int] = None, in_place_no_progress: Optional[int] = None
+                  ) -> List[str]:
     """The adapter flags of one attempt of a long job (restart count, graceful stop, stall
     watchdog, span check, the in-place coordinator's port); ``restart_count`` None: no
     restarts asked."""
     values = {"restart_count": restart_count, "max_restarts": max_restarts,
               "term_grace": term_grace, "stall_timeout": stall_timeout,
-              "expect_ranks": expect_ranks, "in_place": in_place}
+              "expect_ranks": expect_ranks, "in_place": in_place,
+              "in_place_no_progress": in_place_no_progress}
     return write_flags(flags.ATTEMPT, values.__getitem__)

@@ -6,10 +6,10 @@ launcher's part: mpilaunch/attempts/). A setting the chosen backend cannot honou
 from __future__ import annotations
 
 import os
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 from mpilaunch import contract, net
-from mpilaunch.config import options
+from mpilaunch.config import options, programs
 from mpilaunch.errors import UsageError
 
 MODES = ("in-place", "relaunch")
@@ -22,7 +22,8 @@ class Resilience(NamedTuple):
     (None: off; mpilaunch/attempts/shrink.py); ``discovery_script``: the absolute path of
     ``--host-discovery-script`` (None: off; mpilaunch/attempts/discovery.py);
     ``max_no_progress``: ``--max_no_progress_restarts`` (0: no limit;
-    mpilaunch/attempts/progress.py)."""
+    mpilaunch/attempts/progress.py); ``mode_why``: where the restart mode came from (a flag,
+    ``default``, or why the default is a relaunch for this launch: :func:`restart_mode`)."""
 
     max_restarts: int
     restart_delay: float
@@ -36,6 +37,7 @@ class Resilience(NamedTuple):
     min_hosts: Optional[int] = None
     discovery_script: Optional[str] = None
     max_no_progress: int = 0
+    mode_why: str = "default"   # the restart mode's source: a flag, or why the default is what it is
 
 
 def script_path(raw: str, source: str = DISCOVERY_FLAG) -> str:
@@ -55,17 +57,14 @@ def settings(args, env, cfg) -> Resilience:
 
     raw, source = options.setting(args, {}, "max_restarts")
     n = contract.whole(raw, source, 0, 1000)
-    mode, source = options.setting(args, {}, "restart_mode")
-    mode = str(mode or "relaunch").strip().replace("_", "-")
-    if mode not in MODES:
-        raise UsageError(f"{source}={mode}: give in-place or relaunch")
+    mode, why = restart_mode(args, cfg, n)
     raw, source = options.setting(args, env, "host_discovery_script")
     script = None if raw is None else script_path(raw, source)
     lr = Resilience(n, seconds("restart_delay") or 0.0, seconds("term_grace"), seconds("stall_timeout"),
                  not getattr(args, "no_span_check", False), cfg.log_dir,
                  str(getattr(args, "master_port", None) or "0").strip() != "0",  # 0: pick
                  net.rank0_is_here(cfg.hosts), mode == "in-place" and n > 0,
-                 _min_hosts(args, n), script, _max_no_progress(args, n))
+                 _min_hosts(args, n), script, _max_no_progress(args, n), why)
     if lr.stall_timeout == 0:
         raise UsageError(f"{options.BY_DEST['stall_timeout'].name}=0: give a number of seconds > 0")
     if cfg.exec_mode and lr.in_place:
@@ -77,6 +76,30 @@ def settings(args, env, cfg) -> Resilience:
     if script is None:   # a discovery script's hosts are checked when it has listed them
         for_hosts(lr, cfg.hosts, cfg.hosts_source)
     return lr
+
+
+def restart_mode(args, cfg, n: int) -> Tuple[str, str]:
+    """(``in-place`` or ``relaunch``, why). Asked for: as asked. By default in place wherever
+    the adapters can restart a worker inside the running job; a relaunch where they cannot:
+    ``--exec`` (no adapter), or an MPI program (a restarted MPI process cannot join the
+    running MPI job). What only shows while the job runs (a lost host, a dead adapter or
+    daemon) falls back to a relaunch then (mpilaunch/attempts/restart.py)."""
+    mode, source = options.setting(args, {}, "restart_mode")
+    mode = str(mode or "in-place").strip().replace("_", "-")
+    if mode not in MODES:
+        raise UsageError(f"{source}={mode}: give in-place or relaunch")
+    if source != "default":
+        return mode, source
+    if not n:
+        return mode, "default"
+    if cfg.exec_mode:
+        return "relaunch", "default with --exec: no adapter to restart the workers in place"
+    prog = programs.inspect(cfg.script, cfg.module, cfg.script_args, bool(cfg.no_python),
+                            os.environ.get("PATH"))
+    if prog.mpi is not None:
+        return "relaunch", (f"default for an MPI program ({os.path.basename(prog.mpi.path)} "
+                            f"imports {prog.mpi.module}): it cannot rejoin a running MPI job")
+    return mode, "default"
 
 
 def _min_hosts(args, n: int) -> Optional[int]:

@@ -119,6 +119,10 @@ FLAGS = (
          "restart a failed worker (rank 0: and scheduler) in place, up to --max-restarts, "
          "coordinated by rank 0's adapter listening on PORT (mpilaunch/rank/inplace/)",
          ATTEMPT, "in_place", SET),
+    Flag("--in-place-no-progress", "in_place_no_progress", WHOLE, "N", None,
+         "with --in-place: the N-th attempt in a row that failed within 5 s of its start is not "
+         "restarted in place (--max_no_progress_restarts)",
+         ATTEMPT, "in_place_no_progress", SET),
     Flag("--module", "module", SWITCH, None, False,
          "SCRIPT is a module name: run python -m SCRIPT [ARGS...]", CONFIG, "module", SET),
     Flag("--scheduler-grace", "scheduler_grace", SECONDS, "SECONDS", f"{contract.SCHEDULER_GRACE:g}",

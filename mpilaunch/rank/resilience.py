@@ -30,10 +30,11 @@ MAX_VARS = ("MPILAUNCH_MAX_RESTARTS", "TORCHELASTIC_MAX_RESTARTS")
 
 
 class ResilienceFlags(namedtuple("ResilienceFlags", "restart_count max_restarts term_grace stall_timeout expect "
-                         "in_place", defaults=(None,))):
+                         "in_place no_progress", defaults=(None, None))):
     """restart_count, max_restarts: int or None; term_grace, stall_timeout: float or None;
     expect: the ``--expect-ranks`` spec (str) or None; in_place: the coordinator's port of
-    in-place restarts (rank/inplace/loop.py) or None."""
+    in-place restarts (rank/inplace/loop.py) or None; no_progress: how many quick failures in
+    a row the coordinator restarts in place (``--in-place-no-progress``; None: no limit)."""
 
     __slots__ = ()
 
@@ -54,7 +55,8 @@ def parse(ns) -> ResilienceFlags:
                    whole(ns.max_restarts, "--max-restarts"),
                    secs(ns.term_grace, "--term-grace"), secs(ns.stall_timeout, "--stall-timeout"),
                    ns.expect_ranks,
-                   None if in_place is None else contract.whole(in_place, "--in-place", 1, 65535))
+                   None if in_place is None else contract.whole(in_place, "--in-place", 1, 65535),
+                   whole(getattr(ns, "in_place_no_progress", None), "--in-place-no-progress"))
 
 
 def early(opts) -> None:

@@ -35,6 +35,8 @@ class AttemptRecord:
     rank_hosts       rank -> the host its adapter reported
     end_note         why the job ended after it, when its status alone does not say
     end_status       the job's status when that is not the attempt's (a host failed its check)
+    fallback         why an attempt of the in-place mode was not restarted in place (a lost
+                     host, a dead adapter): the relaunch that follows says it
     """
 
     index: int
@@ -50,6 +52,7 @@ class AttemptRecord:
     rank_hosts: Mapping[int, str] = field(default_factory=dict)
     end_note: str = ""
     end_status: Optional[int] = None
+    fallback: str = ""
 
 
 class Attempt:

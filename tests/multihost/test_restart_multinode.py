@@ -1,6 +1,7 @@
-"""Job-wide restart across 2 ssh test hosts: real PyTorch (gloo), the launcher
-inside host 1's namespaces (as worker-0 on a platform), rank 1's worker on host 2 SIGKILLed from
-outside at a step of attempt 0. The job completes on attempt 1 from the checkpoint with the
+"""Job-wide restart across 2 ssh test hosts, in place (the default: one mpirun, the adapters
+restart every worker) and relaunched (--restart-mode relaunch: a second mpirun): real PyTorch
+(gloo), the launcher inside host 1's namespaces (as worker-0 on a platform), rank 1's worker on
+host 2 SIGKILLed from outside at a step of attempt 0. The job completes on attempt 1 from the checkpoint with the
 final parameters of an uninterrupted run, bit for bit, and nothing of it is left on any host."""
 import json
 import subprocess
@@ -46,14 +47,17 @@ def _worker_on(th, host, script, rank, attempt):
     return hits
 
 
+@pytest.mark.parametrize("mode", ["in-place", "relaunch"])
 @pytest.mark.parametrize("mpirun", MPIRUNS)
-def test_worker_killed_on_host2_restarts_across_hosts_from_checkpoint(testhosts, mpirun, tmp_path):
+def test_worker_killed_on_host2_restarts_across_hosts_from_checkpoint(testhosts, mpirun, mode,
+                                                                     tmp_path):
     th = testhosts
     proc, ref = _launcher(th, mpirun, tmp_path, "ref")
     rc, _, err = inhost.finish(proc, ref, 240)
     assert rc == 0, err
 
     proc, out = _launcher(th, mpirun, tmp_path, "job", "--max_restarts", "1",
+                          *(["--restart-mode", "relaunch"] if mode == "relaunch" else []),
                           script_args=("--hold-step", "5"))
     try:
         # rank 1 (host 2) reaches step 5 of attempt 0 (the step-3 checkpoint is written) and waits
@@ -80,6 +84,9 @@ def test_worker_killed_on_host2_restarts_across_hosts_from_checkpoint(testhosts,
     assert "attempt 0: exit status 137" in err and "attempt 1: succeeded" in err, err
     assert "killed by signal 9" in err, err
     assert "2 attempt(s), restart budget 1; exit status 0" in err
+    records = [json.loads(line) for line in (out / "logs" / "events.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in records].count("starter_start") == (1 if mode == "in-place" else 2)
+    assert [r["mode"] for r in records if r["kind"] == "restart"] == [mode]
     # nothing of the job left on either host (both namespaces; the launcher ran in host 1's)
     for host in (0, 1):
         left = wait_for(lambda: not inhost.in_host(th, host), 20) or inhost.in_host(th, host)

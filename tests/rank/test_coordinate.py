@@ -21,9 +21,9 @@ def _port():
     return port
 
 
-def _job(size, attempt=0, last=2):
+def _job(size, attempt=0, last=2, no_progress=None):
     port = _port()
-    coord = coordinate.Coordinator(port, attempt, last, size, "h0")
+    coord = coordinate.Coordinator(port, attempt, last, size, "h0", no_progress)
     boxes = [queue.SimpleQueue() for _ in range(size)]
     clients = [coordinate.Client(0, boxes[0].put, coordinator=coord)]
     clients += [coordinate.Client(r, boxes[r].put, addr="127.0.0.1", port=port)
@@ -82,6 +82,35 @@ def test_the_last_attempt_of_the_budget_is_not_restarted(capfd):
         for c in clients:
             c.close()
         coord.close()
+
+
+def test_the_limit_of_idle_attempts_ends_the_failed_rank_instead_of_a_restart(capfd):
+    """--max_no_progress_restarts 2: attempt 0 fails at once (idle), attempt 1 too: that one is
+    not restarted; the adapter that reported it is told to end, the others hear nothing (the
+    starter ends them when that adapter exits with its worker's status)."""
+    coord, clients, boxes = _job(2, last=5, no_progress=2)
+    try:
+        clients[1].fail(0, {"rank": 1, "t": time.time(), "first_output": None})
+        assert [b.get(timeout=5) for b in boxes] == [("restart", 1)] * 2
+        clients[0].fail(1, {"rank": 0, "t": time.time(), "first_output": None})
+        assert boxes[0].get(timeout=5) == ("end", 1)
+        assert clients[0].ended == 1 and coord.attempt == 1
+        clients[1].fail(1, {"rank": 1, "t": time.time()})    # its consequence: the same answer
+        assert boxes[1].get(timeout=5) == ("end", 1)
+    finally:
+        for c in clients:
+            c.close()
+        coord.close()
+
+
+@pytest.mark.parametrize("info, age, idle", [
+    ({"t": 100.0, "first_output": None}, 60.0, True),    # never wrote
+    ({"t": 100.0, "first_output": 97.0}, 60.0, True),    # wrote its dying words
+    ({"t": 100.0, "first_output": 90.0}, 60.0, False),   # wrote, went on 10 s
+    ({"t": 100.0, "first_output": 90.0}, 2.0, True),     # younger than QUICK: nobody went on
+])
+def test_no_progress_rule(info, age, idle):
+    assert coordinate.no_progress(info, age) is idle
 
 
 def test_finish_only_once_every_rank_is_done():

@@ -15,7 +15,7 @@ from mpilaunch.rank.resilience import ResilienceFlags
 
 PY = "/usr/bin/python3"
 SPEC = "4;exact;localhost:4"
-ATTEMPT = (2, 3, 2.5, 60.0, SPEC, 4242)    # attempt_flags(restart_count, max_restarts, ...)
+ATTEMPT = (2, 3, 2.5, 60.0, SPEC, 4242, 3)    # attempt_flags(restart_count, max_restarts, ...)
 
 
 def full_config(no_python=False):
@@ -40,7 +40,8 @@ def expected(no_python):
         "cluster_time_out": "77", "bind_core": "True", "visible_devices": "1,3",
         "no_scheduler": True, "no_port_check": True, "no_python": no_python,
         "python": None if no_python else PY, "restart_count": "2", "max_restarts": "3",
-        "term_grace": "2.5", "stall_timeout": "60", "expect_ranks": SPEC, "in_place": "4242", "module": True,
+        "term_grace": "2.5", "stall_timeout": "60", "expect_ranks": SPEC, "in_place": "4242", "in_place_no_progress": "3",
+        "module": True,
         "scheduler_grace": "300", "bind_numa": '{"device0":[0]}', "sim_level": "1",
         "sim_rank_id": "3", "sim_world": "8", "rank_table_file": "/rt.json", "run_id": "job-1",
         "command": []}
@@ -64,7 +65,7 @@ def test_every_written_flag_round_trips(no_python):
     assert (opts.master_port, opts.cluster_time_out, opts.visible_devices, opts.tail) == (
         29500, 77, ("1", "3"), frozenset({0, 3}))
     assert (opts.exec_, opts.module, opts.port_check, opts.no_scheduler) == (True, True, False, True)
-    assert opts.resilience == ResilienceFlags(2, 3, 2.5, 60.0, SPEC, 4242)
+    assert opts.resilience == ResilienceFlags(2, 3, 2.5, 60.0, SPEC, 4242, 3)
     assert opts.command == ["pkg.mod", "--lr", "0.1"]
     assert (opts.numa, opts.sim_level, opts.sim_rank_id, opts.sim_world, opts.rank_table_file,
             opts.run_id) == ('{"device0":[0]}', 1, 3, 8, "/rt.json", "job-1")

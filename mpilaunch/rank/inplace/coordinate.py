@@ -7,7 +7,11 @@ a :class:`Client`. Lines, one per message:
   attempt K; JSON: the status line it would have written), ``done K RANK`` (its worker
   exited 0);
 * coordinator -> adapters: ``restart K PORT`` (attempt K starts now, rendezvous at PORT,
-  picked and released on rank 0's host), ``finish K`` (every rank's worker exited 0).
+  picked and released on rank 0's host), ``finish K`` (every rank's worker exited 0);
+  ``end K`` to an adapter that reported a failure of attempt K that is not restarted in
+  place: the ``no_progress``-th attempt in a row that made no progress (:func:`no_progress`;
+  ``--max_no_progress_restarts``: a script failing at import fails the same way every time);
+  that adapter reports it and exits, and the launcher ends the job.
 """
 from __future__ import annotations
 
@@ -25,6 +29,22 @@ from mpilaunch.rank import status
 
 ROOT_WINDOW = 0.2       # s the coordinator gathers failures before it names the attempt's root
 CONNECT_WAIT = 10.0     # s an adapter with a failed worker tries to reach the coordinator
+# s: the launcher's LEAD (mpilaunch/attempts/progress.py): a worker made progress when its first
+# output came at least this long before the attempt's first failure
+QUICK = 5.0
+
+
+def no_progress(info: dict, age: float) -> bool:
+    """The first failure of an attempt (``info``: its ``t`` and the failed worker's
+    ``first_output``, wall clock) ``age`` s after the attempt's start made no progress: the
+    attempt was younger than QUICK s, or that worker wrote nothing QUICK s before it failed.
+    The launcher's rule looks at every rank's output; this one sees the failed rank's only,
+    so it may call an attempt idle where the launcher does not: the launcher then relaunches
+    instead of ending the job (mpilaunch/attempts/loop.py judge)."""
+    first, t = info.get("first_output"), info.get("t")
+    if age < QUICK:
+        return True
+    return first is None or t is None or t - first < QUICK
 
 
 def _pick_port() -> int:
@@ -57,8 +77,13 @@ def _lines(sock, handle) -> None:
 class Coordinator:
     """Rank 0's adapter: the attempt every rank is at, the failures and the finished workers."""
 
-    def __init__(self, port: int, attempt: int, last: int, size: int, host: str):
+    def __init__(self, port: int, attempt: int, last: int, size: int, host: str,
+                 no_progress: Optional[int] = None):
         self.attempt, self.last, self.size, self.host = attempt, last, size, host
+        self.no_progress = no_progress      # None: restart every failure in place
+        self.started = time.monotonic()     # the current attempt's start
+        self.quick = 0                      # attempts in a row that made no progress
+        self.ended: Optional[int] = None    # the attempt not restarted (end K)
         self.lock = threading.Lock()
         self.conns: List[socket.socket] = []
         self.done: Set[str] = set()
@@ -82,7 +107,8 @@ class Coordinator:
                 port = getattr(self, "port", None)
             if port is not None:        # a late adapter: where everyone else is
                 self._send([conn], f"restart {current} {port}\n")
-            threading.Thread(target=_lines, args=(conn, self.message), daemon=True).start()
+            threading.Thread(target=_lines, args=(conn, lambda h, r, c=conn: self.message(h, r, c)),
+                             daemon=True).start()
 
     def _send(self, conns, text: str) -> None:
         data = text.encode()
@@ -92,7 +118,8 @@ class Coordinator:
             except OSError:
                 pass
 
-    def message(self, head: str, rest: str) -> None:
+    def message(self, head: str, rest: str, conn=None) -> None:
+        """One line from an adapter (``conn``; None: rank 0's own)."""
         said, _, payload = rest.partition(" ")
         try:
             k = int(said)
@@ -103,28 +130,45 @@ class Coordinator:
                 info = json.loads(payload)
             except ValueError:
                 info = {}
-            self.failed(k, info)
+            if not self.failed(k, info):
+                self._end(k, conn)
         elif head == "done":
             self.finished(k, payload)
 
-    def failed(self, k: int, info: dict) -> None:
+    def failed(self, k: int, info: dict) -> bool:
+        """A failure of attempt ``k``: False when it is not restarted in place (the adapter
+        is told ``end K``)."""
         with self.lock:
+            if self.ended == k:
+                return False
             if k in self.failures and k != self.attempt:
                 self.failures[k].append(info)   # within the window: a candidate root cause
-                return
+                return True
             if k != self.attempt:
-                return                  # a consequence of a failure already acted on
+                return True             # a consequence of a failure already acted on
             got = self.failures.setdefault(k, [])
             got.append(info)
             if len(got) > 1 or k >= self.last:
-                return
+                return True
+            idle = no_progress(info, time.monotonic() - self.started)
+            self.quick = self.quick + 1 if idle else 0
+            if self.no_progress and self.quick >= self.no_progress:
+                self.ended = k
+                return False
             self.attempt, self.port = k + 1, _pick_port()
-            self.done = set()
+            self.done, self.started = set(), time.monotonic()
             conns, text = list(self.conns), f"restart {k + 1} {self.port}\n"
         self._send(conns, text)
         if self.local is not None:
             self.local.restart(k + 1, self.port)
         threading.Timer(ROOT_WINDOW, self._name_root, args=(k,)).start()
+        return True
+
+    def _end(self, k: int, conn) -> None:
+        if conn is None and self.local is not None:
+            self.local.end(k)
+        elif conn is not None:
+            self._send([conn], f"end {k}\n")
 
     def _name_root(self, k: int) -> None:
         with self.lock:
@@ -166,6 +210,7 @@ class Client:
         self.lock = threading.Lock()
         self.latest: Optional[Tuple[int, int]] = None   # (K, PORT) of the newest restart heard
         self.finished = -1
+        self.ended = -1     # an attempt whose failure is not restarted in place (end K)
         self.coordinator = coordinator
         self.sock: Optional[socket.socket] = None
         self.connected = threading.Event()
@@ -199,6 +244,8 @@ class Client:
                 self.restart(int(words[0]), int(words[1]))
             elif head == "finish":
                 self.finish(int(words[0]))
+            elif head == "end":
+                self.end(int(words[0]))
         except (IndexError, ValueError):
             pass
 
@@ -212,6 +259,10 @@ class Client:
     def finish(self, k: int) -> None:
         self.finished = max(self.finished, k)
         self.deliver(("finish", k))
+
+    def end(self, k: int) -> None:
+        self.ended = max(self.ended, k)
+        self.deliver(("end", k))
 
     def _say(self, text: str, wait: float) -> bool:
         if not self.connected.wait(wait):

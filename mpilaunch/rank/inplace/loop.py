@@ -178,10 +178,13 @@ class Restarts:
         self.k, self.last = lr.restart_count or 0, lr.max_restarts or 0
         self.status = 0          # the rank's, once next() said there is no next attempt
         self.spare: Optional[Spare] = None   # the next attempt's worker, already started (prestart.py)
+        self.watch: Any = None               # the worker's first output (firstout.Watch), when wanted
+        self.first_output: Optional[float] = None
         self.coord: Optional[Coordinator] = None
         if rank == 0:
             try:
-                self.coord = Coordinator(lr.in_place, self.k, self.last, size, hostname)
+                self.coord = Coordinator(lr.in_place, self.k, self.last, size, hostname,
+                                         lr.no_progress)
             except OSError as exc:
                 status.write_stderr(f"mpilaunch.rank: in-place restarts off: port {lr.in_place} "
                                     f"cannot be bound on rank 0's host ({exc.strerror}); a "
@@ -202,10 +205,19 @@ class Restarts:
         return sup
 
     def started(self, sup) -> None:
-        """``sup`` takes the events: start the next attempt's spare worker."""
+        """``sup`` takes the events: start the next attempt's spare worker, and watch for the
+        worker's first output (the coordinator's no-progress rule: coordinate.no_progress)."""
         worker = sup.children.get("worker")
         if self.restartable() and worker is not None:
             self.spare = _start_spare(sup, worker.spec, self.argv, self.opts)
+            if self.opts.resilience.no_progress:
+                from mpilaunch.rank import firstout
+
+                self.first_output = None
+                self.watch = firstout.watch(worker.spec.log_path, self._first_output)
+
+    def _first_output(self) -> None:
+        self.first_output = time.time()
 
     def attempt_opts(self):
         """``opts`` with this attempt's log dir (its heartbeat and stacks)."""
@@ -216,6 +228,8 @@ class Restarts:
         when the rank ends here (with :attr:`status`)."""
         if sup.jobdone is not None and sup.jobdone.sock is not None:
             sup.jobdone.sock.close()
+        if self.watch is not None and rc == RESTART:
+            self.watch.done.set()
         if rc != RESTART:
             end = self._between(sup, rc)
             if end is not None:
@@ -241,6 +255,9 @@ class Restarts:
             got = self._wait()
             return 128 + got[1] if got[0] == "signal" else 0 if got[0] == "finish" else None
         info = sup.failure_info()
+        if info is not None and self.watch is not None:
+            self.watch.stop()
+            info["first_output"] = self.first_output
         if info is None or not client.fail(self.k, info):
             sup.flush()
             return rc
@@ -248,6 +265,9 @@ class Restarts:
         if got[0] == "signal":
             sup.flush()
             return 128 + got[1]
+        if got[0] == "end":     # not restarted in place: the ordinary failure
+            sup.flush()
+            return rc
         return None
 
     def _wait(self):
@@ -262,6 +282,8 @@ class Restarts:
                     return ("restart", client.latest[0])
                 if client.finished >= k:
                     return ("finish", k)
+                if client.ended >= k:
+                    return ("end", k)
                 ev = waiting.get()
                 if ev[0] == "signal":
                     return ev
@@ -270,6 +292,8 @@ class Restarts:
                 signal.signal(s, h)
 
     def close(self) -> None:
+        if self.watch is not None:
+            self.watch.done.set()
         if self.spare is not None:
             self.spare.discard()
         if self.client is not None:

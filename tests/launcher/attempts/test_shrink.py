@@ -68,7 +68,8 @@ def test_refusals():
         args = Opts()
         args.min_hosts, args.max_restarts = min_hosts, n
         launch = types.SimpleNamespace(hosts=cfg.hosts, hosts_source=cfg.hosts_source, log_dir="/logs",
-                                       exec_mode=False)
+                                       exec_mode=False, script=None, module=None, script_args=(),
+                                       no_python=False)
         settings = resilience.settings(args, {}, launch)
         return settings.min_hosts
     assert check(None, 0) is None and check("2", 1) == 2
