@@ -175,8 +175,9 @@ OPTIONS = (
        metavar="N", commands=(RUN, JOB)),
     _o(("--restart-mode", "--restart_mode"), "restart_mode",
        "in-place: a failed worker restarts inside the running job (mpirun and the adapters stay; "
-       "a lost host still relaunches); relaunch: a new mpirun every time", "long",
-       default="relaunch", metavar="in-place|relaunch", commands=(RUN, JOB)),
+       "a lost host or a dead adapter relaunches); relaunch: a new mpirun every time", "long",
+       default="in-place", shown="in-place (relaunch with --exec or an MPI program)",
+       metavar="in-place|relaunch", commands=(RUN, JOB)),
     _o(("--min-hosts", "--min_hosts"), "min_hosts",
        "with --max_restarts: after a host is lost, the next attempt runs on the hosts left "
        "(world size recomputed) while at least M are left", "long", shown="off (every attempt "
