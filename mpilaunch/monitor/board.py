@@ -26,6 +26,7 @@ from mpilaunch.monitor.model import JobView, RankView, Sample
 
 ROUND_WAIT = 1.5    # intervals after the last round a round closes with the samples it has
 STALE = 2.5         # intervals without a sample after which a rank is not waited for
+CALM_ROUNDS = 10    # rounds without a straggler whose median wait share is the job's base
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,17 @@ class Change:
     hot_frame: Optional[str]
     recovered: bool
     line: str
+    base: Optional[float] = None    # the job's wait share without a straggler (None: unknown)
+
+    @property
+    def slowdown(self) -> float:
+        return self.score.slowdown(self.base)
 
     def fields(self) -> dict:
         """The ``straggler`` record's fields (docs/EVENTS.md)."""
         return {"rank": self.rank, "host": self.host, "score": self.score.score,
                 "others_wait": self.score.others, "wait_share": self.score.own,
-                "slowdown": self.score.slowdown, "hot_frame": self.hot_frame,
+                "base_wait": self.base, "slowdown": self.slowdown, "hot_frame": self.hot_frame,
                 "recovered": self.recovered}
 
 
@@ -72,6 +78,8 @@ class Board:
         self.previous: Dict[Tuple[int, str], Sample] = {}
         self.pending: Dict[int, Sample] = {}
         self.rounds: List[Dict[int, Optional[float]]] = []
+        self.waited: Set[int] = set()   # ranks seen waiting in a round older than self.rounds
+        self.calm: List[float] = []     # the median wait share of the last rounds without a straggler
         self.last_round = self.clock()
         self.stragglers: Set[int] = set()
         self.scores: Dict[int, straggler.Score] = {}
@@ -122,39 +130,47 @@ class Board:
             return None, None
         shares = {r: s.wait_share for r, s in self.pending.items()}
         self.pending, self.last_round = {}, now
-        self.rounds = (self.rounds + [shares])[-straggler.WINDOW:]
-        step = straggler.step(self.rounds, self.stragglers)
+        self.rounds.append(shares)
+        for old in self.rounds[:-straggler.WINDOW]:
+            self.waited |= {r for r, w in old.items() if w}
+        self.rounds = self.rounds[-straggler.WINDOW:]
+        step = straggler.step(self.rounds, self.stragglers, self.waited)
         self.stragglers, self.scores = set(step.stragglers), {**self.scores, **step.scores}
+        known = sorted(w for w in shares.values() if w is not None)
+        if not self.stragglers and len(step.scores) == len(known) >= 2:   # every rank judged
+            self.calm = (self.calm + [known[len(known) // 2]])[-CALM_ROUNDS:]
         return [shares.get(r) for r in range(np)], step
 
     def _changes(self, step: straggler.Step) -> List[Change]:
         out = []
         now = self.wall()
+        base = sorted(self.calm)[len(self.calm) // 2] if self.calm else None
         for rank in step.became:
             sample = self.latest[(rank, "worker")][0]
             score = step.scores[rank]
-            seen = self.open.get(rank)
-            if seen is None:
+            seen = next((x for x in self.seen if (x.attempt, x.rank) == (self.attempt, rank)), None)
+            if seen is None:        # its first time in this attempt; else one more span
                 seen = straggler.Seen(rank, sample.host, self.attempt, sample.hot_frame)
                 self.seen.append(seen)
-                self.open[rank] = seen
+            self.open[rank] = seen
             seen.spans.append((now, None))
             seen.hot_frame = sample.hot_frame or seen.hot_frame
+            change = Change(rank, sample.host, score, sample.hot_frame, False,
+                            straggler.became_line(rank, sample.host, score, sample.hot_frame), base)
             seen.others = max(seen.others, score.others)
-            seen.slowdown = max(seen.slowdown, score.slowdown)
-            out.append(Change(rank, sample.host, score, sample.hot_frame, False,
-                              straggler.became_line(rank, sample.host, score, sample.hot_frame)))
+            seen.slowdown = max(seen.slowdown, change.slowdown)
+            out.append(change)
         for rank, seen in self.open.items():    # the worst while it lasts
             now_score = step.scores.get(rank)
             if now_score is not None and rank not in step.became and rank in self.stragglers:
                 seen.others = max(seen.others, now_score.others)
-                seen.slowdown = max(seen.slowdown, now_score.slowdown)
+                seen.slowdown = max(seen.slowdown, now_score.slowdown(base))
         for rank in step.recovered:
             seen = self.open.pop(rank)
             seen.spans[-1] = (seen.spans[-1][0], now)
             score = step.scores[rank]
             out.append(Change(rank, seen.host, score, None, True,
-                              straggler.recovered_line(rank, seen.host, score)))
+                              straggler.recovered_line(rank, seen.host, score), base))
         return out
 
     # -- what top and /metrics read

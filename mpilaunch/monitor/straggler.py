@@ -12,13 +12,19 @@ the others wait for has a gap as large as the share of the step they spend waiti
   slow from the start is named in its first round.
 * a rank **becomes** a straggler when its score is ``ON`` or more and **recovers** when it
   falls below ``OFF`` (hysteresis: a rank near the threshold does not come and go each round).
-* **slowdown**: a step of ``base`` seconds with a rank ``x`` s late takes ``base + x``; the
-  others wait ``x / (base + x)`` more than it does, the score ``s``; so the job runs
-  ``1 / (1 - s)`` times as long as it would without that wait.
+* **the start-up is not judged**: a rank is judged from the round after the first one it is
+  seen waiting in a collective in (before, it has not reached the job's collectives, or reached
+  them during that round: it is still starting, and the others waiting in the rendezvous for it
+  is the start-up, which ``mpilaunch report`` shows).
+* **slowdown**: the others are busy ``1 - others`` of the time; without the straggler they
+  would wait only as long as the job waits when no rank holds it back (``base``: the job's
+  median wait share in the rounds without a straggler; the straggler's own wait share when there
+  were none yet), so the job runs ``(1 - base) / (1 - others)`` times as long as it would.
 
 What the rule will not judge (it says nothing rather than guess): a rank without a wait share
 (no stack sampler on its host), a round with fewer than two ranks that have one (one rank
-waits for no one). A rank of an exited or unjudged round keeps its state.
+waits for no one), a rank not yet seen waiting. A rank of an exited or unjudged round keeps
+its state.
 
 The threshold's measurement: docs/MONITOR.md, "The straggler rule". Pure: rounds in, a
 :class:`Step` out; no clock, no I/O.
@@ -31,6 +37,7 @@ from typing import AbstractSet, Dict, List, Mapping, Optional, Sequence, Tuple
 ON = 0.30       # score to become a straggler (docs/MONITOR.md: balanced jobs stay below 0.15)
 OFF = 0.15      # score under which a straggler has recovered
 WINDOW = 2      # rounds a score averages
+BUSY_FLOOR = 0.05   # the least busy share a slowdown is computed against
 
 
 @dataclass(frozen=True)
@@ -64,15 +71,19 @@ def gaps(shares: Mapping[int, Optional[float]]) -> Dict[int, Gap]:
 
 @dataclass(frozen=True)
 class Score:
-    """A rank's score over the window, with the two means it is the difference of."""
+    """A rank's score (its mean gap over the window) and the last round's wait shares: its
+    own and the others' median."""
     score: float
     own: float
     others: float
 
-    @property
-    def slowdown(self) -> float:
-        """How many times as long the job runs as it would without the others' wait for it."""
-        return round(1.0 / max(1.0 - self.score, 0.01), 2)
+    def slowdown(self, base: Optional[float] = None) -> float:
+        """How many times as long the job runs as it would without the others' wait for it:
+        ``base``, the job's wait share when no rank holds it back (None: its own)."""
+        calm = self.own if base is None else min(base, self.others)
+        # the others' busy share is measured from a few dozen stack samples: under 5% it is
+        # a sample or two, and a ratio against it says nothing more than "20x or more"
+        return round(max(1.0, (1.0 - calm) / max(1.0 - self.others, BUSY_FLOOR)), 2)
 
 
 @dataclass(frozen=True)
@@ -85,25 +96,35 @@ class Step:
     recovered: Tuple[int, ...]
 
 
-def scores(rounds: Sequence[Mapping[int, Optional[float]]]) -> Dict[int, Score]:
+def scores(rounds: Sequence[Mapping[int, Optional[float]]],
+           reached: Optional[AbstractSet[int]] = None) -> Dict[int, Score]:
     """rank -> its :class:`Score` over the last ``WINDOW`` of ``rounds`` (oldest first), for
-    every rank with a gap in the last round."""
-    recent = [gaps(r) for r in rounds[-WINDOW:]]
+    every rank with a gap in the last round. ``reached``: the ranks seen waiting before those
+    rounds (None: every rank); another rank's gaps count from the round after the first of
+    them it waits in."""
+    window = list(rounds[-WINDOW:])
+    recent = [gaps(r) for r in window]
     if not recent:
         return {}
     out = {}
     for rank in recent[-1]:
-        mine = [g[rank] for g in recent if rank in g]
-        own = sum(g.own for g in mine) / len(mine)
-        others = sum(g.others for g in mine) / len(mine)
-        out[rank] = Score(round(others - own, 3), round(own, 3), round(others, 3))
+        first = 0
+        if reached is not None and rank not in reached:
+            first = 1 + next((i for i, r in enumerate(window) if (r.get(rank) or 0.0) > 0.0),
+                             len(window))
+            if first >= len(window):
+                continue        # not seen in a collective before this round: still starting
+        mine = [g[rank] for g in recent[first:] if rank in g]
+        score = sum(g.gap for g in mine) / len(mine)
+        out[rank] = Score(round(score, 3), round(mine[-1].own, 3), round(mine[-1].others, 3))
     return out
 
 
-def step(rounds: Sequence[Mapping[int, Optional[float]]], current: AbstractSet[int]) -> Step:
+def step(rounds: Sequence[Mapping[int, Optional[float]]], current: AbstractSet[int],
+         reached: Optional[AbstractSet[int]] = None) -> Step:
     """Judge the last of ``rounds`` (rank -> wait share, oldest first); ``current``: the
-    stragglers before it."""
-    sc = scores(rounds)
+    stragglers before it; ``reached``: as :func:`scores`."""
+    sc = scores(rounds, reached)
     now = set()
     for rank in set(current) | set(sc):
         s = sc.get(rank)

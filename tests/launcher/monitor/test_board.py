@@ -39,10 +39,15 @@ def sample(rank, t, wait, cpu=0.0, host=None, hot="train.py:9 in step", pid=None
                   host or f"h{rank}")
 
 
-def board(np=4, interval=1.0):
+def board(np=4, interval=1.0, warm=True):
+    """A board of an attempt of ``np`` ranks; ``warm``: after one round in which every rank
+    waited (every rank has reached the job's collectives: the rule judges from the next)."""
     clock, changes, rounds = Clock(), [], []
     b = Board(interval, on_change=changes.append, on_round=rounds.append, clock=clock, wall=clock)
     b.attempt_started(0, np, Collector(OMPI), None)
+    if warm:
+        one_round(b, clock, [0.5] * np)
+        rounds.clear()
     return b, clock, changes, rounds
 
 
@@ -63,7 +68,8 @@ def test_a_round_closes_when_every_rank_has_sent_and_names_the_straggler_once():
     assert rounds == [[0.64, 0.60, 0.02, 0.66]]
     assert [c.fields() for c in changes] == [
         {"rank": 2, "host": "h2", "score": 0.62, "others_wait": 0.64, "wait_share": 0.02,
-         "slowdown": 2.63, "hot_frame": "train.py:41 in load_batch", "recovered": False}]
+         "base_wait": None, "slowdown": 2.72, "hot_frame": "train.py:41 in load_batch",
+         "recovered": False}]
     assert changes[0].line == ("rank 2 on host h2 is holding the job back: others wait 64% of "
                                "the time for it; its time goes to train.py:41 in load_batch")
     one_round(b, clock, [0.64, 0.60, 0.02, 0.66])
@@ -81,7 +87,17 @@ def test_recovery_is_told_and_the_end_lines_list_the_straggler():
     assert monitoring.end_lines(b) == (
         "mpilaunch: 1 straggler(s) seen\n"
         "  rank 2 on host h2: held the job back 2 s, others waited up to 64% of the time for it "
-        "(the job up to 2.63x as long); its time went to train.py:41 in load_batch\n")
+        "(the job up to 2.72x as long); its time went to train.py:41 in load_batch\n")
+
+
+def test_the_slowdown_is_against_the_jobs_wait_share_in_the_rounds_without_a_straggler():
+    b, clock, changes, _ = board()
+    for _ in range(3):
+        one_round(b, clock, [0.30, 0.20, 0.25, 0.35])      # calm: the median 0.3 (0.25, 0.3: upper)
+    one_round(b, clock, [0.82, 0.80, 0.02, 0.84])
+    one_round(b, clock, [0.82, 0.80, 0.02, 0.84])
+    assert [(c.rank, c.base, c.slowdown) for c in changes] == [(2, 0.3, 3.89)]   # 0.7 / 0.18
+    assert changes[0].line.startswith("rank 2 on host h2 is holding the job back: others wait 82%")
 
 
 def test_a_late_rank_is_not_waited_for_past_one_and_a_half_intervals():
@@ -97,7 +113,7 @@ def test_a_late_rank_is_not_waited_for_past_one_and_a_half_intervals():
 
 
 def test_without_wait_shares_no_round_is_recorded_and_no_one_is_named():
-    b, clock, changes, rounds = board()
+    b, clock, changes, rounds = board(warm=False)
     one_round(b, clock, [None, None, None, None])
     one_round(b, clock, [None, None, None, None])
     assert rounds == [] and changes == [] and monitoring.end_lines(b) == ""
@@ -107,19 +123,20 @@ def test_without_wait_shares_no_round_is_recorded_and_no_one_is_named():
 
 
 def test_one_rank_is_never_a_straggler():
-    b, clock, changes, rounds = board(np=1)
+    b, clock, changes, rounds = board(np=1, warm=False)
     one_round(b, clock, [0.0])
     one_round(b, clock, [0.0])
     assert changes == [] and rounds == [[0.0], [0.0]]
 
 
 def test_the_view_states_cpu_and_the_straggler_row():
-    b, clock, _, _ = board()
+    b, clock, _, _ = board(warm=False)
     col = Collector(OMPI)
     b.attempt_started(1, 4, col, Channel([0, 1, 2], {0: "h0", 1: "h1", 2: "h2", 3: "h3"}))
+    one_round(b, clock, [0.5] * 4)
     one_round(b, clock, [0.64, 0.60, 0.02, 0.66])
     clock.t += 1.0
-    b.feed(sample(0, clock.t, 0.6, cpu=1.5, output_t=clock.t - 2.0))   # 0.5 CPU s in 1 s
+    b.feed(sample(0, clock.t, 0.6, cpu=2.5, output_t=clock.t - 2.0))   # 0.5 CPU s in 1 s
     col.feed_status(Event(1, "h1", "worker", "exit", 0, None, "self", None, [], clock.t, None))
     col.feed_status(Event(3, "h3", "worker", "exit", None, 9, "terminated", None, [], clock.t, None))
     v = b.view()
@@ -128,8 +145,8 @@ def test_the_view_states_cpu_and_the_straggler_row():
     assert [(r.rank, r.state, r.up, r.straggler, r.score) for r in v.ranks] == [
         (0, "running", True, False, -0.04), (1, "exited 0", False, False, 0.04),
         (2, "running", True, True, 0.62), (3, "signal 9", False, False, -0.06)]
-    assert (rows[0].cpu_pct, rows[0].output_age, rows[0].cpu_s) == (50.0, 2.0, 1.5)
-    assert rows[2].cpu_pct is None            # one sample: no CPU % yet
+    assert (rows[0].cpu_pct, rows[0].output_age, rows[0].cpu_s) == (50.0, 2.0, 2.5)
+    assert rows[2].cpu_pct == 100.0           # its last two samples: 1 CPU s in 1 s
     assert JobView.from_json(v.to_json()) == v
 
 
@@ -149,7 +166,7 @@ def test_a_new_attempt_forgets_the_last_ones_samples_but_not_its_stragglers():
     clock.t += 10.0
     assert b.seen_lines() == [
         "rank 2 on host h2: held the job back 5 s, others waited up to 64% of the time for it "
-        "(the job up to 2.63x as long); its time went to train.py:9 in step"]
+        "(the job up to 2.72x as long); its time went to train.py:9 in step"]
 
 
 def test_feeding_and_viewing_from_threads_at_once():

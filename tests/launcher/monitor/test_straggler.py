@@ -25,16 +25,32 @@ def test_a_rank_slow_from_the_start_is_named_in_its_first_round():
     st = S.step([{0: 0.64, 1: 0.60, 2: 0.02, 3: 0.66}], set())
     assert st.became == (2,) and st.stragglers == (2,) and st.recovered == ()
     assert st.scores[2] == S.Score(0.62, 0.02, 0.64)
-    assert st.scores[2].slowdown == 2.63
+    assert st.scores[2].slowdown() == 2.72                 # (1 - 0.02) / (1 - 0.64)
+    assert st.scores[2].slowdown(base=0.3) == 1.94         # the job waits 30% without it
+    assert st.scores[2].slowdown(base=0.9) == 1.0          # never under 1
+
+
+def test_a_rank_not_yet_seen_waiting_is_still_starting_and_not_judged():
+    # rank 1 still imports while the others wait in the rendezvous for it
+    start = [{0: 0.0, 1: 0.0, 2: 1.0, 3: 0.0}, {0: 0.56, 1: 0.0, 2: 1.0, 3: 1.0}]
+    st = S.step(start, set(), reached=set())
+    assert st.scores == {2: S.Score(-0.44, 1.0, 0.56)} and st.became == ()
+    assert S.step(start, set()).became == (1,)              # without the start-up rule: named
+    # from the round after the first it waits in; the start-up's gaps are not averaged in
+    steady = [start[-1], {0: 1.0, 1: 0.78, 2: 0.11, 3: 0.89}]
+    st = S.step(steady, set(), reached={2})
+    assert st.scores == {0: S.Score(-0.22, 1.0, 0.78), 2: S.Score(0.17, 0.11, 0.89),
+                         3: S.Score(-0.11, 0.89, 0.78)}
+    assert st.became == ()
 
 
 def test_the_score_averages_two_rounds_so_one_noisy_round_names_no_one():
     noisy = {0: 0.30, 1: 0.32, 2: 0.0, 3: 0.35}   # one round's gap 0.32
     calm = {0: 0.10, 1: 0.12, 2: 0.09, 3: 0.11}
     st = S.step([calm, noisy], set())
-    assert st.scores[2] == S.Score(0.17, 0.045, 0.215) and st.became == ()
+    assert st.scores[2] == S.Score(0.17, 0.0, 0.32) and st.became == ()
     st = S.step([noisy, {0: 0.62, 1: 0.6, 2: 0.02, 3: 0.65}], set())   # it keeps on: named
-    assert st.became == (2,) and st.scores[2] == S.Score(0.46, 0.01, 0.47)
+    assert st.became == (2,) and st.scores[2] == S.Score(0.46, 0.02, 0.62)
 
 
 def test_hysteresis_recovery_below_off_not_below_on():
