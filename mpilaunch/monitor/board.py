@@ -12,7 +12,13 @@ lock (``on_change``, ``on_round``), so a slow stderr never holds a reader up. Ch
 
 A **round** is one sample of every rank: it closes when every rank expected has sent one
 since the last, or ``ROUND_WAIT`` intervals after the last round (a rank whose sample is late
-is left out of that round, not waited for).
+is left out of that round, not waited for). A wait share from fewer than ``MIN_STACK_SAMPLES``
+stack samples is not judged (its error is over 0.1: docs/MONITOR.md). The rule judges the
+**steady** rounds only: those in which every rank had been seen waiting in a collective in an
+earlier round (before, some rank is still starting: importing, loading, connecting; the
+others wait for it in the rendezvous, which is the start-up the report draws). A rank never
+seen waiting while every other one has been, ``LAST_ROUNDS`` rounds in a row, is past its
+start-up: it reaches every collective last.
 """
 from __future__ import annotations
 
@@ -26,7 +32,8 @@ from mpilaunch.monitor.model import JobView, RankView, Sample
 
 ROUND_WAIT = 1.5    # intervals after the last round a round closes with the samples it has
 STALE = 2.5         # intervals without a sample after which a rank is not waited for
-CALM_ROUNDS = 10    # rounds without a straggler whose median wait share is the job's base
+MIN_STACK_SAMPLES = 20   # the fewest stack samples a wait share is judged from
+LAST_ROUNDS = 2     # rounds a rank never seen waiting may keep the others from being judged
 
 
 @dataclass(frozen=True)
@@ -39,17 +46,16 @@ class Change:
     hot_frame: Optional[str]
     recovered: bool
     line: str
-    base: Optional[float] = None    # the job's wait share without a straggler (None: unknown)
 
     @property
     def slowdown(self) -> float:
-        return self.score.slowdown(self.base)
+        return self.score.slowdown()
 
     def fields(self) -> dict:
         """The ``straggler`` record's fields (docs/EVENTS.md)."""
         return {"rank": self.rank, "host": self.host, "score": self.score.score,
                 "others_wait": self.score.others, "wait_share": self.score.own,
-                "base_wait": self.base, "slowdown": self.slowdown, "hot_frame": self.hot_frame,
+                "slowdown": self.slowdown, "hot_frame": self.hot_frame,
                 "recovered": self.recovered}
 
 
@@ -78,8 +84,8 @@ class Board:
         self.previous: Dict[Tuple[int, str], Sample] = {}
         self.pending: Dict[int, Sample] = {}
         self.rounds: List[Dict[int, Optional[float]]] = []
-        self.waited: Set[int] = set()   # ranks seen waiting in a round older than self.rounds
-        self.calm: List[float] = []     # the median wait share of the last rounds without a straggler
+        self.waited: Set[int] = set()   # ranks seen waiting in a collective in some round
+        self.lagging = 0                # rounds one rank only has not been seen waiting
         self.last_round = self.clock()
         self.stragglers: Set[int] = set()
         self.scores: Dict[int, straggler.Score] = {}
@@ -128,23 +134,31 @@ class Board:
         expected = set(range(np)) - stale
         if not expected <= set(self.pending) and now - self.last_round < ROUND_WAIT * self.interval:
             return None, None
-        shares = {r: s.wait_share for r, s in self.pending.items()}
+        shares = {r: s.wait_share if s.stack_samples >= MIN_STACK_SAMPLES else None
+                  for r, s in self.pending.items()}
         self.pending, self.last_round = {}, now
-        self.rounds.append(shares)
-        for old in self.rounds[:-straggler.WINDOW]:
-            self.waited |= {r for r, w in old.items() if w}
-        self.rounds = self.rounds[-straggler.WINDOW:]
-        step = straggler.step(self.rounds, self.stragglers, self.waited)
+        record = [shares.get(r) for r in range(np)]
+        if not self._steady(shares):
+            return record, None
+        self.rounds = (self.rounds + [shares])[-straggler.WINDOW:]
+        step = straggler.step(self.rounds, self.stragglers)
         self.stragglers, self.scores = set(step.stragglers), {**self.scores, **step.scores}
-        known = sorted(w for w in shares.values() if w is not None)
-        if not self.stragglers and len(step.scores) == len(known) >= 2:   # every rank judged
-            self.calm = (self.calm + [known[len(known) // 2]])[-CALM_ROUNDS:]
-        return [shares.get(r) for r in range(np)], step
+        return record, step
+
+    def _steady(self, shares: Dict[int, Optional[float]]) -> bool:
+        """Whether every rank of this round had been seen waiting before it; learns who waits."""
+        known = [r for r, w in shares.items() if w is not None]
+        starting = [r for r in known if r not in self.waited]
+        self.lagging = self.lagging + 1 if len(starting) == 1 and len(known) >= 2 else 0
+        if self.lagging >= LAST_ROUNDS:      # it reaches every collective last: not starting
+            self.waited.add(starting[0])
+            starting = []
+        self.waited |= {r for r in known if shares[r]}
+        return not starting
 
     def _changes(self, step: straggler.Step) -> List[Change]:
         out = []
         now = self.wall()
-        base = sorted(self.calm)[len(self.calm) // 2] if self.calm else None
         for rank in step.became:
             sample = self.latest[(rank, "worker")][0]
             score = step.scores[rank]
@@ -156,7 +170,7 @@ class Board:
             seen.spans.append((now, None))
             seen.hot_frame = sample.hot_frame or seen.hot_frame
             change = Change(rank, sample.host, score, sample.hot_frame, False,
-                            straggler.became_line(rank, sample.host, score, sample.hot_frame), base)
+                            straggler.became_line(rank, sample.host, score, sample.hot_frame))
             seen.others = max(seen.others, score.others)
             seen.slowdown = max(seen.slowdown, change.slowdown)
             out.append(change)
@@ -164,13 +178,13 @@ class Board:
             now_score = step.scores.get(rank)
             if now_score is not None and rank not in step.became and rank in self.stragglers:
                 seen.others = max(seen.others, now_score.others)
-                seen.slowdown = max(seen.slowdown, now_score.slowdown(base))
+                seen.slowdown = max(seen.slowdown, now_score.slowdown())
         for rank in step.recovered:
             seen = self.open.pop(rank)
             seen.spans[-1] = (seen.spans[-1][0], now)
             score = step.scores[rank]
             out.append(Change(rank, seen.host, score, None, True,
-                              straggler.recovered_line(rank, seen.host, score), base))
+                              straggler.recovered_line(rank, seen.host, score)))
         return out
 
     # -- what top and /metrics read

@@ -13,13 +13,11 @@ the others wait for has a gap as large as the share of the step they spend waiti
 * a rank **becomes** a straggler when its score is ``ON`` or more and **recovers** when it
   falls below ``OFF`` (hysteresis: a rank near the threshold does not come and go each round).
 * **the start-up is not judged**: a rank is judged from the round after the first one it is
-  seen waiting in a collective in (before, it has not reached the job's collectives, or reached
-  them during that round: it is still starting, and the others waiting in the rendezvous for it
-  is the start-up, which ``mpilaunch report`` shows).
+  seen waiting in a collective in (``reached``; the board judges only rounds in which every
+  rank has: ``board.py``).
 * **slowdown**: the others are busy ``1 - others`` of the time; without the straggler they
-  would wait only as long as the job waits when no rank holds it back (``base``: the job's
-  median wait share in the rounds without a straggler; the straggler's own wait share when there
-  were none yet), so the job runs ``(1 - base) / (1 - others)`` times as long as it would.
+  would wait only as long as it does (its own wait share: the collective's own cost), so the
+  job runs ``(1 - own) / (1 - others)`` times as long as it would.
 
 What the rule will not judge (it says nothing rather than guess): a rank without a wait share
 (no stack sampler on its host), a round with fewer than two ranks that have one (one rank
@@ -77,13 +75,11 @@ class Score:
     own: float
     others: float
 
-    def slowdown(self, base: Optional[float] = None) -> float:
-        """How many times as long the job runs as it would without the others' wait for it:
-        ``base``, the job's wait share when no rank holds it back (None: its own)."""
-        calm = self.own if base is None else min(base, self.others)
+    def slowdown(self) -> float:
+        """How many times as long the job runs as it would without the others' wait for it."""
         # the others' busy share is measured from a few dozen stack samples: under 5% it is
         # a sample or two, and a ratio against it says nothing more than "20x or more"
-        return round(max(1.0, (1.0 - calm) / max(1.0 - self.others, BUSY_FLOOR)), 2)
+        return round(max(1.0, (1.0 - self.own) / max(1.0 - self.others, BUSY_FLOOR)), 2)
 
 
 @dataclass(frozen=True)

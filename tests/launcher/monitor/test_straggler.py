@@ -26,8 +26,8 @@ def test_a_rank_slow_from_the_start_is_named_in_its_first_round():
     assert st.became == (2,) and st.stragglers == (2,) and st.recovered == ()
     assert st.scores[2] == S.Score(0.62, 0.02, 0.64)
     assert st.scores[2].slowdown() == 2.72                 # (1 - 0.02) / (1 - 0.64)
-    assert st.scores[2].slowdown(base=0.3) == 1.94         # the job waits 30% without it
-    assert st.scores[2].slowdown(base=0.9) == 1.0          # never under 1
+    assert S.Score(0.95, 0.0, 0.99).slowdown() == 20.0     # a busy share of 1%: "20x or more"
+    assert S.Score(-0.1, 0.5, 0.4).slowdown() == 1.0       # never under 1
 
 
 def test_a_rank_not_yet_seen_waiting_is_still_starting_and_not_judged():
