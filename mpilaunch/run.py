@@ -7,11 +7,14 @@ import os
 import sys
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from mpilaunch import backends, net, ssh
+from mpilaunch import backends, net
 from mpilaunch.config import allocation, launchconfig, mpiargs, options, rankcheck, resilience
 from mpilaunch.errors import UsageError
-from mpilaunch.attempts import discovery, hostsource, loop, nextattempt
+from mpilaunch.attempts import hostsource, loop, nextattempt
 from mpilaunch.output import events
+
+# A plain launch imports only what it uses: ssh's helpers, host discovery and the ssh preflight
+# are imported where they are used (docs/ARCHITECTURE.md, start-up).
 
 
 def preflight_fails(cfg: Any, mux: Optional[str] = None) -> bool:
@@ -50,6 +53,8 @@ def _ssh_checks(cfg: Any, backend: Any, run_dir: str) -> Any:
     (~0.15 s per host on the 32-host bench, docs/SCALE.md). Otherwise (Hydra, or ssh options the
     user gives in the MCA args, which mpilaunch does not amend) the preflight runs first, each
     login leaving a control master that the starter's ssh reuses."""
+    from mpilaunch import ssh
+
     if backend.explains_start and not _ssh_args_in_mca(cfg):
         backend.start_cfg = cfg   # the hosts and ssh options the checks use after a failure
         timeout = float(options.BY_DEST["check_timeout"].default)   # check's, without importing it
@@ -108,7 +113,11 @@ def main(argv: Sequence[str]) -> int:
     env = dict(os.environ)
     cfg = launchconfig.build(args, env)
 
-    disc, cfg = discovery.setup(args, cfg, env)
+    disc = None
+    if cfg.resilience is not None and cfg.resilience.discovery_script is not None:
+        from mpilaunch.attempts import discovery
+
+        disc, cfg = discovery.setup(args, cfg, env)
     rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
     backend = backends.select(cfg, env)
     lr = resilience.for_backend(cfg.resilience, backend)   # restarts, grace, watchdog, span

@@ -12,11 +12,13 @@ Both keep the hosts' failures across attempts in one :class:`health.HostHealth`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 from mpilaunch.config.resilience import Resilience
-from mpilaunch.attempts import discovery, health, shrink
 from mpilaunch.attempts.nextattempt import Between
+
+if TYPE_CHECKING:   # annotations only: a plain launch imports neither (its first attempt checks nothing)
+    from mpilaunch.attempts import discovery, health
 
 
 @dataclass(frozen=True)
@@ -52,13 +54,26 @@ class HostSource:
 
 
 class FixedHosts(HostSource):
-    def __init__(self, check: Any = health.preflight) -> None:
-        self.health = health.HostHealth()
-        self.check = check      # the hosts' checks: health.preflight (a stand-in in unit tests)
+    """The hosts' checks (health.py) and the shrink are imported by the first relaunch: a
+    launch that ends with its first attempt never loads them."""
+
+    def __init__(self, check: Optional[Callable[..., Any]] = None) -> None:
+        self.check = check      # the hosts' checks: None for health.preflight (a stand-in in unit tests)
+        self._health: Optional[health.HostHealth] = None
+
+    @property
+    def health(self) -> health.HostHealth:   # type: ignore[override]  # made when first asked
+        from mpilaunch.attempts import health
+
+        if self._health is None:
+            self._health = health.HostHealth()
+        return self._health
 
     def next(self, step: Between) -> NextHosts:
+        from mpilaunch.attempts import health, shrink
+
         try:
-            checked = health.before_relaunch(self.health, step, health.say, self.check)
+            checked = health.before_relaunch(self.health, step, health.say, self.check or health.preflight)
         except health.Ended as end:
             health.say(str(end))
             raise HostsEnded(end.status, f"{end}: exit status {end.status}") from None
@@ -75,6 +90,8 @@ class DiscoveredHosts(HostSource):
         self.health = disc.health
 
     def next(self, step: Between) -> NextHosts:
+        from mpilaunch.attempts import discovery
+
         found = discovery.between(self.disc, step)
         if found is None:    # no host left: the job ends with the last attempt's status
             raise HostsEnded(None)
