@@ -54,13 +54,12 @@ class Control:
     def __init__(self, hosts: Sequence, np: int = 0,
                  on_dead: Optional[Callable[[int, Optional[int], str], None]] = None,
                  on_sample: Optional[Callable[..., None]] = None) -> None:
-        import secrets
         import selectors
 
 
         _room_for(np)
         _keep_stdio()
-        self.token = secrets.token_hex(16)
+        self.token = os.urandom(16).hex()   # secrets.token_hex's, without its import of hmac and OpenSSL
         self.addresses = addresses(hosts)
         bind = net.LOOPBACK if self.addresses == [net.LOOPBACK] else "0.0.0.0"
         if any(":" in a for a in self.addresses):   # dual-stack: IPv6 peers and 127.0.0.1

@@ -18,7 +18,7 @@ reason: an action taken under it (a backend's ``on_rank_failure``) calls ``Job.e
 takes it again in the same thread."""
 from __future__ import annotations
 
-import queue
+from _queue import SimpleQueue   # queue's own, without its imports (heapq, threading's)
 import signal
 import sys
 import threading
@@ -40,7 +40,7 @@ class Ending:
         self.job: Any = None        # starter.Job, once the starter runs
         self.plan: Any = None
         self.collector: Any = None  # the attempt's Collector, once it has one (a dead adapter's)
-        self.signals: "queue.SimpleQueue[Optional[tuple]]" = queue.SimpleQueue()
+        self.signals: "SimpleQueue[Optional[tuple]]" = SimpleQueue()
         self.thread: Optional[threading.Thread] = None
 
     def start(self) -> None:

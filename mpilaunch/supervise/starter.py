@@ -29,7 +29,6 @@ from typing import IO, TYPE_CHECKING, Any, Callable, ContextManager, List, Mappi
 
 from mpilaunch import rundir
 from mpilaunch.config import allocation
-from mpilaunch.stacks import server as hang_server
 from mpilaunch.supervise import control as control_channel
 from mpilaunch.supervise import leftovers, relays, usersignals
 from mpilaunch.supervise.ending import Ending
@@ -222,6 +221,7 @@ class _Supervision:
         job = Job(proc, self.collector, backend.program, lock=stop.lock)
         job.control, job.np = control, plan.np
         self.job = job
+        from mpilaunch.stacks import server as hang_server   # once started: not on the way to Popen
         if self.board is not None:
             self.board.attempt_started(self.attempt.index, plan.np, self.collector, control)
         # mpilaunch stacks LOG_DIR, mpilaunch top LOG_DIR
@@ -255,6 +255,7 @@ class _Supervision:
         """Every exit path: nothing of this attempt left running, the launcher's signal state
         as it was, the run files removed."""
         proc = self.proc
+        from mpilaunch.stacks import server as hang_server
         hang_server.close(self.stacks_server)
         if proc is not None and proc.poll() is None:  # an exception on our side: never leave it running
             proc.kill()
