@@ -1,0 +1,129 @@
+"""The launcher's import budget, as tests/rank/test_options.py holds the rank side's: a plain
+``mpilaunch -np 4 script.py`` loads, up to the starter's Popen, exactly :data:`PLAIN_LAUNCH` of
+the package and none of :data:`HEAVY`; the opt-in features (host discovery, the host checks,
+the ssh preflight, the report, /metrics) are never loaded, and the stacks server only once the
+starter runs. Every module here costs every launch its load (docs/ARCHITECTURE.md, start-up),
+so one more is a decision to make here, not a side effect of an import at a module's top."""
+import ast
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO, mpis
+
+# The launch under test runs in its own interpreter, started with -S (no site, no .pth: what
+# this sandbox's site-packages preloads would hide a module the launch imports); what it
+# imports is read by an audit hook (sys.addaudithook) at the starter's Popen and at its end.
+PROBE = r"""
+import sys
+BASE = set(sys.modules)
+SCRIPT = sys.argv[1]
+at_popen = []
+
+def hook(event, args):
+    if event == "subprocess.Popen" and not at_popen and SCRIPT in list(args[1] or ()):
+        at_popen.append(sorted(set(sys.modules) - BASE))
+
+sys.addaudithook(hook)
+from mpilaunch.cli import main
+rc = main(sys.argv[2:])
+sys.stdout.flush()
+print("\nPROBE", repr((rc, at_popen[0] if at_popen else None, sorted(set(sys.modules) - BASE))))
+"""
+
+# Every module of the package a plain launch has loaded when it starts mpirun.
+PLAIN_LAUNCH = {
+    "mpilaunch", "mpilaunch.attempts", "mpilaunch.attempts.hostsource", "mpilaunch.attempts.loop",
+    "mpilaunch.attempts.monitoring", "mpilaunch.attempts.nextattempt", "mpilaunch.attempts.progress",
+    "mpilaunch.attempts.restart", "mpilaunch.backends", "mpilaunch.backends.base",
+    "mpilaunch.backends.openmpi", "mpilaunch.backends.placement", "mpilaunch.backends.rankcmd",
+    "mpilaunch.cli", "mpilaunch.config", "mpilaunch.config.allocation", "mpilaunch.config.broadcast",
+    "mpilaunch.config.helptext", "mpilaunch.config.hostfile", "mpilaunch.config.launchconfig",
+    "mpilaunch.config.mpi", "mpilaunch.config.mpiargs", "mpilaunch.config.msrun",
+    "mpilaunch.config.options", "mpilaunch.config.preflight", "mpilaunch.config.programs",
+    "mpilaunch.config.rankcheck", "mpilaunch.config.resilience", "mpilaunch.config.sshconfig",
+    "mpilaunch.config.torchrun", "mpilaunch.config.tuneimport", "mpilaunch.contract",
+    "mpilaunch.errors", "mpilaunch.net", "mpilaunch.output", "mpilaunch.output.events",
+    "mpilaunch.output.exctext", "mpilaunch.output.outcome", "mpilaunch.output.summary",
+    "mpilaunch.pdeathsig", "mpilaunch.procstat", "mpilaunch.rank", "mpilaunch.rank.agree",
+    "mpilaunch.rank.binding", "mpilaunch.rank.binding.affinity", "mpilaunch.rank.control",
+    "mpilaunch.rank.flags", "mpilaunch.rank.frameworkenv", "mpilaunch.rank.identity",
+    "mpilaunch.rank.logs", "mpilaunch.rank.status", "mpilaunch.run", "mpilaunch.rundir",
+    "mpilaunch.supervise", "mpilaunch.supervise.attempt", "mpilaunch.supervise.control",
+    "mpilaunch.supervise.ending", "mpilaunch.supervise.leftovers", "mpilaunch.supervise.relays",
+    "mpilaunch.supervise.starter", "mpilaunch.supervise.stopping", "mpilaunch.supervise.usersignals"}
+
+# Loaded by the plain launch only once mpirun runs: `mpilaunch stacks LOG_DIR`'s listener.
+AFTER_POPEN = {"mpilaunch.stacks", "mpilaunch.stacks.server"}
+
+# Never before the Popen of a plain launch: each is milliseconds of every launch, or a feature
+# the launch did not ask for (secrets/hmac/hashlib: OpenSSL's load; queue: heapq).
+HEAVY = ("psutil", "prometheus_client", "http", "http.server", "socketserver", "hmac", "hashlib",
+         "secrets", "ssl", "queue", "urllib", "email", "asyncio", "concurrent", "logging", "uuid",
+         "ctypes", "zipfile", "importlib.resources", "pathlib", "platform", "sysconfig",
+         "mpi4py", "torch", "numpy", "hostlist")
+
+# Never in a plain launch at all: the opt-in features' modules.
+NEVER = ("mpilaunch.attempts.discovery", "mpilaunch.attempts.health", "mpilaunch.attempts.shrink",
+         "mpilaunch.ssh", "mpilaunch.check", "mpilaunch.report", "mpilaunch.job",
+         "mpilaunch.stacks.command", "mpilaunch.stacks.verdict", "mpilaunch.monitor.metrics",
+         "psutil", "prometheus_client", "http.server", "hmac", "secrets")
+
+
+def plain_launch(tmp_path, mpirun, repo=REPO):
+    """``mpilaunch --mpirun MPIRUN -np 4 w.py`` in ``tmp_path`` -> (its exit status, the
+    modules it had loaded at the starter's Popen, those at its end)."""
+    worker = tmp_path / "w.py"
+    worker.write_text("import os; print('rank', os.environ['OMPI_COMM_WORLD_RANK'])\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "PYTHONPATH": repo,
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-S", "-c", PROBE, str(worker), "--mpirun", mpirun,
+                          "-np", "4", str(worker)], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=120)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("PROBE ")]
+    assert lines, out.stdout + out.stderr
+    rc, at_popen, at_end = ast.literal_eval(lines[-1][len("PROBE "):])
+    assert at_popen is not None, "no Popen of mpirun seen\n" + out.stderr
+    for r in range(4):
+        assert (tmp_path / f"worker_{r}.log").read_text() == f"rank {r}\n", out.stderr
+    return rc, set(at_popen), set(at_end)
+
+
+def ours(modules):
+    return {m for m in modules if m.split(".")[0] == "mpilaunch"}
+
+
+@pytest.mark.parametrize("mpirun", mpis.MPIRUNS)
+def test_a_plain_launch_loads_only_what_it_uses(tmp_path, mpirun):
+    rc, at_popen, at_end = plain_launch(tmp_path, mpirun)
+    assert rc == 0
+    heavy = sorted(m for m in HEAVY if m in at_popen)
+    assert heavy == [], f"heavy modules before mpirun starts: {heavy}"
+    new = sorted(ours(at_popen) - PLAIN_LAUNCH)
+    assert new == [], f"new on the launch's path (decide here, or import it where it is used): {new}"
+    gone = sorted(PLAIN_LAUNCH - ours(at_popen))
+    assert gone == [], f"no longer loaded: take them out of PLAIN_LAUNCH: {gone}"
+    assert sorted(ours(at_end) - ours(at_popen)) == sorted(AFTER_POPEN)
+    never = sorted(m for m in NEVER if m in at_end)
+    assert never == [], f"opt-in features loaded by a plain launch: {never}"
+
+
+def test_the_budget_fails_on_a_planted_import_of_the_stacks_server(tmp_path):
+    """The stacks server imported at the top of run.py (as a module every launch loads would
+    import it) is seen before the Popen: the test above would fail."""
+    copy = tmp_path / "src"
+    shutil.copytree(os.path.join(REPO, "mpilaunch"), copy / "mpilaunch",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    run_py = copy / "mpilaunch" / "run.py"
+    text = run_py.read_text()
+    run_py.write_text(text.replace("\nimport os\n", "\nimport os\nfrom mpilaunch.stacks import server\n", 1))
+    launch = tmp_path / "launch"
+    launch.mkdir()
+    rc, at_popen, _ = plain_launch(launch, mpis.OMPI5_MPIRUN if not mpis.OMPI5.missing()
+                                   else mpis.OMPI4_MPIRUN, repo=str(copy))
+    assert rc == 0
+    assert AFTER_POPEN <= ours(at_popen) - PLAIN_LAUNCH
