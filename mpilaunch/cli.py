@@ -1,6 +1,6 @@
 """Command line: ``mpilaunch [run] [options] SCRIPT [ARGS...]``, ``mpilaunch check``,
-``mpilaunch job``, ``mpilaunch report LOG_DIR``, ``mpilaunch stacks LOG_DIR``. Only dispatches: each command lives in its
-own module, the options in ``options.py``.
+``mpilaunch job``, ``mpilaunch report LOG_DIR``, ``mpilaunch stacks LOG_DIR``, ``mpilaunch top
+LOG_DIR``. Only dispatches: each command lives in its own module, the options in ``options.py``.
 
 User errors print one line ``mpilaunch: error: ...`` and exit 2, before anything starts.
 """
@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 from mpilaunch.errors import UsageError
 
-SUBCOMMANDS = ("run", "check", "job", "report", "stacks")
+SUBCOMMANDS = ("run", "check", "job", "report", "stacks", "top")
 
 
 def entry() -> None:
@@ -46,6 +46,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if command == "stacks":
             from mpilaunch.stacks.command import main as stacks_main
             return stacks_main(argv)
+        if command == "top":
+            from mpilaunch.stacks.topcommand import main as top_main
+            return top_main(argv)
         from mpilaunch.run import main as run_main
         return run_main(argv)
     except UsageError as exc:

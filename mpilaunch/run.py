@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from mpilaunch import backends, net
+from mpilaunch import backends, contract, net
 from mpilaunch.config import allocation, launchconfig, mpiargs, options, rankcheck, resilience
 from mpilaunch.errors import UsageError
 from mpilaunch.attempts import hostsource, loop, nextattempt
@@ -126,6 +126,7 @@ def main(argv: Sequence[str]) -> int:
         # agreement (MPI_Init in every adapter, +0.35 s) only to learn it
         cfg = cfg._replace(master_port=net.free_port())
     cfg = backend.configure(cfg, env)
+    metrics = _metrics(args, env, cfg.dry_run)   # listening before anything starts
     if cfg.dry_run:
         first = nextattempt.attempt_cfg(cfg, lr, 0)
         plan = backend.plan(first, env, "<run-dir>", os.geteuid())
@@ -139,8 +140,23 @@ def main(argv: Sequence[str]) -> int:
     job = loop.JobContext(backend, env, cfg, base=cfg, lr=lr,
                           hosts=hostsource.source(disc),
                           first_checks=_launch_checks(args, backend, env),
-                          verbose=bool(args.verbose))
+                          verbose=bool(args.verbose), metrics=metrics)
     return loop.run_job(job)
+
+
+def _metrics(args: Any, env: Mapping[str, str], dry_run: bool) -> Any:
+    """``--metrics-port``: /metrics listening (monitor/metrics.py; a port in use is a usage
+    error, nothing started), else None; with ``--dry-run`` the value is only checked."""
+    raw, source = options.setting(args, env, "metrics_port")
+    if raw is None:
+        return None
+    port = contract.port(raw, source)
+    if dry_run:
+        return None
+    from mpilaunch.monitor import metrics   # prometheus-client: only for a launch that asks
+
+    addr, _ = options.setting(args, env, "metrics_addr")
+    return metrics.Exporter(str(addr).strip(), port, source)
 
 
 def _launch_checks(args: Any, backend: Any, env: Mapping[str, str]) -> Callable[[Any, str], Any]:

@@ -12,11 +12,17 @@ command -v ssh >/dev/null || need_apt+=(openssh-client)
 command -v ip >/dev/null || need_apt+=(iproute2)
 # headless Chromium renders `mpilaunch report` pages in tests/e2e/test_report_browser.py
 command -v chromium >/dev/null || need_apt+=(chromium)
+# a real Prometheus server scrapes --metrics-port in the monitor's end-to-end test (the test runs
+# the binary itself, on a free port; the package's own service is not wanted)
+command -v prometheus >/dev/null || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== apt-get install ${need_apt[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    if [[ " ${need_apt[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
+      systemctl disable --now prometheus >/dev/null 2>&1 || true   # started by its package under systemd
+    fi
   else
     echo "== not root or no apt-get: tests needing ${need_apt[*]} will be skipped"
   fi

@@ -69,14 +69,21 @@ class JobContext:
     first_checks: Callable[[Any, str], Any] = _no_checks
     verbose: bool = False
     board: Any = None       # the monitor's, across the attempts (attempts/monitoring.py)
+    metrics: Any = None     # --metrics-port's server (monitor/metrics.py), listening already
 
 
 def run_job(job: JobContext) -> int:
     """Attempt 0, then as many relaunches as the budget allows; the job's exit status."""
+    board = monitoring.board_for(job.cfg)
+    if job.metrics is not None:     # /metrics serves this board, across the attempts
+        job.metrics.follow(board)
     try:
-        return _loop(replace(job, board=monitoring.board_for(job.cfg)))
+        return _loop(replace(job, board=board))
     except NotStarted:
         return 1
+    finally:
+        if job.metrics is not None:
+            job.metrics.close()
 
 
 def _loop(job: JobContext) -> int:

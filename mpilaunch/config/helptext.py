@@ -39,6 +39,10 @@ def epilog(command: str) -> str:
     if command == "stacks":
         return ("exit status: 0 stacks written, 1 no rank could be read (no py-spy), 2 no "
                 "running job writes to LOG_DIR (or a usage error).")
+    if command == "top":
+        return ("exit status: 0 shown (live: until the job ends, q or Ctrl-C), 1 the job keeps "
+                "no view of its ranks (--monitor-interval 0), 2 no running job writes to "
+                "LOG_DIR (or a usage error).")
     return _launch_statuses()
 
 
@@ -54,4 +58,7 @@ DESCRIPTIONS = {
     "stacks": ("Every rank's Python stacks from a running job, without stopping it, into "
                "LOG_DIR/stacks/TIME/rank_R.txt, and the odd rank out: the one not where the others "
                "wait (needs py-spy: pip install 'mpilaunch[stall]')."),
+    "top": ("Every rank of a running job, live, as htop shows a machine: its host, state, CPU %, "
+            "memory, last output, the share of time it waits in collectives, and the straggler "
+            "(press q to quit; --once: one table)."),
 }

@@ -20,7 +20,7 @@ from mpilaunch.config.helptext import DESCRIPTIONS, epilog, version_text  # noqa
 from mpilaunch.config.broadcast import DEFAULT_PREFIXES
 from mpilaunch.config import torchrun
 
-RUN, CHECK, JOB, REPORT, STACKS = "run", "check", "job", "report", "stacks"
+RUN, CHECK, JOB, REPORT, STACKS, TOP = "run", "check", "job", "report", "stacks", "top"
 LAUNCH = (RUN, CHECK, JOB)   # every command that plans a launch takes these
 
 GROUPS = {
@@ -33,6 +33,8 @@ GROUPS = {
     "job": "job",
     "report": "report",
     "stacks": "stacks",
+    "monitor": "the live view of the job: mpilaunch top, /metrics (docs/MONITOR.md)",
+    "top": "top",
 }
 
 
@@ -109,7 +111,7 @@ OPTIONS = (
     _o(("-v", "--verbose"), "verbose", "print the mpirun command before running it", "mpirun",
        kind="switch"),
     _o(("--version",), "version", "print mpilaunch's version and exit", "mpirun",
-       kind="version", commands=LAUNCH + (REPORT, STACKS)),
+       kind="version", commands=LAUNCH + (REPORT, STACKS, TOP)),
     # -- inside every rank
     _o(("--log_dir", "--log-dir"), "log_dir", "worker and scheduler logs", "rank",
        default=contract.DEFAULT_LOG_DIR, metavar="DIR"),
@@ -201,6 +203,13 @@ OPTIONS = (
     _o(("--no-span-check",), "no_span_check",
        "do not check that the ranks run on the planned hosts before the script starts", "long",
        kind="switch", commands=(RUN, JOB)),
+    # -- the live view (mpilaunch/monitor/)
+    _o(("--metrics-port",), "metrics_port",
+       "serve every rank's monitor series to Prometheus at http://ADDR:PORT/metrics (needs "
+       "prometheus-client: pip install 'mpilaunch[metrics]')", "monitor",
+       var="MPILAUNCH_METRICS_PORT", shown="off", metavar="PORT", commands=(RUN, JOB)),
+    _o(("--metrics-addr",), "metrics_addr", "the address /metrics listens on", "monitor",
+       var="MPILAUNCH_METRICS_ADDR", default="127.0.0.1", metavar="ADDR", commands=(RUN, JOB)),
     # -- mpilaunch check
     _o(("--timeout",), "check_timeout", "seconds per check and host (ssh gets twice: log in, run)",
        "check", default="10", metavar="SECONDS", commands=(CHECK,)),
@@ -240,6 +249,8 @@ OPTIONS = (
        kind="switch", commands=(STACKS,)),
     _o(("--timeout",), "stacks_timeout", "seconds to wait for every rank's answer", "stacks",
        default="60", metavar="SECONDS", commands=(STACKS,)),
+    _o(("--once",), "top_once", "print the table once and exit (for scripts)", "top",
+       kind="switch", commands=(TOP,)),
     # -- mpilaunch job
     _o(("--wait-hosts",), "wait_hosts", "worker-0: seconds to wait for every host to be ready",
        "job", default="300", metavar="SECONDS", commands=(JOB,)),
@@ -338,7 +349,7 @@ def parser(command: str = RUN) -> _Parser:
             g.add_argument(*o.flags, dest=o.dest, default=None, help=argparse.SUPPRESS)
         else:
             g.add_argument(*o.flags, dest=o.dest, default=None, help=_help(o), metavar=o.metavar)
-    if command in (REPORT, STACKS):
+    if command in (REPORT, STACKS, TOP):
         p.add_argument("log_dir", metavar="LOG_DIR", help="the job's --log_dir")
         return p
     p.add_argument("script", nargs="?", default=None)
@@ -396,7 +407,7 @@ def markdown_table(command: str = RUN, only_own: bool = False) -> str:
     return "\n".join(rows) + "\n"
 
 
-if __name__ == "__main__":  # python3 -m mpilaunch.config.options run check job report stacks (docs/OPTIONS.md)
+if __name__ == "__main__":  # python3 -m mpilaunch.config.options run check job report stacks top (docs/OPTIONS.md)
     import sys
 
     for cmd in sys.argv[1:] or [RUN]:

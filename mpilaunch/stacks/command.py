@@ -18,7 +18,8 @@ from mpilaunch.errors import UsageError
 from mpilaunch.stacks import server
 
 
-def _pointer(log_dir: str):
+def pointer(log_dir: str):
+    """(the socket's path or ``EXEC``, the launcher's pid) named in ``log_dir``; UsageError when none."""
     if not os.path.isdir(log_dir):
         raise UsageError(f"LOG_DIR {log_dir!r}: no such directory; give the --log_dir of a running job")
     try:
@@ -32,14 +33,14 @@ def _pointer(log_dir: str):
     return lines[0], int(lines[1])
 
 
-def ask(log_dir: str, native: bool = False, timeout: float = 60.0) -> dict:
-    """The running launcher's answer (stacks/server.py's fields); UsageError when none runs."""
-    where, pid = _pointer(log_dir)
+def request(log_dir: str, line: str, timeout: float, why_not_exec: str) -> bytes:
+    """Send one request line to the launcher writing to ``log_dir``; its one-line answer.
+    UsageError when none runs there (``why_not_exec``: what an --exec job cannot give)."""
+    where, pid = pointer(log_dir)
 
     if where == server.EXEC:
         raise UsageError(f"the job writing to {log_dir} (mpilaunch pid {pid}) runs its program "
-                         "with --exec: no adapter stays beside it to read its stacks; on a "
-                         "rank's host, py-spy dump --native --pid PID reads it")
+                         f"with --exec: no adapter stays beside it {why_not_exec}")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(where)
@@ -48,8 +49,8 @@ def ask(log_dir: str, native: bool = False, timeout: float = 60.0) -> dict:
         raise UsageError(f"no running mpilaunch job writes to {log_dir} (mpilaunch pid {pid} "
                          "does not answer at its socket: it has ended)") from None
     try:
-        sock.sendall(f"stacks {'native' if native else 'python'} {timeout:g}\n".encode())
-        sock.settimeout(timeout + 30)
+        sock.sendall(f"{line}\n".encode())
+        sock.settimeout(timeout)
         data = b""
         while not data.endswith(b"\n"):
             more = sock.recv(65536)
@@ -60,6 +61,13 @@ def ask(log_dir: str, native: bool = False, timeout: float = 60.0) -> dict:
         sock.close()
     if not data:
         raise UsageError(f"mpilaunch pid {pid} ended before it answered")
+    return data
+
+
+def ask(log_dir: str, native: bool = False, timeout: float = 60.0) -> dict:
+    """The running launcher's answer (stacks/server.py's fields); UsageError when none runs."""
+    data = request(log_dir, f"stacks {'native' if native else 'python'} {timeout:g}", timeout + 30,
+                   "to read its stacks; on a rank's host, py-spy dump --native --pid PID reads it")
     return json.loads(data)
 
 

@@ -7,6 +7,10 @@ over the control channel the launcher already holds (``supervise/control.py``: n
 the same across hosts); each answers with its py-spy dumps (``rank/stacks.py``). The texts go
 to ``LOG_DIR/stacks/TIME/rank_R.txt`` with the verdict (``verdict.py``) in ``verdict.txt``;
 the answer is one JSON line. The job is not touched: py-spy reads each process for a moment.
+
+``top`` (``mpilaunch top``: stacks/topcommand.py) is answered at once with the monitor's view of
+the job (monitor/board.py's ``view()``, a ``JobView`` as JSON): what the adapters last sent,
+nothing asked of the ranks.
 """
 from __future__ import annotations
 
@@ -116,6 +120,9 @@ class Server:
             conn.settimeout(5)
             req = conn.recv(256).decode("ascii", "replace").split()
             conn.settimeout(None)
+            if req[:1] == ["top"]:
+                conn.sendall((self._view() + "\n").encode())
+                return
             if not req or req[0] != "stacks":
                 return
             timeout = float(req[2]) if len(req) > 2 else ASK_TIMEOUT
@@ -131,6 +138,13 @@ class Server:
             pass
         finally:
             conn.close()
+
+    def _view(self) -> str:
+        board = self.board
+        if board is None:
+            return json.dumps({"error": "this job keeps no view of its ranks: its monitor is off "
+                                        "(--monitor-interval 0)"})
+        return board.view().to_json()
 
     def close(self) -> None:
         self.closed = True

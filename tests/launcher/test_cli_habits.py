@@ -48,7 +48,7 @@ def test_dry_run_says_which_mpilaunch_made_the_command(tmp_path):
 
 def test_help_groups_the_options_as_the_readme_table_does():
     text = _cli("--help").stdout
-    titles = [options.GROUPS[g] for g in ("hosts", "mpirun", "rank", "long", "torchrun")]
+    titles = [options.GROUPS[g] for g in ("hosts", "mpirun", "rank", "long", "monitor", "torchrun")]
     at = [text.index(f"\n{t}:\n") for t in titles]
     assert at == sorted(at)
     table = options.markdown_table("run")

@@ -10,14 +10,14 @@ from mpilaunch.config import options
 from helpers import REPO as ROOT
 
 
-@pytest.mark.parametrize("command", ["run", "check", "job", "stacks"])   # report: test_report.py
+@pytest.mark.parametrize("command", ["run", "check", "job", "stacks", "top"])   # report: test_report.py
 def test_the_options_page_table_is_the_option_table(command):
     text = open(os.path.join(ROOT, "docs", "OPTIONS.md"), encoding="utf-8").read()
     m = re.search(rf"<!-- options:{command} -->\n(.*?)<!-- /options:{command} -->", text, re.S)
     assert m, f"docs/OPTIONS.md has no options:{command} block"
     assert m.group(1) == options.markdown_table(command, only_own=command != "run"), (
         "docs/OPTIONS.md's option table is stale: python3 -m mpilaunch.config.options run check job "
-        "report stacks")
+        "report stacks top")
 
 
 def test_every_flag_of_every_parser_is_in_the_table():
