@@ -132,6 +132,7 @@ class InPlaceSupervisor(Supervisor):
                 spare.discard()
                 return False
             child.proc = spare.proc
+            spare.wake()
             ok = spare.go(spec, write_fd if write_fd is not None else child.log_fd)
         if write_fd is not None:
             os.close(write_fd)
@@ -191,8 +192,17 @@ class Restarts:
                                     "failure ends the job (and a relaunch follows)\n")
         self.client: Optional[Client] = None
         if rank != 0 or self.coord is not None:
-            self.client = Client(rank, inbox.put, coordinator=self.coord, addr=coord_addr,
+            self.client = Client(rank, self._deliver, coordinator=self.coord, addr=coord_addr,
                                  port=lr.in_place)
+
+    def _deliver(self, ev) -> None:
+        """The coordinator's word, to where the adapter waits; a restart first wakes the next
+        attempt's spare and, on rank 0, has it listen on the new rendezvous port (prestart.py)."""
+        spare, client = self.spare, self.client
+        if ev[0] == "restart" and spare is not None and client is not None and client.latest:
+            spare.wake()
+            spare.listen(client.latest[1])
+        self.inbox.put(ev)
 
     def restartable(self) -> bool:
         """A failure of this attempt is restarted in place (not the budget's last)."""
@@ -230,6 +240,8 @@ class Restarts:
             sup.jobdone.sock.close()
         if self.watch is not None and rc == RESTART:
             self.watch.done.set()
+        if self.spare is not None:    # the next attempt's worker: wanted now, likely
+            self.spare.wake()
         if rc != RESTART:
             end = self._between(sup, rc)
             if end is not None:

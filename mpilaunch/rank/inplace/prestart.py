@@ -37,6 +37,21 @@ def preload_for(argv, env) -> str:
     return ",".join(m for m in HEAVY if m in found)
 
 
+def listens(argv, env, modules: str) -> bool:
+    """Rank 0's spare may start the attempt's rendezvous store before its script runs
+    (spare.py ``_listen``): a torch script whose ``init_process_group`` makes the env:// store
+    (multi-tenant: it then shares the spare's), and that makes no TCPStore of its own (a
+    second server on the port would fail to bind)."""
+    if env.get("RANK") != "0" or "torch" not in modules.split(","):
+        return False
+    try:
+        with open(argv[1], encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 20)
+    except (OSError, IndexError):
+        return False
+    return "init_process_group" in text and not re.search(r"TCPStore\s*\(|init_method\s*=", text)
+
+
 class Spare:
     """One pre-started interpreter. Its thread waits until the attempt's own worker is started
     (the worker first: the spare's imports then compete with its start as little as they
@@ -46,6 +61,7 @@ class Spare:
 
     def __init__(self, sup, worker_child, modules: str):
         self.spec = worker_child.spec
+        self.store = listens(self.spec.argv, self.spec.env, modules)
         self.proc: Optional[subprocess.Popen] = None
         self.exited = threading.Event()
         self.returncode: Optional[int] = None
@@ -90,6 +106,38 @@ class Spare:
 
     def usable(self) -> bool:
         return self.proc is not None and not self.exited.is_set()
+
+    def wake(self) -> None:
+        """It is wanted now: every thread of it back to normal priority at once, so that an
+        import still under way (a restart soon after the start) finishes at full speed instead
+        of on the CPU others leave idle; spare.py does the same once it has the message, for
+        threads started since."""
+        proc = self.proc
+        if proc is None or self.exited.is_set():
+            return
+        try:
+            tids = os.listdir(f"/proc/{proc.pid}/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                if os.sched_getscheduler(int(tid)) == os.SCHED_IDLE:
+                    os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
+            except (OSError, ValueError, AttributeError):
+                pass
+
+    def listen(self, port: int) -> None:
+        """The next attempt rendezvouses on ``port``: rank 0's spare starts its store now,
+        while the adapters still stop the last attempt's workers."""
+        if not self.store or not self.usable():
+            return
+        env = self.spec.env
+        msg = {"listen": port, "world": int(env.get("WORLD_SIZE", "1")),
+               "libuv": env.get("USE_LIBUV", "1") != "0"}
+        try:
+            self.sock.sendall(json.dumps(msg).encode() + b"\n")
+        except OSError:
+            pass
 
     def go(self, spec, out_fd: int) -> bool:
         """Hand attempt's ``spec`` (env, argv, log) to the spare: False if it cannot take it."""

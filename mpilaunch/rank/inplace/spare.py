@@ -8,6 +8,8 @@ stdout/stderr as an SCM_RIGHTS file descriptor; this process then becomes that w
 environment replaced, fd 1 and 2 redirected, ``sys.argv`` and ``sys.path[0]`` as
 ``python SCRIPT ARGS...`` has them, and the script run as ``__main__``. The socket closing
 without a message (the adapter is gone, or the spare is not wanted) ends it with status 0.
+Rank 0's spare may first get ``{"listen": PORT, ...}`` as soon as the restart is decided: it
+then starts the attempt's rendezvous store on PORT (:func:`_listen`).
 
 What differs from a fresh ``python SCRIPT``: MODULES were imported with the environment the
 worker had at the spare's start (every variable but the attempt's port, restart count and log
@@ -21,16 +23,39 @@ import socket
 import sys
 
 
-def _receive(sock):
-    data = b""
-    fds = []
-    while not data.endswith(b"\n"):
-        chunk, got, _flags, _addr = socket.recv_fds(sock, 1 << 20, 4)
-        fds += got
-        if not chunk:
-            return None, fds
-        data += chunk
-    return json.loads(data), fds
+class _Lines:
+    """The adapter's messages, one JSON line each; the descriptors that came with them."""
+
+    def __init__(self, sock):
+        self.sock, self.buf, self.fds = sock, b"", []
+
+    def next(self):
+        while b"\n" not in self.buf:
+            chunk, got, _flags, _addr = socket.recv_fds(self.sock, 1 << 20, 4)
+            self.fds += got
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+
+_STORE = []     # the rendezvous store this process listens on before its script runs
+
+
+def _listen(msg):
+    """``{"listen": PORT, "world": N, "libuv": bool}``: rank 0's worker is wanted on PORT: its
+    TCPStore server listens now, before the script gets to ``init_process_group``, whose env://
+    store (multi-tenant, the same port) is then this one; the other ranks' first connection
+    finds it up instead of retrying (TCPStore's client backs off ~0.3 s after a refusal)."""
+    try:
+        from torch.distributed import TCPStore
+
+        _STORE.append(TCPStore("127.0.0.1", int(msg["listen"]), int(msg["world"]), True,
+                               wait_for_workers=False, multi_tenant=True,
+                               use_libuv=bool(msg.get("libuv", True))))
+    except Exception:   # the script's own init binds it, as without this
+        pass
 
 
 def _normal_priority():
@@ -57,12 +82,17 @@ def main():
             __import__(name)
         except Exception:   # the script will meet the same error, in its own log
             pass
-    msg, fds = _receive(sock)
+    lines = _Lines(sock)
+    msg = lines.next()
+    while msg is not None and "listen" in msg:
+        _normal_priority()
+        _listen(msg)
+        msg = lines.next()
     sock.close()
     if msg is None:
         os._exit(0)
     _normal_priority()
-    out = fds[0]
+    out = lines.fds[0]
     os.dup2(out, 1)
     os.dup2(out, 2)
     os.close(out)
