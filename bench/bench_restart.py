@@ -1,11 +1,15 @@
 """Restart latency and graceful-stop latency.
 
 1. **Restart**: 2 ranks train (torch, gloo, a checkpoint every step); rank 1 SIGKILLs itself
-   at step 3 of attempt 0 and writes the time just before. Measured: that time -> the
-   restarted job's first training step (the latest rank's), for ``mpilaunch --max_restarts 1``
-   and torchrun's standard single-node form ``torchrun --standalone --nnodes 1
-   --nproc-per-node 2 --max-restarts 1`` on the same script, interleaved. Also a fresh launch
-   (launcher start -> first step of attempt 0) for the restart overhead.
+   at step ``--kill-step`` (4) of attempt 0 and writes the time just before. Measured: that
+   time -> the restarted job's first training step (the latest rank's), for ``mpilaunch
+   --max_restarts 1`` (its default restart mode: in place) and torchrun's standard single-node
+   form ``torchrun --standalone --nnodes 1 --nproc-per-node 2 --max-restarts 1`` on the same
+   script, interleaved. Also a fresh launch (launcher start -> first step of attempt 0) for the
+   restart overhead, and where a restart's time goes: kill -> the restarted script's first
+   line (the latest rank's; the launcher's, the adapters' and the interpreter's part), that
+   line -> its first step (the worker's own re-initialisation: the imports a spare had not
+   done yet, ``init_process_group``, the checkpoint).
 
    The script handles ``TORCHELASTIC_RESTART_COUNT``: under torchrun
    (``TORCHELASTIC_USE_AGENT_STORE=True``) the workers' TCPStore is the agent's, which
@@ -20,13 +24,14 @@
    at once on SIGTERM (a 0 s save): ``--term-grace 5`` vs no grace (Open MPI's own teardown).
 
     python3 bench/bench_restart.py [--trials 5] [--mpirun PATH] [--stock] [--no-stop]
-                                   [--kinds in-place,mpilaunch,torchrun] [--settle S]
+                                   [--kinds mpilaunch,relaunch,torchrun] [--settle S]
+                                   [--kill-step N]
 
-   ``in-place`` is ``mpilaunch --max_restarts 1 --restart-mode in-place``: mpirun and the
-   adapters stay, the next attempt's worker interpreter was started (torch imported) while
-   attempt 0 ran (mpilaunch/rank/inplace/loop.py). Each trial also times the *floor*: a fresh
-   interpreter importing torch and torch.distributed, what a restart costs at least without
-   such a spare.
+   ``mpilaunch`` is ``mpilaunch --max_restarts 1`` in its default mode, in place: mpirun and
+   the adapters stay, the next attempt's worker interpreter was started (torch imported) while
+   attempt 0 ran (mpilaunch/rank/inplace/loop.py); ``relaunch`` adds ``--restart-mode
+   relaunch`` (a new mpirun). Each trial also times the *floor*: a fresh interpreter importing
+   torch and torch.distributed, what a restart costs at least without such a spare.
 
 Prints one line per trial and the medians; nothing is asserted (tests/ test behaviour).
 Only the processes a trial started (the launcher's descendants, seen while it ran) are
@@ -52,6 +57,8 @@ import os, signal, sys, time
 out = sys.argv[1]
 STOCK = len(sys.argv) > 2 and sys.argv[2] == "--stock"
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+KILL = int(os.environ.get("BENCH_KILL_STEP", "4"))
+open(os.path.join(out, f"line_{attempt}_{os.environ['RANK']}"), "w").write(repr(time.time()))
 import torch, torch.distributed as dist
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and not STOCK:
@@ -69,10 +76,10 @@ if os.path.exists(ckpt):
     model.load_state_dict(st["model"])
     start = st["step"]
 dist.barrier()      # every rank has read the checkpoint before rank 0 writes the next one
-for step in range(start + 1, 7):
-    if attempt == 0 and step == 3:      # --settle: attempt 0 runs that much longer first
+for step in range(start + 1, KILL + 4):
+    if attempt == 0 and step == KILL:      # --settle: attempt 0 runs that much longer first
         time.sleep(float(os.environ.get("BENCH_SETTLE", "0")))
-    if attempt == 0 and rank == 1 and step == 3:
+    if attempt == 0 and rank == 1 and step == KILL:
         open(os.path.join(out, "killed"), "w").write(repr(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
     x = torch.randn(16, 64)
@@ -115,12 +122,12 @@ def _env():
 def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
     out = tempfile.mkdtemp(dir=work)
     script = os.path.join(work, "train.py")
-    if kind in ("mpilaunch", "in-place"):
+    if kind in ("mpilaunch", "in-place", "relaunch"):
         argv = [sys.executable, "-m", "mpilaunch", "--mpirun", mpirun, "-np", "2",
                 "--no-scheduler", "--master_port", "0", "--max_restarts", "1",
                 "--log_dir", os.path.join(out, "logs"), script, out]
-        if kind == "in-place":
-            argv[-2:-2] = ["--restart-mode", "in-place"]
+        if kind != "mpilaunch":
+            argv[-2:-2] = ["--restart-mode", kind]
     else:
         torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
         argv = [torchrun, "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
@@ -170,6 +177,7 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
         killed = read("killed")
         first0 = max(read(f"first_0_{r_}") for r_ in (0, 1))
         first1 = max(read(f"first_1_{r_}") for r_ in (0, 1))
+        line1 = max(read(f"line_1_{r_}") for r_ in (0, 1))
     except OSError:
         lines = r.stderr.strip().splitlines()
         why = ([ln for ln in lines if "connectFullMesh failed" in ln][-1:]
@@ -177,7 +185,7 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
         print(f"  {kind}: no restarted step (rc {r.returncode}): "
               + " | ".join(why or lines[-3:])[-400:], flush=True)
         return None
-    return first1 - killed, first0 - t0
+    return first1 - killed, first0 - t0, line1 - killed, first1 - line1
 
 
 def floor_trial() -> float:
@@ -219,17 +227,21 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--mpirun", default=os.path.join(os.path.dirname(sys.executable), "mpirun"))
-    p.add_argument("--kinds", default="in-place,mpilaunch,torchrun",
-                   help="restart trials: in-place (--restart-mode in-place), mpilaunch "
-                   "(relaunch), torchrun; comma list, interleaved")
+    p.add_argument("--kinds", default="mpilaunch,torchrun",
+                   help="restart trials: mpilaunch (its default mode, in place), relaunch "
+                   "(--restart-mode relaunch), in-place (the flag given), torchrun; comma list, "
+                   "interleaved")
+    p.add_argument("--kill-step", type=int, default=4,
+                   help="the step of attempt 0 at which rank 1 SIGKILLs itself (default 4)")
     p.add_argument("--no-stop", action="store_true", help="skip the stop-latency trials")
     p.add_argument("--settle", type=float, default=0.0,
-                   help="seconds attempt 0 runs before the kill at step 3 (default 0: ~0.6 s "
+                   help="seconds attempt 0 runs before the kill at --kill-step (default 0: ~0.6 s "
                    "after its first step); the in-place spare may be still importing then")
     p.add_argument("--stock", action="store_true",
                    help="also run torchrun once on the script without the per-attempt store keys")
     a = p.parse_args()
-    os.environ["BENCH_SETTLE"] = str(a.settle)     # the script reads it (every launcher)
+    os.environ["BENCH_SETTLE"] = str(a.settle)     # the script reads them (every launcher)
+    os.environ["BENCH_KILL_STEP"] = str(a.kill_step)
     work = tempfile.mkdtemp(prefix="bench-restart-")
     with open(os.path.join(work, "train.py"), "w") as f:
         f.write(TRAIN)
@@ -245,6 +257,7 @@ def main() -> int:
     kinds = a.kinds.split(",")
     res = {k: [] for k in kinds}
     fresh = {k: [] for k in kinds}
+    parts = {k: [] for k in kinds}     # (kill -> the script's first line, that line -> first step)
     floor = []
     pairs = []
     for i in range(a.trials):
@@ -255,8 +268,10 @@ def main() -> int:
             if got:
                 res[kind].append(got[0])
                 fresh[kind].append(got[1])
+                parts[kind].append(got[2:])
                 row[kind] = got[0]
-                print(f"trial {i} {kind:9s} SIGKILL -> first step after restart {got[0]:.3f} s; "
+                print(f"trial {i} {kind:9s} SIGKILL -> first step after restart {got[0]:.3f} s "
+                      f"(-> script's first line {got[2]:.3f}, its re-init {got[3]:.3f}); "
                       f"fresh launch -> first step {got[1]:.3f} s", flush=True)
         floor.append(floor_trial())
         pairs.append(row)
@@ -265,8 +280,10 @@ def main() -> int:
     for kind in res:
         if res[kind]:
             print(f"restart {kind}: median {statistics.median(res[kind]):.3f} s "
-                  f"(min {min(res[kind]):.3f}, n={len(res[kind])}); fresh launch median "
-                  f"{statistics.median(fresh[kind]):.3f} s")
+                  f"(min {min(res[kind]):.3f}, n={len(res[kind])}): kill -> the script's first "
+                  f"line {statistics.median(p[0] for p in parts[kind]):.3f} s, then the worker's "
+                  f"re-init {statistics.median(p[1] for p in parts[kind]):.3f} s; fresh launch "
+                  f"median {statistics.median(fresh[kind]):.3f} s")
     print(f"floor (python -c 'import torch, torch.distributed'): median "
           f"{statistics.median(floor):.3f} s (min {min(floor):.3f})")
     if "torchrun" in res and res["torchrun"]:

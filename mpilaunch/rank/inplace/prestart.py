@@ -40,8 +40,9 @@ def preload_for(argv, env) -> str:
 def listens(argv, env, modules: str) -> bool:
     """Rank 0's spare may start the attempt's rendezvous store before its script runs
     (spare.py ``_listen``): a torch script whose ``init_process_group`` makes the env:// store
-    (multi-tenant: it then shares the spare's), and that makes no TCPStore of its own (a
-    second server on the port would fail to bind)."""
+    (multi-tenant: it then shares the spare's), and that makes no TCPStore server of its own
+    (a second server on the port would fail to bind; a client, ``is_master=False``, is fine)
+    nor names an ``init_method``."""
     if env.get("RANK") != "0" or "torch" not in modules.split(","):
         return False
     try:
@@ -49,7 +50,10 @@ def listens(argv, env, modules: str) -> bool:
             text = fh.read(1 << 20)
     except (OSError, IndexError):
         return False
-    return "init_process_group" in text and not re.search(r"TCPStore\s*\(|init_method\s*=", text)
+    servers = [m for m in re.finditer(r"TCPStore\s*\(", text)
+               if not re.search(r"is_master\s*=\s*False", text[m.end():m.end() + 300])]
+    return ("init_process_group" in text and not servers
+            and not re.search(r"init_method\s*=", text))
 
 
 class Spare:

@@ -1,0 +1,31 @@
+"""Which spare starts the next attempt's rendezvous store before its script runs
+(mpilaunch/rank/inplace/prestart.py listens): rank 0's, for a torch script whose
+init_process_group makes the env:// store, never where the script makes a store server of its
+own or names an init_method (the port would be taken twice)."""
+import pytest
+
+from mpilaunch.rank.inplace.prestart import listens
+
+PLAIN = "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+CLIENT = ("import os, torch.distributed as dist\n"
+          "store = dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']),\n"
+          "                      is_master=False)\n"
+          "dist.init_process_group('gloo', store=store, rank=0, world_size=2)\n")
+SERVER = ("import torch.distributed as dist\nstore = dist.TCPStore('a', 29500, 2, True)\n"
+          "dist.init_process_group('gloo')\n")
+METHOD = "import torch.distributed as dist\ndist.init_process_group('gloo', init_method='tcp://a:1')\n"
+
+
+@pytest.mark.parametrize("text, rank, modules, want", [
+    (PLAIN, "0", "torch", True),
+    (PLAIN, "1", "torch", False),            # only rank 0's worker hosts the store
+    (PLAIN, "0", "mindspore", False),        # not a torch spare
+    (CLIENT, "0", "torch", True),            # a client of the store: fine
+    (SERVER, "0", "torch", False),
+    (METHOD, "0", "torch", False),
+    ("import torch\nprint(torch.ones(1))\n", "0", "torch", False),   # no rendezvous at all
+])
+def test_which_spare_listens(tmp_path, text, rank, modules, want):
+    script = tmp_path / "train.py"
+    script.write_text(text)
+    assert listens(["python3", str(script)], {"RANK": rank}, modules) is want
