@@ -229,7 +229,9 @@ def _run(argv, env, work):
     r.extra["stderr_lines"] = len(text.splitlines())
     r.extra["setpgid"] = text.count("setpgid")
     if not r.ok:
-        r.extra["error"] = text.strip().splitlines()[-1:] or ""
+        # what mpirun and mpilaunch said, without Open MPI's setpgid warnings (one per host)
+        said = [line for line in text.strip().splitlines() if "setpgid" not in line]
+        r.extra["error"] = said[-12:]
     return r
 
 
@@ -250,7 +252,7 @@ def fault_size(sizes):
 
 
 def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline=None, fault_runs=3,
-            prof_runs=0, node_sizes=(), scenarios=None):
+            prof_runs=0, node_sizes=(), scenarios=None, only=None):
     from helpers.hosts import hostset
 
     why = hostset.missing_prereqs()
@@ -265,6 +267,8 @@ def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline
         base_at = fault_size(sizes)
         cases = [((p, k), commands(desc, mpirun, k, p, work, baseline if k == base_at else None))
                  for p in PLACEMENTS for k in sizes]
+        if only:   # --variants: these only
+            cases = [(key, {v: c for v, c in cmds.items() if v in only}) for key, cmds in cases]
         variants = list(dict.fromkeys(v for _, cmds in cases for v in cmds))
         res = {key: {v: [] for v in cmds} for key, cmds in cases}
         loads = [C.loadavg()]
@@ -278,7 +282,7 @@ def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline
                     if rnd:
                         res[key][v].append(r)
                     if not r.ok:
-                        log(f"  [scale] {key} {v}: FAILED rc={r.rc} {r.extra.get('error')}")
+                        log(f"  [scale] {key} {v}: FAILED rc={r.rc}:\n    " + "\n    ".join(r.extra["error"]))
                     log(f"  [scale] round {rnd} {key[0]} {key[1]} hosts {v}: {r.wall:.2f} s, launching node "
                         f"{_f(r.extra.get('node_cpu'), 3)} s CPU, machine {r.extra['machine_cpu']:.1f} s, "
                         f"load {r.extra['load']}")
@@ -297,6 +301,7 @@ def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline
                 row[v + " failed"] = len(rs) - len(ok)
                 row[v + " setpgid"] = max((r.extra.get("setpgid", 0) for r in rs), default=0)
                 row[v + " walls"] = [round(r.wall, 3) if r.ok else None for r in rs]
+                row[v + " errors"] = [r.extra["error"] for r in rs if not r.ok]
                 cpu = [r.extra["machine_cpu"] for r in rs if r.ok]
                 row[v + " machine cpu"] = statistics.median(cpu) if cpu else None
                 row[v + " machine cpus"] = [round(r.extra["machine_cpu"], 2) for r in rs]
@@ -510,7 +515,7 @@ def tables(res):
     for r in res["rows"]:
         rows.append([r["placement"], r["hosts"], *[_f(r[x]) for x in v],
                      *[_f(x) + "x" for _, x in _ratios(r, v, "ratio")],
-                     " / ".join(str(r[x + " failed"]) for x in v), r[V_ML + " setpgid"],
+                     " / ".join(str(r[x + " failed"]) for x in v), r.get(V_ML + " setpgid", "—"),
                      _f(min(filter(None, sum((r.get(x + " loads", []) for x in v), [])), default=None), 1) + "-"
                      + _f(max(filter(None, sum((r.get(x + " loads", []) for x in v), [])), default=None), 1)])
     t = [{"title": f"launch time (s, median of {res['runs']} interleaved rounds), 1 rank per host, {res['version']}; "
@@ -618,6 +623,8 @@ if __name__ == "__main__":
     ap.add_argument("--scenarios", default="", help="with --faults: only these (comma-separated) of "
                     "tests/helpers/scale.py's SCENARIOS, e.g. failing_worker,failing_worker_outside")
     ap.add_argument("--mpirun", default=C.OMPI5)
+    ap.add_argument("--variants", default="", help="only these (comma-separated), e.g. "
+                    f"'{V_TREE},{V_MLT}'")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--node", default="", metavar="SIZES",
                     help="also measure the launching node's CPU, processes and files at these sizes (1,32,64)")
@@ -635,7 +642,7 @@ if __name__ == "__main__":
     res = measure(a.runs, lambda m: print(m, file=sys.stderr, flush=True),
                   tuple(int(x) for x in a.hosts.split(",")), a.mpirun, a.faults, os.environ.get("BENCH_BASELINE"),
                   a.fault_runs, a.profile or 0, tuple(int(x) for x in a.node.split(",") if x),
-                  [x for x in a.scenarios.split(",") if x] or None)
+                  [x for x in a.scenarios.split(",") if x] or None, [x for x in a.variants.split(",") if x] or None)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(res, fh, indent=1, default=str)

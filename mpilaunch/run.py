@@ -57,6 +57,11 @@ def _ssh_checks(cfg: Any, backend: Any, run_dir: str) -> Any:
 
     if backend.explains_start and not _ssh_args_in_mca(cfg):
         backend.start_cfg = cfg   # the hosts and ssh options the checks use after a failure
+        if len(cfg.hosts) > TREE_RADIX and not _flat_ssh(cfg):
+            # Past the radix, tree spawn's daemons start daemons with mpirun's ssh options, which
+            # Open MPI 5 hands them cut at the first "=" ("-o BatchMode"): their ssh fails and the
+            # launch ends with exit 255 and no message (measured at 128 hosts, bare mpirun alike)
+            return cfg
         timeout = float(options.BY_DEST["check_timeout"].default)   # check's, without importing it
         return cfg._replace(ssh_extra=tuple(cfg.ssh_extra) + tuple(ssh.start_options(timeout)))
     mux = None if _ssh_args_in_mca(cfg) else ssh.mux_path(run_dir, len(cfg.hosts))
@@ -73,6 +78,7 @@ def _ssh_checks(cfg: Any, backend: Any, run_dir: str) -> Any:
 # mpirun fails mid-start ("Too many open files", then "A daemon failed to report back" naming a
 # healthy host). The base leaves room for the local ranks and for Open MPI's own variation.
 FILES_BASE, FILES_PER_HOST, FILES_PER_LOCAL_RANK = 64, 1, 4
+TREE_RADIX = 64   # Open MPI's routing tree (routed_radix): up to it, tree spawn starts every daemon as flat ssh
 _TRUE = ("1", "true", "yes", "on", "t", "y")
 
 

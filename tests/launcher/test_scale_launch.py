@@ -73,6 +73,22 @@ def test_an_open_mpi_launch_gets_no_preflight_but_safe_ssh(monkeypatch):
     assert ran == ["/tmp/mpilaunch-xyz/cm-%C", None]
 
 
+def test_tree_spawn_past_the_radix_gets_no_ssh_option_open_mpi_would_cut_at_its_equals_sign():
+    """Tree spawn hands mpirun's ssh options to the daemons, cut at the first '=': past 64 hosts
+    (Open MPI's routing radix) daemons start daemons and "-o BatchMode" fails every launch."""
+    backend = OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5))
+    many = ",".join(f"10.231.9.{i}:1" for i in range(1, 66))   # 65 hosts
+    tree = ("--mca-args", "-mca pml ob1")
+    _, cfg = _cfg("-H", many, "--ssh-args", "-F /x/cfg", *tree)
+    out = run._ssh_checks(cfg, backend, "/tmp/mpilaunch-xyz")
+    assert out.ssh_extra == ("-F", "/x/cfg") and backend.start_cfg is cfg
+    # at the radix (every daemon mpirun's own child) and over flat ssh: the start options stay
+    for argv in (("-H", ",".join(f"10.231.9.{i}:1" for i in range(1, 65)), *tree), ("-H", many)):
+        _, cfg = _cfg(*argv, "--ssh-args", "-F /x/cfg")
+        assert run._ssh_checks(cfg, backend, "/tmp/x").ssh_extra[2:] == (
+            "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
+
+
 def test_an_open_mpi_launch_does_not_import_the_checks():
     import subprocess
 
