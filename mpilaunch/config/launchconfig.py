@@ -13,7 +13,8 @@ from typing import Mapping, Optional, Tuple
 from mpilaunch import contract, net
 from mpilaunch.config import allocation
 from mpilaunch.config import hostfile as hf
-from mpilaunch.config import (mpiargs, msrun, options, preflight, programs, resilience, sshconfig,
+from mpilaunch.config import (mpiargs, monitoring, msrun, options, preflight, programs, resilience,
+                              sshconfig,
                               torchrun, tuneimport)
 from mpilaunch.config.broadcast import DEFAULT_PREFIXES
 from mpilaunch.errors import UsageError
@@ -65,9 +66,11 @@ class LaunchConfig(namedtuple("LaunchConfig", (
         # --preflight's level and the deep check's settings (config/preflight.py; None: no deep check)
         "resilience preflight deep "
         # TORCHELASTIC_RUN_ID of every torch worker: --rdzv-id, else made once per launch
-        "run_id"),
+        "run_id "
+        # the adapters' sample interval (s, 0 = off: config/monitoring.py)
+        "monitor_interval"),
         defaults=(None, "mpirun", None, None, "", True, (), None, None, None, None, None, (),
-                  None, "ssh", None, None))):
+                  None, "ssh", None, None, 0.0))):
     """Everything the user asked for, validated. Notable fields: ``hosts`` (tuple of Host),
     ``hosts_from`` (where the hosts came from, one of :data:`HOSTS_FROM`: decisions test
     this), ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
@@ -207,6 +210,8 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     cfg = cfg._replace(preflight=level, deep=deep)
     if hasattr(args, "max_restarts"):   # the run command's (check's and job's own have none)
         cfg = cfg._replace(resilience=resilience.settings(args, env, cfg))
+    if hasattr(args, "monitor_interval"):   # the run command's
+        cfg = cfg._replace(monitor_interval=monitoring.interval(args.monitor_interval, cfg))
     return cfg
 
 

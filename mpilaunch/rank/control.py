@@ -21,7 +21,8 @@ moved to another connection. Commands: ``stop`` (the graceful stop), ``sig N`` (
 every descendant of this adapter: the workers, the scheduler and what they started; the
 adapter itself is not signalled, so it can still take the next command) and ``stacks ID``
 (py-spy on this rank's worker and scheduler, ``rank/stacks.py``; the answer is ``stacks ID
-LEN MAC`` and LEN bytes of text).
+LEN MAC`` and LEN bytes of text). The other way, unasked: ``sample LEN MAC`` and LEN bytes, the
+monitor's measurement of a child (rank/monitor.py; MAC over "sample LEN", as the stacks answer's).
 
 The adapter's last word is ``bye MAC``, sent as it leaves (:func:`bye`): a connection that
 closes without it is an adapter that died (SIGKILL, a crash), which the launcher then ends
@@ -187,6 +188,14 @@ class Link(threading.Thread):
             except OSError:
                 return False
 
+    def send_sample(self, data: bytes) -> bool:
+        """One monitor sample (``Sample.to_wire()``) to the launcher; False when not connected."""
+        nonce = self.nonce
+        if nonce is None:
+            return False
+        head = f"sample {len(data)} {mac(self.token, nonce, 0, f'sample {len(data)}')}\n"
+        return self.send(head.encode() + data)
+
     def say_bye(self) -> None:
         self.leaving = True
         self.done.wait(1.0)
@@ -258,10 +267,10 @@ class Link(threading.Thread):
         self.send(head.encode() + data)
 
 
-def listen(rank: int, channel, on_stop=lambda: None) -> None:
+def listen(rank: int, channel, on_stop=lambda: None) -> Link:
     """Take the launcher's commands for this adapter: ``sig N`` to its descendants, ``stop``
     -> ``on_stop()``. The launcher closing the connection while this rank runs (its attempt
-    ended without it) ends the rank as a SIGTERM would."""
+    ended without it) ends the rank as a SIGTERM would. The link, for the monitor's samples."""
     def warn(text: str) -> None:
         status.write_stderr(f"mpilaunch.rank: rank {rank}: {text}\n")
 
@@ -269,7 +278,9 @@ def listen(rank: int, channel, on_stop=lambda: None) -> None:
         warn("the launcher ended this job's attempt while this rank still ran: ending it")
         os.kill(os.getpid(), signal.SIGTERM)
 
-    Link(channel, rank, on_stop, warn, on_gone=gone).start()
+    link = Link(channel, rank, on_stop, warn, on_gone=gone)
+    link.start()
+    return link
 
 
 def _disposition(pid: int, sig: int) -> str:

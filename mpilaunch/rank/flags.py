@@ -123,6 +123,10 @@ FLAGS = (
          "with --in-place: the N-th attempt in a row that failed within 5 s of its start is not "
          "restarted in place (--max_no_progress_restarts)",
          ATTEMPT, "in_place_no_progress", SET),
+    Flag("--monitor-interval", "monitor_interval", SECONDS, "SECONDS", "0",
+         "every this many seconds, a sample of the worker (and rank 0's scheduler) to the "
+         "launcher over the control channel: CPU, RSS, last output, py-spy's wait share "
+         "(mpilaunch/rank/monitor.py); 0 = off", CONFIG, "monitor_interval", SET),
     Flag("--module", "module", SWITCH, None, False,
          "SCRIPT is a module name: run python -m SCRIPT [ARGS...]", CONFIG, "module", SET),
     Flag("--scheduler-grace", "scheduler_grace", SECONDS, "SECONDS", f"{contract.SCHEDULER_GRACE:g}",

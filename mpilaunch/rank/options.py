@@ -84,8 +84,8 @@ def _fast(argv: List[str]):
 class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr master_port "
                          "no_scheduler cluster_time_out bind visible_devices scheduler_grace "
                          "exec_ no_python python command module port_check resilience "
-                         "numa sim_level sim_rank_id sim_world rank_table_file run_id",
-                         defaults=(None, None, None, None, None, None, None))):
+                         "numa sim_level sim_rank_id sim_world rank_table_file run_id monitor",
+                         defaults=(None, None, None, None, None, None, None, 0.0))):
     """The adapter's validated options (a namedtuple: docs/ARCHITECTURE.md, start-up).
 
     tail: parsed ``--tail-worker-log`` (None = every rank, else a frozenset of ranks);
@@ -96,7 +96,8 @@ class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr ma
     resilience: the flags each attempt writes (:class:`mpilaunch.rank.resilience.ResilienceFlags`) or None;
     numa: ``--bind-numa`` as given (checked; rank/binding/numabind.py reads it again in the child);
     sim_level, sim_rank_id, sim_world: int or None; rank_table_file: str or None; run_id: the
-    job's id (``--run-id``) or None."""
+    job's id (``--run-id``) or None; monitor: ``--monitor-interval`` in seconds, 0 = off
+    (rank/monitor.py)."""
 
     __slots__ = ()
 
@@ -138,6 +139,7 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
     return Options(
         numa=ns.bind_numa, sim_level=sim[0], sim_rank_id=sim[1], sim_world=sim[2],
         rank_table_file=ns.rank_table_file, run_id=ns.run_id,
+        monitor=contract.seconds(ns.monitor_interval, "--monitor-interval", allow_zero=True),
         log_dir=ns.log_dir, worker_log_name=ns.worker_log_name, tail=tail,
         master_addr=ns.master_addr.strip() if ns.master_addr else None,
         master_port=master_port, no_scheduler=ns.no_scheduler,

@@ -4,6 +4,8 @@ One :class:`~mpilaunch.rank.supervisor.Supervisor` runs them; the opt-in feature
 
 * ``opts.resilience`` (the launcher's long-job flags): the graceful stop of ``--term-grace`` and
   the stall watchdog (rank/resilience.py, :class:`~mpilaunch.rank.resilience.Hooks`);
+* ``opts.monitor`` (``--monitor-interval``): the samples of rank/monitor.py, sent over the
+  control channel;
 * ``restarts`` (``--in-place``): one supervisor per attempt, until an attempt is not restarted
   (rank/inplace/loop.py, :class:`~mpilaunch.rank.inplace.loop.Restarts`).
 
@@ -82,10 +84,15 @@ def supervise(specs: Sequence[ChildSpec], opts, rank: int, host: str, local_size
         from mpilaunch.rank import resilience
 
         hooks = resilience.Hooks(opts.resilience, inbox.put)
+    mon = None
     if channel is not None:
         from mpilaunch.rank import control     # only a launch with the channel pays for it
 
-        control.listen(rank, channel, *(() if hooks is None else (hooks.on_stop,)))
+        link = control.listen(rank, channel, *(() if hooks is None else (hooks.on_stop,)))
+        if opts.monitor:    # samples go to the launcher over the channel: none without it
+            from mpilaunch.rank import monitor
+
+            mon = monitor.start(opts.monitor, rank, lambda: inbox.sup, link)
     again = restarts(inbox, opts) if restarts is not None else None
     kw = dict(scheduler_grace=opts.scheduler_grace, pipe_size=pipe_size(local_size),
               tell_rank0=not opts.no_scheduler)
@@ -111,5 +118,7 @@ def supervise(specs: Sequence[ChildSpec], opts, rank: int, host: str, local_size
             if specs is None:
                 return again.status
     finally:
+        if mon is not None:
+            mon.stop()
         if again is not None:
             again.close()

@@ -78,6 +78,7 @@ class Control:
         self.said_bye: set = set()
         self.on_dead = on_dead      # (rank, pid, host): its connection closed without its bye
         self.on_sample = on_sample  # (monitor.model.Sample): a rank's sample (docs/MONITOR.md)
+        self.sample_failed = False
         self.answers: Dict[str, Dict[int, str]] = {}    # stacks request id -> rank -> text
         self.seq = 0
         self.lock = threading.Condition()
@@ -161,7 +162,9 @@ class Control:
 
     def _read(self, conn: socket.socket, rank: int) -> None:
         """What an adapter says after its hello: ``bye MAC`` (its last word), ``stacks ID LEN
-        MAC`` and LEN bytes (an answer); its connection's end, with or without its bye."""
+        MAC`` and LEN bytes (an answer), ``sample LEN MAC`` and LEN bytes (a monitor sample,
+        rank/monitor.py: to ``on_sample``, outside the lock); its connection's end, with or
+        without its bye."""
         try:
             data = conn.recv(65536, socket.MSG_DONTWAIT)
         except BlockingIOError:
@@ -177,32 +180,66 @@ class Control:
             if dead and self.on_dead is not None:
                 self.on_dead(rank, pid, host)
             return
+        samples: List[bytes] = []
         with self.lock:
             entry = self.peers.get(rank)
             if entry is None or entry[0] is not conn:
                 return
             nonce, buf = entry[1], self.bufs.setdefault(rank, bytearray())
             buf += data
-            while b"\n" in buf:
-                head, _, rest = bytes(buf).partition(b"\n")
-                words = head.decode("ascii", "replace").split(" ")
-                if words[0] == "bye" and len(words) == 2:
-                    if words[1] == mac(self.token, nonce, 0, "bye"):
-                        self.said_bye.add(rank)
-                    buf[:] = rest
-                elif words[0] == "stacks" and len(words) == 4 and words[2].isdigit():
-                    size = int(words[2])
-                    if len(rest) < size:
-                        break       # the rest of the answer is on its way
-                    if words[3] == mac(self.token, nonce, 0, f"stacks {words[1]} {size}"):
-                        self.answers.setdefault(words[1], {})[rank] = rest[:size].decode(
-                            "utf-8", "replace")
-                        self.lock.notify_all()
-                    buf[:] = rest[size:]
-                else:
-                    buf[:] = rest     # garbled: skipped
-                if len(buf) > 64 * 1024 * 1024:
-                    buf.clear()
+            self._parse(rank, nonce, buf, samples)
+            host = self.info.get(rank, (None, "?"))[1]
+        for blob in samples:
+            self._deliver(blob, host)
+
+    def _parse(self, rank: int, nonce: str, buf: bytearray, samples: List[bytes]) -> None:
+        """Every whole message in ``buf`` (under the lock): bye and stacks answers taken here,
+        samples' bytes appended to ``samples``."""
+        while b"\n" in buf:
+            head, _, rest = bytes(buf).partition(b"\n")
+            words = head.decode("ascii", "replace").split(" ")
+            if words[0] == "bye" and len(words) == 2:
+                if words[1] == mac(self.token, nonce, 0, "bye"):
+                    self.said_bye.add(rank)
+                buf[:] = rest
+            elif words[0] == "stacks" and len(words) == 4 and words[2].isdigit():
+                size = int(words[2])
+                if len(rest) < size:
+                    break       # the rest of the answer is on its way
+                if words[3] == mac(self.token, nonce, 0, f"stacks {words[1]} {size}"):
+                    self.answers.setdefault(words[1], {})[rank] = rest[:size].decode(
+                        "utf-8", "replace")
+                    self.lock.notify_all()
+                buf[:] = rest[size:]
+            elif words[0] == "sample" and len(words) == 3 and words[1].isdigit():
+                size = int(words[1])
+                if len(rest) < size:
+                    break       # the rest of the sample is on its way
+                if words[2] == mac(self.token, nonce, 0, f"sample {size}"):
+                    samples.append(rest[:size])
+                buf[:] = rest[size:]
+            else:
+                buf[:] = rest     # garbled: skipped
+            if len(buf) > 64 * 1024 * 1024:
+                buf.clear()
+
+    def _deliver(self, blob: bytes, host: str) -> None:
+        """One sample to ``on_sample``; a garbled one is dropped, and a consumer's failure is
+        said once, never ending this thread (the channel's other duties go on)."""
+        if self.on_sample is None:
+            return
+        from mpilaunch.monitor.model import Sample
+
+        try:
+            sample = Sample.from_wire(blob, host)
+        except ValueError:
+            return
+        try:
+            self.on_sample(sample)
+        except Exception as exc:    # the consumer's bug: said, and the channel goes on
+            if not self.sample_failed:
+                self.sample_failed = True
+                warn(f"the monitor's consumer failed on a sample: {exc!r}")
 
     def _drop(self, conn: socket.socket, rank) -> None:
         try:

@@ -135,7 +135,9 @@ def test_the_launcher_names_no_backend():
 
 # What the rank side may import (docs/ARCHITECTURE.md, start-up): every rank pays for each.
 RANK_SIDE_MAY_IMPORT = ("mpilaunch.contract", "mpilaunch.errors", "mpilaunch.pdeathsig",
-                        "mpilaunch.netif", "mpilaunch.net", "mpilaunch.procstat")
+                        "mpilaunch.netif", "mpilaunch.net", "mpilaunch.procstat",
+                        # the sample a rank's monitor sends: one definition on both ends
+                        "mpilaunch.monitor.model")
 
 
 def _rank_side(name):

@@ -29,7 +29,7 @@ def full_config(no_python=False):
         no_python=no_python, module="pkg.mod", script=None, script_args=("--lr", "0.1"),
         bind_numa='{"device0":[0]}', sim_level=1, sim_rank_id=3, sim_world=8,
         rank_table_file="/rt.json", rank_extra=tuple(rankcmd.attempt_flags(*ATTEMPT)),
-        run_id="job-1")
+        run_id="job-1", monitor_interval=4.0)
 
 
 # what the adapter must read from full_config(no_python) (vars of the parsed namespace)
@@ -44,7 +44,7 @@ def expected(no_python):
         "module": True,
         "scheduler_grace": "300", "bind_numa": '{"device0":[0]}', "sim_level": "1",
         "sim_rank_id": "3", "sim_world": "8", "rank_table_file": "/rt.json", "run_id": "job-1",
-        "command": []}
+        "monitor_interval": "4", "command": []}
 
 
 def adapter_argv(cfg):
@@ -68,7 +68,7 @@ def test_every_written_flag_round_trips(no_python):
     assert opts.resilience == ResilienceFlags(2, 3, 2.5, 60.0, SPEC, 4242, 3)
     assert opts.command == ["pkg.mod", "--lr", "0.1"]
     assert (opts.numa, opts.sim_level, opts.sim_rank_id, opts.sim_world, opts.rank_table_file,
-            opts.run_id) == ('{"device0":[0]}', 1, 3, 8, "/rt.json", "job-1")
+            opts.run_id, opts.monitor) == ('{"device0":[0]}', 1, 3, 8, "/rt.json", "job-1", 4.0)
 
 
 def unwritten(table):

@@ -1,0 +1,37 @@
+"""``--monitor-interval``: how often every rank's adapter samples its worker for the launcher
+(mpilaunch/rank/monitor.py; docs/MONITOR.md).
+
+On by default where its stack sampler can run: when ``py-spy`` is installed beside the ranks'
+Python (``pip install 'mpilaunch[stall]'`` puts it there; the adapter looks there first, then on
+its PATH). A launch whose Python has none gets no monitor unless asked: an asked-for monitor
+without py-spy still samples CPU, memory and output, and rank 0 says in one line why it has no
+stacks. ``--exec`` runs no adapter, so nothing there can sample: asked for, it is a usage error;
+by default it is off.
+"""
+from __future__ import annotations
+
+import os
+
+from mpilaunch import contract
+from mpilaunch.config.options import DEFAULT_MONITOR_INTERVAL
+from mpilaunch.errors import UsageError
+
+
+def py_spy_beside(python: str) -> bool:
+    """``py-spy`` is an executable in the directory of the ranks' interpreter ``python``."""
+    path = os.path.join(os.path.dirname(python), "py-spy")
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def interval(given, cfg) -> float:
+    """The adapters' sample interval in seconds (0: off) from the flag's value (None: not
+    given) and the launch (its ``exec_mode`` and ``python``)."""
+    if given is None:
+        if cfg.exec_mode or not py_spy_beside(cfg.python):
+            return 0.0
+        return DEFAULT_MONITOR_INTERVAL
+    value = contract.seconds(given, "--monitor-interval", allow_zero=True)
+    if value and cfg.exec_mode:
+        raise UsageError(f"--monitor-interval={given}: --exec runs no rank adapter to sample "
+                         "the worker; drop --exec, or give --monitor-interval 0")
+    return value

@@ -1,0 +1,389 @@
+"""The live monitor, rank side: every ``--monitor-interval`` seconds the adapter measures its
+children (the worker, and on rank 0 the MindSpore scheduler) and sends one
+:class:`~mpilaunch.monitor.model.Sample` each to the launcher over its control connection
+(rank/control.py: ``sample LEN MAC``). docs/MONITOR.md says what is measured and why so.
+
+* **CPU seconds and RSS** of the child and its descendants, from ``/proc/PID/stat`` (psutil's
+  import would cost every rank milliseconds: tests/rank/test_options.py holds the budget).
+* **Its last output**: the modification time of its log file. Everything the worker writes
+  reaches that file (a tailed worker's relay copies each chunk there first, rank/relay.py), so
+  one ``stat`` a sample needs no hook in the relay.
+* **Where its main thread spends the time**: ``py-spy record --nonblocking --idle`` over most of
+  the interval at :data:`RATE` samples a second, raw output. The share of samples waiting in a
+  collective (rank/collectives.py: torch.distributed, MindSpore, mpi4py) is ``wait_share``; the
+  commonest place outside one, ``train.py:41 in load_batch``, is ``hot_frame``. Open MPI spins
+  while it waits, so only the stack tells waiting from working; a sleeping or reading rank is
+  not in a collective, so it shows as busy as a computing one (the straggler's signature:
+  it waits least). The scheduler is not stack-sampled (it waits for the workers by design).
+
+The first sample comes one interval after the worker started and carries no stacks (the first
+py-spy starts then): a job shorter than the interval never runs py-spy. Without py-spy, or
+where it may not read the worker (ptrace refused: docs/MONITOR.md), the samples go on with
+CPU, memory and output only (``sampler: "none: why"``) and rank 0's adapter says so in one
+line. Every py-spy is the monitor thread's child with ``PR_SET_PDEATHSIG``: none outlives the
+monitor, and the supervisor ends any still running with the rest of the rank's descendants.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from mpilaunch import procstat
+from mpilaunch.rank import descendants, spawn, status
+
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Optional, Tuple
+
+RATE = 10                 # stack samples a second while py-spy records
+REFUSED = ("Permission denied", "Permission Denied", "Operation not permitted")
+NO_PY_SPY = "py-spy is not installed here (pip install 'mpilaunch[stall]', or pip install py-spy)"
+SCHEDULER = "none: the scheduler's stacks are not sampled (it waits for the workers by design)"
+GIVE_UP = 3               # py-spy failing this many times in a row on one process: no more tries
+
+
+def usage(pid: int) -> Optional[Tuple[float, int]]:
+    """(CPU seconds, RSS bytes) of ``pid`` and its live descendants (with the CPU of the
+    children it has reaped), or None once it is gone."""
+    tick, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    cpu, rss = 0, 0
+    for n, p in enumerate([pid] + descendants.subtree(pid)):
+        got = procstat.fields(p)
+        if not got or len(got) < 22:
+            if n == 0:
+                return None
+            continue
+        # proc(5): utime 14, stime 15, cutime 16, cstime 17, rss 24 (fields from 3 on here)
+        cpu += int(got[11]) + int(got[12]) + (int(got[13]) + int(got[14]) if n == 0 else 0)
+        rss += int(got[21])
+    return cpu / tick, rss * page
+
+
+def output_time(log_path: str) -> Optional[float]:
+    """When the child last wrote output (its log file's mtime); None before its first byte."""
+    try:
+        st = os.stat(log_path)
+    except OSError:
+        return None
+    return st.st_mtime if st.st_size else None
+
+
+def _frame(text: str):
+    """``func (/path/file.py:41)`` -> (func, path, line); None for anything else."""
+    func, sep, where = text.rpartition(" (")
+    if not sep or not where.endswith(")"):
+        return None
+    path, sep, line = where[:-1].rpartition(":")
+    if not sep or not line.isdigit():
+        return func, where[:-1], 0
+    return func, path, int(line)
+
+
+def parse_raw(text: str, tid: int) -> List[Tuple[list, int]]:
+    """py-spy's ``record --threads --format raw`` -> [(frames of thread ``tid``, innermost
+    first, as (func, path, line)), samples]: one entry a distinct stack. A line is
+    ``thread (TID): NAME;outer (f.py:1);...;inner (g.py:2) COUNT``."""
+    head = f"thread ({tid})"
+    out = []
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        parts = stack.split(";")
+        if not (parts[0] == head or parts[0].startswith(head + ":")):
+            continue
+        frames = [f for f in (_frame(p) for p in parts[1:]) if f is not None]
+        if frames:
+            out.append((frames[::-1], int(count)))
+    return out
+
+
+def source_line(path: str, line: int) -> str:
+    """Line ``line`` of ``path`` (stripped), '' when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for i, text in enumerate(f, 1):
+                if i == line:
+                    return text.strip()
+    except OSError:
+        pass
+    return ""
+
+
+def summarize(stacks, read=source_line) -> Tuple[Optional[float], Optional[str], int]:
+    """(wait share, hot frame, samples) of one thread's stacks (:func:`parse_raw`). A stack
+    waits in a collective by rank/collectives.py's rule; its innermost user frame's source line
+    is read (``read(path, line)``) for mpi4py, whose calls have no Python frame of their own."""
+    from mpilaunch.rank import collectives
+
+    waiting, total = 0, 0
+    places: Dict[str, int] = {}
+    lines: Dict[Tuple[str, int], str] = {}
+    for raw, count in stacks:
+        frames = [collectives.Frame(f, p, n, "") for f, p, n in raw]
+        inner = frames[0]
+        if inner.line and not collectives.is_library(inner.path):
+            key = (inner.path, inner.line)
+            if key not in lines:
+                lines[key] = read(*key)
+            frames[0] = inner._replace(source=lines[key])
+        total += count
+        if collectives.collective_of(frames):
+            waiting += count
+        else:
+            where = collectives.at(frames)
+            places[where] = places.get(where, 0) + count
+    if not total:
+        return None, None, 0
+    hot = max(sorted(places), key=places.__getitem__) if places else None
+    return waiting / total, hot, total
+
+
+def refused(text: str) -> Optional[str]:
+    """py-spy's words when the kernel refused it the worker (ptrace), else None."""
+    for word in REFUSED:
+        if word in text:
+            return f"py-spy may not read the worker here (ptrace refused: {word}; docs/MONITOR.md)"
+    return None
+
+
+def first_error(text: str) -> str:
+    """py-spy's first line that is not a hint or a backtrace ('' when it said nothing else:
+    a record without a sample, or one the rank's teardown ended)."""
+    for line in text.splitlines():
+        if line.strip() and not line.startswith(("py-spy>", "Stack backtrace", "   ")):
+            return line.strip()[:200]
+    return ""
+
+
+def record_argv(py_spy: str, pid: int, seconds: int, rate: int, output: str) -> List[str]:
+    """py-spy's command: every thread (idle ones too: a rank waiting in a collective sleeps in
+    the kernel), without pausing the worker (``--nonblocking``), raw stacks to ``output``."""
+    return [py_spy, "record", "--pid", str(pid), "--duration", str(seconds), "--rate", str(rate),
+            "--format", "raw", "--threads", "--idle", "--nonblocking", "--full-filenames",
+            "--output", output]
+
+
+class Spy:
+    """One ``py-spy record`` of ``pid`` for ``seconds``: its raw stacks on one pipe (the
+    output file ``/dev/fd/N``), its messages on another; read without blocking."""
+
+    def __init__(self, py_spy: str, pid: int, seconds: int, rate: int, preexec) -> None:
+        self.pid = pid
+        data_r, data_w = os.pipe()
+        msg_r, msg_w = os.pipe()
+        argv = record_argv(py_spy, pid, seconds, rate, f"/dev/fd/{data_w}")
+        try:
+            env = {"PATH": os.environ.get("PATH", os.defpath)}    # not the adapter's key
+            self.child = spawn.start(argv, env, stdin=spawn.DEVNULL, stdout=msg_w,
+                                     pass_fds=(data_w,), preexec=preexec)
+        except OSError:
+            os.close(data_r)
+            os.close(msg_r)
+            raise
+        finally:
+            os.close(data_w)
+            os.close(msg_w)
+        for fd in (data_r, msg_r):
+            os.set_blocking(fd, False)
+        self.fds = {data_r: bytearray(), msg_r: bytearray()}
+        self.open = {data_r, msg_r}
+        self.data_fd, self.msg_fd = data_r, msg_r
+
+    def poll(self) -> bool:
+        """Read what has come; True once py-spy has closed both pipes (it has ended)."""
+        for fd in list(self.open):
+            while True:
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    self.open.discard(fd)
+                    os.close(fd)
+                    break
+                self.fds[fd] += chunk
+        if self.open:
+            return False
+        try:
+            os.waitpid(self.child.pid, 0)
+        except ChildProcessError:   # reaped by the supervisor, which reaps the adapter's orphans
+            pass
+        return True
+
+    def texts(self) -> Tuple[str, str]:
+        return (self.fds[self.data_fd].decode("utf-8", "replace"),
+                self.fds[self.msg_fd].decode("utf-8", "replace"))
+
+    def wait(self, timeout: float) -> bool:
+        """:meth:`poll` until py-spy has ended, for up to ``timeout`` s."""
+        import select     # loaded by every rank already (rank/relay.py)
+
+        end = time.monotonic() + timeout
+        while not self.poll():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            select.select(list(self.open), [], [], left)
+        return True
+
+    def stop(self) -> None:
+        if self.open:
+            try:
+                self.child.kill()
+            except OSError:     # ended (and reaped by the supervisor) meanwhile
+                pass
+            for fd in self.open:
+                os.close(fd)
+            self.open = set()
+
+
+class Monitor(threading.Thread):
+    """Every ``interval`` s: one sample per running child of the current supervisor
+    (``current()``, which changes with an in-place restart) through ``send(bytes)``."""
+
+    def __init__(self, interval: float, rank: int, current: Callable, send: Callable,
+                 py_spy: Optional[str] = None, rate: int = RATE) -> None:
+        super().__init__(name="monitor", daemon=True)
+        self.interval, self.rank, self.current, self.send = interval, rank, current, send
+        self.py_spy, self.rate = py_spy, rate     # None: looked for as the thread starts
+        self.sampler = "py-spy"
+        self.spies: Dict[str, Spy] = {}
+        self.failures: Dict[int, int] = {}
+        self.notes: Dict[int, str] = {}     # pid -> why it has no stacks
+        self.done = threading.Event()
+        self.preexec: Optional[Callable[[], None]] = None
+
+    def start(self) -> None:
+        """Started with the adapter's signals blocked (they are for the main thread)."""
+        import _signal as signal
+
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT,
+                                                        signal.SIGHUP, signal.SIGCHLD))
+        try:
+            super().start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def say(self, why: str) -> None:
+        if self.rank == 0:
+            status.write_stderr(f"mpilaunch.rank: the monitor samples CPU, memory and output "
+                                f"only: {why}\n")
+
+    def run(self) -> None:
+        if self.py_spy is None:
+            from mpilaunch.rank import watchdog    # its subprocess import: not on the start path
+
+            self.py_spy = watchdog.find_py_spy(os.environ.get("PATH"))
+        if not self.py_spy:
+            self.sampler = f"none: {NO_PY_SPY}"
+            self.say(NO_PY_SPY)
+        from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
+
+        fn = prctl()
+
+        def preexec():     # a py-spy ends with this thread (the kernel's death signal)
+            fn(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+        self.preexec = preexec
+        from mpilaunch.monitor.model import Sample   # json, dataclasses: off the start path
+
+        self.Sample = Sample
+        try:
+            while not self.done.wait(self.interval):
+                self.tick()
+        finally:
+            self.end_spies()
+
+    def children(self) -> List[Tuple[str, int, str]]:
+        """(role, pid, log path) of every child still running."""
+        sup = self.current()
+        if sup is None:
+            return []
+        out = []
+        for role, child in list(sup.children.items()):
+            if child.proc is not None and child.status is None:
+                out.append((role, child.proc.pid, child.spec.log_path))
+        return out
+
+    def tick(self) -> None:
+        kids = self.children()
+        for role in [r for r in self.spies if r not in {k[0] for k in kids}]:
+            self.spies.pop(role).stop()
+        for role, pid, log in kids:
+            sample = self.measure(role, pid, log)
+            if sample is not None:
+                self.send(sample.to_wire())
+
+    def measure(self, role: str, pid: int, log: str):
+        got = usage(pid)
+        if got is None:
+            return None
+        wait, hot, n, sampler = None, None, 0, self.sampler
+        if role != "worker":
+            sampler = SCHEDULER
+        elif self.py_spy:
+            wait, hot, n, sampler = self.stacks(role, pid)
+        return self.Sample(rank=self.rank, role=role, pid=pid, t=time.time(), cpu_s=got[0],
+                           rss=got[1], output_t=output_time(log), wait_share=wait, hot_frame=hot,
+                           stack_samples=n, sampler=sampler)
+
+    def stacks(self, role: str, pid: int):
+        """(wait share, hot frame, samples, sampler) of the last interval's record, and the
+        next record started."""
+        spy = self.spies.get(role)
+        out: Tuple[Optional[float], Optional[str], int, str] = (
+            None, None, 0, self.notes.get(pid, "py-spy"))
+        if spy is not None and spy.pid == pid and spy.wait(min(2.0, self.interval / 4)):
+            del self.spies[role]
+            raw, said = spy.texts()
+            stacks = parse_raw(raw, pid)
+            if stacks:
+                self.failures[pid] = 0
+                self.notes.pop(pid, None)
+                out = summarize(stacks) + ("py-spy",)
+            elif first_error(said):
+                out = self.failed(pid, said)
+        elif spy is not None and spy.pid != pid:    # restarted in place: a new worker
+            self.spies.pop(role).stop()
+        if role not in self.spies and self.py_spy and self.failures.get(pid, 0) < GIVE_UP:
+            seconds = max(1, int(self.interval * 0.6))   # py-spy takes 1-3 s to start
+            try:
+                self.spies[role] = Spy(self.py_spy, pid, seconds, self.rate, self.preexec)
+            except OSError as exc:
+                self.py_spy = ""
+                self.sampler = f"none: cannot run py-spy: {exc.strerror or exc}"
+                self.say(self.sampler[6:])
+        return out
+
+    def failed(self, pid: int, said: str):
+        if not procstat.running(pid):     # it ended as py-spy started: nothing failed
+            return None, None, 0, "py-spy"
+        why = refused(said)
+        if why is not None:       # the kernel's answer: the same for every later try
+            self.py_spy, self.sampler = "", f"none: {why}"
+            self.say(why)
+            return None, None, 0, self.sampler
+        self.failures[pid] = self.failures.get(pid, 0) + 1
+        self.notes[pid] = f"none: {first_error(said)}"
+        return None, None, 0, self.notes[pid]
+
+    def end_spies(self) -> None:
+        for spy in self.spies.values():
+            spy.stop()
+        self.spies = {}
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """The rank is ending: no more samples, no py-spy left running."""
+        self.done.set()
+        if self.is_alive():
+            self.join(timeout)
+
+
+def start(interval: float, rank: int, current: Callable, link) -> Monitor:
+    """The monitor of this rank, sending through the control connection ``link``."""
+    mon = Monitor(interval, rank, current, link.send_sample)
+    mon.start()
+    return mon
