@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 import common as C  # noqa: E402
 
 SCRIPT = os.path.join(C.EXAMPLES, "exit_at_once.py")
-PREFIX = "mlk"
+PREFIX = os.environ.get("BENCH_SCALE_PREFIX", "mlk")   # another for a second run at once
 SIZES = (1, 2, 4, 8, 16, 32)
 TARGET_RATIO = 1.05
 PLACEMENTS = ("worker-0", "outside")
@@ -150,6 +150,13 @@ class NodeGroup:
             return int(text) / 1e9
         return int(dict(line.split() for line in text.splitlines())["usage_usec"]) / 1e6
 
+    def adopt(self, pids):
+        """Move running processes in (their later children are born in it)."""
+        if self.path:
+            for pid in pids:
+                with open(os.path.join(self.path, "cgroup.procs"), "w") as fh:
+                    fh.write(str(pid))
+
     def pids(self):
         if not self.path:
             return []
@@ -203,6 +210,12 @@ def timed_run(argv, env, stderr, group, timeout=180.0):
     return C.RunResult(wall, proc.returncode, ru.ru_utime + ru.ru_stime, timed_out)
 
 
+# The namespace hosts' sshd listeners, moved into a group of their own once up: every sshd
+# session, daemon and rank a launch starts there is born in it, so a launch's own CPU (launching
+# node + hosts) is read without the other processes that share this machine.
+HOSTS_GROUP = None
+
+
 def _run(argv, env, work):
     """One launch: wall time; ``machine_cpu``: the CPU every process on this machine spent
     from its start to ``SETTLE`` s after its end (every namespace host lives on this machine,
@@ -214,12 +227,14 @@ def _run(argv, env, work):
     group = NodeGroup()
     try:
         load = os.getloadavg()[0]
+        h0 = HOSTS_GROUP.cpu() if HOSTS_GROUP else None
         c0 = machine_busy()
         with open(err, "wb") as fh:
             r = timed_run(argv, env, fh, group)
         __import__("time").sleep(SETTLE)
         r.extra["machine_cpu"] = machine_busy() - c0
         r.extra["node_cpu"] = group.cpu()
+        r.extra["hosts_cpu"] = None if h0 is None else HOSTS_GROUP.cpu() - h0
         r.extra["node_left"] = len(group.pids())
         r.extra["load"] = round(load, 2)
     finally:
@@ -259,9 +274,12 @@ def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline
     if why:
         return {"skipped": why}
     n = max(sizes)
+    global HOSTS_GROUP
     desc = hostset.up(n, PREFIX, None, os.getpid(), verify=True, quiet=True, wide=True)
     work = tempfile.mkdtemp(prefix="bench-scale-")
+    HOSTS_GROUP = NodeGroup()
     try:
+        HOSTS_GROUP.adopt(h["sshd_pid"] for h in desc["hosts"])
         # the baseline checkout is timed at the figure's size only (the old code's preflight
         # makes every one of its launches seconds longer: all sizes would double the section)
         base_at = fault_size(sizes)
@@ -284,7 +302,8 @@ def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline
                     if not r.ok:
                         log(f"  [scale] {key} {v}: FAILED rc={r.rc}:\n    " + "\n    ".join(r.extra["error"]))
                     log(f"  [scale] round {rnd} {key[0]} {key[1]} hosts {v}: {r.wall:.2f} s, launching node "
-                        f"{_f(r.extra.get('node_cpu'), 3)} s CPU, machine {r.extra['machine_cpu']:.1f} s, "
+                        f"{_f(r.extra.get('node_cpu'), 3)} s CPU, hosts {_f(r.extra.get('hosts_cpu'), 1)} s, "
+                        f"machine {r.extra['machine_cpu']:.1f} s, "
                         f"load {r.extra['load']}")
             loads.append(C.loadavg())
             log(f"[scale] round {rnd}/{runs} done, load {loads[-1]}")
@@ -310,13 +329,18 @@ def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline
                 row[v + " node cpus"] = [None if r.extra.get("node_cpu") is None else round(r.extra["node_cpu"], 3)
                                          for r in rs]
                 row[v + " node left"] = max((r.extra.get("node_left", 0) for r in rs), default=0)
+                own = [r.extra["node_cpu"] + r.extra["hosts_cpu"] for r in rs
+                       if r.ok and r.extra.get("node_cpu") is not None and r.extra.get("hosts_cpu") is not None]
+                row[v + " launch cpu"] = statistics.median(own) if own else None
                 row[v + " loads"] = [r.extra.get("load") for r in rs]
             for a_v, b_v, tag in PAIRS:
                 if a_v not in by or b_v not in by:
                     continue
                 both = [(a, b) for a, b in zip(by[a_v], by[b_v]) if a.ok and b.ok]
                 for key, val in (("ratio", lambda r: r.wall), ("cpu ratio", lambda r: r.extra["machine_cpu"]),
-                                 ("node cpu ratio", lambda r: r.extra.get("node_cpu"))):
+                                 ("node cpu ratio", lambda r: r.extra.get("node_cpu")),
+                                 ("launch cpu ratio", lambda r: None if r.extra.get("hosts_cpu") is None
+                                  or r.extra.get("node_cpu") is None else r.extra["node_cpu"] + r.extra["hosts_cpu"])):
                     got = [val(a) / val(b) for a, b in both if val(a) is not None and val(b)]
                     row[key + tag] = statistics.median(got) if got else None
             out["rows"].append(row)
@@ -337,6 +361,8 @@ def measure(runs, log=print, sizes=SIZES, mpirun=C.OMPI5, faults=False, baseline
         return out
     finally:
         hostset.down(PREFIX, force=True)
+        HOSTS_GROUP.remove()
+        HOSTS_GROUP = None
         __import__("shutil").rmtree(work, ignore_errors=True)
 
 
@@ -541,6 +567,14 @@ def tables(res):
                               for x in v],
                             *[_f(x, 3) + "x" for _, x in _ratios(r, v, "node cpu ratio")],
                             " / ".join(str(r.get(x + " node left", 0)) for x in v)]
+                           for r in res["rows"]]})
+    if any(r.get(x + " launch cpu") is not None for r in res["rows"] for x in v):
+        t.append({"title": "the launch's own CPU (s, median): the launching node's group and the namespace hosts' "
+                           "(their sshd sessions, daemons, ranks), without the other processes sharing this "
+                           "machine; mpilaunch's against bare mpirun's (median of the paired ratios)",
+                  "columns": ["placement", "hosts", *v, *pairs],
+                  "rows": [[r["placement"], r["hosts"], *[_f(r.get(x + " launch cpu")) for x in v],
+                            *[_f(x, 3) + "x" for _, x in _ratios(r, v, "launch cpu ratio")]]
                            for r in res["rows"]]})
     if len(res["sizes"]) > 1:
         t.append({"title": "per-host slope (least squares over all sizes, ms per host): launch time; the launching "
