@@ -12,7 +12,7 @@ command -v ssh >/dev/null || need_apt+=(openssh-client)
 command -v ip >/dev/null || need_apt+=(iproute2)
 # headless Chromium renders `mpilaunch report` pages in tests/e2e/test_report_browser.py
 command -v chromium >/dev/null || need_apt+=(chromium)
-# a real Prometheus server scrapes --metrics-port in the monitor's end-to-end test (the test runs
+# a real Prometheus server scrapes --metrics-port in tests/e2e/test_top_metrics.py (the test runs
 # the binary itself, on a free port; the package's own service is not wanted)
 command -v prometheus >/dev/null || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
