@@ -277,3 +277,44 @@ def test_without_py_spy_samples_go_on_and_rank_0_says_so_once(tmp_path):
         assert s.rss > 1 << 20 and s.cpu_s >= 0
     assert got[-1].output_t == log.stat().st_mtime
     assert time.time() - 120 < got[-1].t <= time.time()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/sbin/capsh"),
+                    reason="needs root and capsh (libcap2-bin) to drop CAP_SYS_PTRACE")
+def test_a_refused_py_spy_leaves_cpu_memory_and_output_and_one_line(tmp_path):
+    """As in a container without CAP_SYS_PTRACE: the adapter runs without it (capsh), and its
+    worker makes itself undumpable (PR_SET_DUMPABLE 0), which only that capability may read.
+    The kernel refuses py-spy; the samples go on without stacks, rank 0 says why once."""
+    script = tmp_path / "w.py"
+    script.write_text("import ctypes, os, sys, time\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
+                      "print('hi', flush=True)\n"
+                      "while not os.path.exists(os.path.join(sys.argv[1], 'release')):\n"
+                      "    time.sleep(0.05)\n")
+    got = []
+    ctl = Control([], np=1, on_sample=got.append)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": REPO, **ctl.env,
+           "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"}
+    argv = ["/usr/sbin/capsh", "--drop=cap_sys_ptrace", "--", "-c", 'exec "$0" "$@"',
+            *_adapters(tmp_path, 2, script, free_port())]
+    proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    refused = ("none: py-spy may not read the worker here (ptrace refused: Permission denied; "
+               "docs/MONITOR.md)")
+    try:
+        assert wait_for(lambda: len([s for s in got if s.sampler == refused]) >= 2, 120), got
+    finally:
+        (tmp_path / "release").touch()
+        out, err = proc.communicate(timeout=60)
+        ctl.close()
+    assert proc.returncode == 0, err
+    said = [line for line in err.splitlines() if not line.startswith(STATUS_PREFIX)]
+    assert said == ["mpilaunch.rank: the monitor samples CPU, memory and output only: "
+                    + refused[len("none: "):]]
+    # before the first record a sample has no stacks yet; after the refusal, none ever
+    first = next(i for i, s in enumerate(got) if s.sampler == refused)
+    assert all(s.sampler == refused for s in got[first:])
+    assert all((s.wait_share, s.stack_samples) == (None, 0) and s.rss > 1 << 20 for s in got)
+    assert got[-1].output_t is not None
+    worker = str(got[0].pid)
+    assert wait_for(lambda: not [p for p in _py_spies() if worker in (p.info["cmdline"] or [])], 10)
