@@ -18,8 +18,9 @@ from mpilaunch.monitor.model import JobView, RankView
 
 COLUMNS = (("RANK", ">"), ("HOST", "<"), ("ROLE", "<"), ("STATE", "<"), ("CPU%", ">"),
            ("RSS", ">"), ("OUTPUT", ">"), ("WAIT", ">"), ("", "<"), ("WHERE", "<"))
-MIN_REFRESH = 1.0       # s: the table is redrawn every monitor interval, at most once a second
-OFF_REFRESH = 2.0       # s: with the monitor off (--monitor-interval 0): states only
+# s between two tables, as htop's 1.5 s and top's 3 s: the samples change once a monitor interval
+# (10 s by default), the output ages and the states in between; an ask costs the job nothing
+REFRESH = 2.0
 
 
 def size(n: int) -> str:
@@ -106,13 +107,9 @@ class Ended(Exception):
     """The job's launcher no longer answers: the job has ended."""
 
 
-def refresh_every(view: JobView) -> float:
-    return max(MIN_REFRESH, view.interval) if view.interval > 0 else OFF_REFRESH
-
-
 def live(view: JobView, ask: Callable[[], JobView], out=sys.stdout,
          keys: Optional[int] = None) -> int:
-    """Draw ``view``, then ``ask()``'s every interval until the job ends, ``q`` (with ``keys``:
+    """Draw ``view``, then ``ask()``'s every REFRESH s until the job ends, ``q`` (with ``keys``:
     a terminal's fd, read a key at a time) or Ctrl-C; the last table stays on the screen.
     -> exit status."""
     said = ""
@@ -123,7 +120,7 @@ def live(view: JobView, ask: Callable[[], JobView], out=sys.stdout,
             text = render(view, term.columns or None, term.lines - 1 if term.lines > 1 else None)
             out.write(HOME + text.replace("\n", CLEAR_LINE + "\n") + CLEAR_BELOW)
             out.flush()
-            if _quit(keys, refresh_every(view)):
+            if _quit(keys, REFRESH):
                 break
             try:
                 view = ask()
@@ -164,7 +161,7 @@ def batch(view: JobView, ask: Callable[[], JobView], out=sys.stdout,
         n += 1
         if count is not None and n >= count:
             return 0
-        time.sleep(refresh_every(view))
+        time.sleep(REFRESH)
         try:
             view = ask()
         except Ended as end:

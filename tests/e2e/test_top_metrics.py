@@ -228,3 +228,19 @@ def test_a_metrics_port_in_use_is_one_line_and_nothing_starts(tmp_path):
     bad, _ = run_cli(["--metrics-port", "http", str(script)], tmp_path)
     assert (bad.returncode, bad.stderr) == (2, "mpilaunch: error: --metrics-port='http': not a whole "
                                                "number; give a port between 1 and 65535\n")
+
+
+def test_top_of_a_job_with_the_monitor_off_is_one_line_exit_1(tmp_path):
+    """--monitor-interval 0: the launcher runs and answers at its socket, but keeps no view."""
+    proc = start(tmp_path, "--monitor-interval", "0")
+    try:
+        assert wait_for(lambda: all((tmp_path / f"up_{r}").exists() for r in range(NP)), 120)
+        assert wait_for(lambda: (tmp_path / "logs" / ".mpilaunch-stacks").exists(), 10)
+        got = top_once(tmp_path / "logs")
+    except BaseException:
+        proc.kill()
+        raise
+    finish(proc, tmp_path)
+    assert (got.returncode, got.stdout) == (1, ""), got.stderr
+    assert got.stderr == ("mpilaunch: this job keeps no view of its ranks: its monitor is off "
+                          "(--monitor-interval 0)\n")

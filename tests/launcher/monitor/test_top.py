@@ -76,7 +76,7 @@ def test_batch_mode_prints_a_table_per_answer_until_the_job_ends(monkeypatch):
 
     one = JobView(0.0, 0, 0, 1, 0.0, "", [])
     out = io.StringIO()
-    monkeypatch.setattr(top, "refresh_every", lambda view: 0.0)   # no wait between tables here
+    monkeypatch.setattr(top, "REFRESH", 0.0)   # no wait between tables here
     assert top.batch(one, ask, out) == 0
     assert out.getvalue() == (top.render(one) + "\n" + top.render(VIEW)
                               + "mpilaunch: the job writing to logs has ended (mpilaunch pid 7)\n")
