@@ -10,12 +10,15 @@ from typing import Mapping, Optional, Tuple
 
 from mpilaunch import contract, net
 from mpilaunch.errors import UsageError
-from mpilaunch.rank.binding import affinity
 
 
 def bind_numa(value: Optional[str]) -> Optional[str]:
     """``--bind_numa`` checked (mpilaunch/rank/binding/affinity.py's rule) -> what the ranks get: True,
     or the JSON itself (a file's content: the other hosts need not have the file)."""
+    if value is None:   # not asked for: the binding rules are loaded by the launches that bind
+        return None
+    from mpilaunch.rank.binding import affinity
+
     spec = affinity.parse_bind_numa(value, "--bind_numa")
     if spec is None or value is None:   # None: not asked for
         return None

@@ -18,7 +18,6 @@ import os
 from mpilaunch import contract, net
 from mpilaunch.errors import UsageError
 from mpilaunch.rank import agree, frameworkenv, logs
-from mpilaunch.rank.binding import affinity
 
 
 def check(cfg) -> None:
@@ -31,10 +30,14 @@ def check(cfg) -> None:
     hosts = list(cfg.hosts)
     here = [net.is_here(h) for h in hosts]
 
-    if cfg.bind_core:
+    if cfg.bind_core:   # the binding rules are loaded by the launches that bind
+        from mpilaunch.rank.binding import affinity
+
         affinity.parse_bind_core(cfg.bind_core, os.cpu_count() if all(here) else None,
                                  "--bind_core")
     if getattr(cfg, "bind_numa", None) and all(here):   # the file was read by config.launchconfig.build
+        from mpilaunch.rank.binding import affinity
+
         affinity.check_numa_nodes(affinity.parse_bind_numa(cfg.bind_numa, "--bind_numa"),
                                   affinity.read_numa_topology(), "--bind_numa")
     tail = contract.parse_tail_spec(cfg.tail_worker_log)

@@ -42,6 +42,7 @@ PLAIN_LAUNCH = {
     "mpilaunch.backends.openmpi", "mpilaunch.backends.placement", "mpilaunch.backends.rankcmd",
     "mpilaunch.cli", "mpilaunch.config", "mpilaunch.config.allocation", "mpilaunch.config.broadcast",
     "mpilaunch.config.helptext", "mpilaunch.config.hostfile", "mpilaunch.config.launchconfig",
+    "mpilaunch.config.monitoring",
     "mpilaunch.config.mpi", "mpilaunch.config.mpiargs", "mpilaunch.config.msrun",
     "mpilaunch.config.options", "mpilaunch.config.preflight", "mpilaunch.config.programs",
     "mpilaunch.config.rankcheck", "mpilaunch.config.resilience", "mpilaunch.config.sshconfig",
@@ -49,12 +50,17 @@ PLAIN_LAUNCH = {
     "mpilaunch.errors", "mpilaunch.net", "mpilaunch.output", "mpilaunch.output.events",
     "mpilaunch.output.exctext", "mpilaunch.output.outcome", "mpilaunch.output.summary",
     "mpilaunch.pdeathsig", "mpilaunch.procstat", "mpilaunch.rank", "mpilaunch.rank.agree",
-    "mpilaunch.rank.binding", "mpilaunch.rank.binding.affinity", "mpilaunch.rank.control",
+    "mpilaunch.rank.control",
     "mpilaunch.rank.flags", "mpilaunch.rank.frameworkenv", "mpilaunch.rank.identity",
     "mpilaunch.rank.logs", "mpilaunch.rank.status", "mpilaunch.run", "mpilaunch.rundir",
     "mpilaunch.supervise", "mpilaunch.supervise.attempt", "mpilaunch.supervise.control",
     "mpilaunch.supervise.ending", "mpilaunch.supervise.leftovers", "mpilaunch.supervise.relays",
     "mpilaunch.supervise.starter", "mpilaunch.supervise.stopping", "mpilaunch.supervise.usersignals"}
+
+# The monitor's board, fed the ranks' samples: on by default where py-spy is beside the ranks'
+# Python (config/monitoring.py), so a plain launch loads it then, and only then.
+MONITOR = {"mpilaunch.monitor", "mpilaunch.monitor.board", "mpilaunch.monitor.model",
+           "mpilaunch.monitor.straggler"}
 
 # Loaded by the plain launch only once mpirun runs: `mpilaunch stacks LOG_DIR`'s listener.
 AFTER_POPEN = {"mpilaunch.stacks", "mpilaunch.stacks.server"}
@@ -70,6 +76,7 @@ HEAVY = ("psutil", "prometheus_client", "http", "http.server", "socketserver", "
 NEVER = ("mpilaunch.attempts.discovery", "mpilaunch.attempts.health", "mpilaunch.attempts.shrink",
          "mpilaunch.ssh", "mpilaunch.check", "mpilaunch.report", "mpilaunch.job",
          "mpilaunch.stacks.command", "mpilaunch.stacks.verdict", "mpilaunch.monitor.metrics",
+         "mpilaunch.rank.binding",
          "psutil", "prometheus_client", "http.server", "hmac", "secrets")
 
 
@@ -101,12 +108,15 @@ def ours(modules):
 def test_a_plain_launch_loads_only_what_it_uses(tmp_path, mpirun):
     rc, at_popen, at_end = plain_launch(tmp_path, mpirun)
     assert rc == 0
+    from mpilaunch.config.monitoring import py_spy_beside
+
+    plain = PLAIN_LAUNCH | (MONITOR if py_spy_beside(sys.executable) else set())
     heavy = sorted(m for m in HEAVY if m in at_popen)
     assert heavy == [], f"heavy modules before mpirun starts: {heavy}"
-    new = sorted(ours(at_popen) - PLAIN_LAUNCH)
+    new = sorted(ours(at_popen) - plain)
     assert new == [], f"new on the launch's path (decide here, or import it where it is used): {new}"
-    gone = sorted(PLAIN_LAUNCH - ours(at_popen))
-    assert gone == [], f"no longer loaded: take them out of PLAIN_LAUNCH: {gone}"
+    gone = sorted(plain - ours(at_popen))
+    assert gone == [], f"no longer loaded: take them out of the set: {gone}"
     assert sorted(ours(at_end) - ours(at_popen)) == sorted(AFTER_POPEN)
     never = sorted(m for m in NEVER if m in at_end)
     assert never == [], f"opt-in features loaded by a plain launch: {never}"
@@ -126,4 +136,4 @@ def test_the_budget_fails_on_a_planted_import_of_the_stacks_server(tmp_path):
     rc, at_popen, _ = plain_launch(launch, mpis.OMPI5_MPIRUN if not mpis.OMPI5.missing()
                                    else mpis.OMPI4_MPIRUN, repo=str(copy))
     assert rc == 0
-    assert AFTER_POPEN <= ours(at_popen) - PLAIN_LAUNCH
+    assert AFTER_POPEN <= ours(at_popen) - PLAIN_LAUNCH - MONITOR
