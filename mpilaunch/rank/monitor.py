@@ -274,6 +274,8 @@ class Monitor(threading.Thread):
                                 f"only: {why}\n")
 
     def run(self) -> None:
+        if self.done.wait(self.interval):   # the first sample's imports wait for it: the
+            return                          # worker's start-up has the host's CPU to itself
         if self.py_spy is None:
             from mpilaunch.rank import watchdog    # its subprocess import: not on the start path
 
@@ -292,8 +294,10 @@ class Monitor(threading.Thread):
 
         self.Sample = Sample
         try:
-            while not self.done.wait(self.interval):
+            while True:
                 self.tick()
+                if self.done.wait(self.interval):
+                    return
         finally:
             self.end_spies()
 
