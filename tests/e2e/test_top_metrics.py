@@ -244,3 +244,76 @@ def test_top_of_a_job_with_the_monitor_off_is_one_line_exit_1(tmp_path):
     assert (got.returncode, got.stdout) == (1, ""), got.stderr
     assert got.stderr == ("mpilaunch: this job keeps no view of its ranks: its monitor is off "
                           "(--monitor-interval 0)\n")
+
+
+SLOW = r'''
+import datetime, os, sys, time
+import torch
+import torch.distributed as dist
+
+out = sys.argv[1]
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
+
+
+def load_batch():
+    if rank == 2:
+        time.sleep(0.04)
+    x = torch.ones(128, 128)
+    return x @ x / 128
+
+
+stop = torch.zeros(1)
+while not stop[0]:
+    dist.all_reduce(load_batch())
+    stop[0] = float(os.path.exists(os.path.join(out, "release")))
+    dist.all_reduce(stop)
+dist.destroy_process_group()
+'''
+needs_torch = pytest.mark.skipif(
+    subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0,
+    reason="torch not installed")
+
+
+@needs_torch
+@pytest.mark.skipif(shutil.which("prometheus") is None,
+                    reason="no prometheus binary (scripts/test.sh installs the Debian package)")
+def test_the_slow_rank_reads_straggler_in_top_and_in_prometheus(tmp_path):
+    """A torch/gloo job whose rank 2 sleeps 40 ms more per step: top's row of rank 2 (and only
+    it) says straggler, its first line names it, and Prometheus reads mpilaunch_straggler 1 for
+    rank 2 alone. The monitor samples every 5 s (enough stack samples for the rule a round)."""
+    pytest.importorskip("prometheus_client")
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW)
+    metrics_port, prom_port = free_port(), free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(PROM_CONFIG.format(port=metrics_port))
+    argv = mpilaunch_argv("-np", str(NP), "--oversubscribe", "--no-scheduler", "--master_port", "0",
+                          "--monitor-interval", "5", "--metrics-port", metrics_port,
+                          "--log_dir", str(tmp_path / "logs"), str(script), str(tmp_path))
+    proc = subprocess.Popen(argv, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    prom = subprocess.Popen(["prometheus", f"--config.file={cfg}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=open(tmp_path / "prometheus.log", "w"))
+    try:
+        def named():
+            got = top_once(tmp_path / "logs")
+            table = rows(got.stdout) if got.returncode == 0 else {}
+            return got if len(table) == NP and "straggler" in table[2] else None
+        got = wait_for(named, 180, interval=1.0)
+        assert got, top_once(tmp_path / "logs").stdout
+        table = rows(got.stdout)
+        assert [r for r, cells in table.items() if "straggler" in cells] == [2], got.stdout
+        assert f"straggler: rank 2 on {HOST}" in got.stdout.splitlines()[0], got.stdout
+        lagging = wait_for(lambda: query(prom_port, "mpilaunch_straggler == 1"), 60, interval=0.5)
+        assert [(s["metric"]["rank"], s["metric"]["host"]) for s in lagging] == [("2", HOST)]
+    except BaseException:
+        proc.kill()
+        raise
+    finally:
+        prom.terminate()
+        prom.wait(30)
+    finish(proc, tmp_path)
