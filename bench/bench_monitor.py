@@ -27,6 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
+SAMPLES_AT_10S = 60     # the stack samples of one record at a 10 s interval (6 s at 10 a second)
 WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads", "gloo_steps.py")
 
 
@@ -81,6 +82,12 @@ def cpu_per_interval(records: int) -> dict:
             spy.append(ru.ru_utime + ru.ru_stime)
             with open(out) as f:
                 raw = f.read()
+        dump = []       # the alternative: one py-spy dump per stack sample
+        for k in range(records):
+            p = subprocess.Popen([py_spy, "dump", "--pid", str(target.pid), "--nonblocking"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _, _, ru = os.wait4(p.pid, 0)
+            dump.append(ru.ru_utime + ru.ru_stime)
         t0 = time.process_time()
         for _ in range(100):
             monitor.usage(target.pid)
@@ -91,7 +98,8 @@ def cpu_per_interval(records: int) -> dict:
         target.kill()
         target.wait()
         shutil.rmtree(work, ignore_errors=True)
-    return {"py_spy_record_cpu": common.stats(spy), "tick_cpu": tick}
+    return {"py_spy_record_cpu": common.stats(spy), "py_spy_dump_cpu": common.stats(dump),
+            "tick_cpu": tick}
 
 
 def main() -> int:
@@ -109,6 +117,9 @@ def main() -> int:
         print(f"one rank's monitor, per interval: py-spy record {cpu['py_spy_record_cpu']['median'] * 1e3:.1f} ms "
               f"CPU (median of {args.records}; min {cpu['py_spy_record_cpu']['min'] * 1e3:.1f}, max "
               f"{cpu['py_spy_record_cpu']['max'] * 1e3:.1f}), the tick itself {cpu['tick_cpu'] * 1e3:.2f} ms", flush=True)
+        dump = cpu["py_spy_dump_cpu"]["median"]
+        print(f"  a py-spy dump instead: {dump * 1e3:.1f} ms CPU each; {SAMPLES_AT_10S} of them "
+              f"(a record's samples at 10 s) cost {dump * SAMPLES_AT_10S:.2f} s", flush=True)
         for s in (5, 10, 15, 20, 30, 60):
             print(f"  interval {s:>2} s: 4 ranks on {os.cpu_count()} cores lose "
                   f"{100 * 4 * per / (os.cpu_count() * s):.2f}% of the CPU", flush=True)
