@@ -15,8 +15,16 @@ not in the hostfile, as mpi-operator's launcher pod). Variants, interleaved roun
 * ``bare mpirun (tree)``: the same without ``plm_rsh_no_tree_spawn`` (Open MPI's default tree
   spawn: daemons start further daemons);
 * ``mpilaunch``: ``python -m mpilaunch --hostfile H --ssh-args '-F cfg' -np K exit_at_once.py``;
+* ``mpilaunch (tree)``: the same with ``--mca-args`` of the ModelArts defaults minus
+  ``plm_rsh_no_tree_spawn``, against ``bare mpirun (tree)``: up to Open MPI's routing radix (64)
+  tree spawn starts every daemon as flat ssh does; past it (128 hosts) daemons start daemons;
 * ``mpilaunch (baseline)``: the same from the checkout in ``BENCH_BASELINE`` (before/after in
   one run), when given.
+
+Each launch runs in a cgroup of its own (``NodeGroup``: the launcher, mpirun, its ssh clients,
+on worker-0 also host 1's rank), whose CPU is the launching node's own, the figure that does not
+depend on this rig; the hosts' sshd listeners are in another (``HOSTS_GROUP``), so the launch's
+own CPU (both) is read without the other processes sharing this machine.
 
 At the figure's size (32 hosts) also: each mpilaunch launch split by its event record
 (``profile``), one rank's adapter CPU without mpirun (``adapter_cpu``), what the launching node
@@ -24,8 +32,9 @@ holds and spends per host (``launching_node``) and the fault scenarios of tests/
 (``fault_timings``).
 
 Standalone: ``python3 bench/bench_scale.py [--runs 5] [--hosts 1,2,4,8,16,32] [--faults]
-[--profile RUNS] [--node 1,16,32] [--json FILE]`` (root; ``BENCH_BASELINE=/path/to/old/checkout``
-adds the baseline variant at 32 hosts). In bench/run.py: ``BENCH_SCALE_HOSTS`` (the sizes),
+[--profile RUNS] [--node 1,16,32] [--variants V1,V2] [--scenarios S1,S2] [--json FILE]`` (root;
+``BENCH_BASELINE=/path/to/old/checkout`` adds the baseline variant at 32 hosts;
+``BENCH_SCALE_PREFIX`` names the host set, ``mlk`` by default). In bench/run.py: ``BENCH_SCALE_HOSTS`` (the sizes),
 ``BENCH_SCALE_FAULT_RUNS`` (3), ``BENCH_BASELINE``.
 """
 from __future__ import annotations
@@ -45,6 +54,7 @@ SCRIPT = os.path.join(C.EXAMPLES, "exit_at_once.py")
 PREFIX = os.environ.get("BENCH_SCALE_PREFIX", "mlk")   # another for a second run at once
 SIZES = (1, 2, 4, 8, 16, 32)
 TARGET_RATIO = 1.05
+LARGE, TARGET_LARGE, TARGET_NODE_CPU = 128, 1.10, 1.05   # past the radix: launch time; the launching node's CPU
 PLACEMENTS = ("worker-0", "outside")
 V_FLAT, V_TREE, V_ML, V_MLT, V_OLD = ("bare mpirun (flat)", "bare mpirun (tree)", "mpilaunch",
                                       "mpilaunch (tree)", "mpilaunch (baseline)")
@@ -641,6 +651,17 @@ def run(opts, log) -> dict:
                  "value": _f(r["ratio"]) + "x", "target": f"<= {TARGET_RATIO}x",
                  "met": None if r["ratio"] is None else r["ratio"] <= TARGET_RATIO}
                 for r in res["rows"] if r["hosts"] == big]
+    for r in res["rows"]:   # past Open MPI's routing radix: both ways of starting daemons
+        if r["hosts"] < LARGE:
+            continue
+        for key, tag, target, what in (("ratio", "", TARGET_LARGE, "launch time, flat ssh"),
+                                       ("ratio", " tree", TARGET_LARGE, "launch time, tree spawn"),
+                                       ("node cpu ratio", "", TARGET_NODE_CPU, "launching node's CPU, flat ssh"),
+                                       ("node cpu ratio", " tree", TARGET_NODE_CPU, "launching node's CPU, tree spawn")):
+            x = r.get(key + tag)
+            verdicts.append({"figure": f"scale, {r['placement']}, {r['hosts']} hosts: {what}, mpilaunch / bare mpirun",
+                             "value": _f(x, 3) + "x", "target": f"<= {target}x",
+                             "met": None if x is None else x <= target})
     return {"key": "scale", "title": title, "method": [" ".join(" ".join(__doc__.split("\n\n")[1:3]).split())],
             "tables": tables(res), "verdicts": verdicts, "chart": None, "profile": [], "raw": res,
             "commands": res.get("commands", {})}
