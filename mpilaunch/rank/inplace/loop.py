@@ -99,9 +99,12 @@ class InPlaceSupervisor(Supervisor):
 
     def _run_child(self, child) -> None:
         spare = self.spare
-        if child.spec.role == "worker" and spare is not None and not spare.usable():
+        if child.spec.role == "worker" and spare is not None and not spare.ready():
+            # still importing: on a busy machine its time at idle priority put it far behind
+            # the others in the scheduler's queue (its import then ran several times slower
+            # than a fresh interpreter's, measured at load 40-80): a fresh worker instead
             self.spare = None
-            spare.discard()
+            spare.discard(at_once=True)
         elif child.spec.role == "worker" and spare is not None:
             self.spare = None
             try:

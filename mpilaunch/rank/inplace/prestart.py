@@ -71,6 +71,7 @@ class Spare:
         self.returncode: Optional[int] = None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = ours
+        self.imported = False
         self.thread = threading.Thread(target=self._run, args=(sup, worker_child, theirs, modules),
                                        name="spare", daemon=True)
         old = signal.pthread_sigmask(signal.SIG_BLOCK, TEARDOWN_SIGNALS + (signal.SIGCHLD,))
@@ -154,14 +155,24 @@ class Spare:
             self.sock.close()
         return True
 
-    def discard(self) -> None:
+    def ready(self) -> bool:
+        """Its imports are done (spare.py says so with one byte)."""
+        if not self.imported and self.usable():
+            try:
+                self.imported = b"+" in self.sock.recv(16, socket.MSG_DONTWAIT)
+            except OSError:
+                pass
+        return self.imported
+
+    def discard(self, at_once: bool = False) -> None:
+        """Gone: told by EOF (``at_once``: killed, it is still importing)."""
         if self.proc is None:
             self.exited.set()      # not forked yet: it never will be
         try:
             self.sock.close()          # the spare reads EOF and leaves
         except OSError:
             pass
-        if self.proc is not None and not self.exited.wait(1.0):
+        if self.proc is not None and not self.exited.wait(0.0 if at_once else 1.0):
             try:
                 self.proc.kill()
             except OSError:

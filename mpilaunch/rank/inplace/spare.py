@@ -82,6 +82,10 @@ def main():
             __import__(name)
         except Exception:   # the script will meet the same error, in its own log
             pass
+    try:
+        sock.send(b"+")     # ready: the adapter adopts only a spare that is (prestart.py)
+    except OSError:
+        pass
     lines = _Lines(sock)
     msg = lines.next()
     while msg is not None and "listen" in msg:
