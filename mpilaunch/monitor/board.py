@@ -171,14 +171,12 @@ class Board:
             seen.hot_frame = sample.hot_frame or seen.hot_frame
             change = Change(rank, sample.host, score, sample.hot_frame, False,
                             straggler.became_line(rank, sample.host, score, sample.hot_frame))
-            seen.others = max(seen.others, score.others)
-            seen.slowdown = max(seen.slowdown, change.slowdown)
+            seen.add(score.others, change.slowdown)
             out.append(change)
         for rank, seen in self.open.items():    # the worst while it lasts
             now_score = step.scores.get(rank)
             if now_score is not None and rank not in step.became and rank in self.stragglers:
-                seen.others = max(seen.others, now_score.others)
-                seen.slowdown = max(seen.slowdown, now_score.slowdown())
+                seen.add(now_score.others, now_score.slowdown())
         for rank in step.recovered:
             seen = self.open.pop(rank)
             seen.spans[-1] = (seen.spans[-1][0], now)

@@ -161,15 +161,17 @@ def seen_lines(seen: Sequence["Seen"], now: float) -> List[str]:
         text = (f"rank {s.rank}" + (f" on host {s.host}" if s.host else "")
                 + (f" (attempt {s.attempt})" if s.attempt else "")
                 + f": held the job back {held:.0f} s" + (f" ({times} times)" if times > 1 else "")
-                + f", others waited up to {pct(s.others)} of the time for it (the job up to "
-                f"{s.slowdown:g}x as long)")
+                + f", others waited up to {pct(s.others)} of the time for it (the job "
+                f"{s.slowdown:g}x as long, the median of its rounds)")
         out.append(text + (f"; its time went to {s.hot_frame}" if s.hot_frame else ""))
     return out
 
 
 @dataclass
 class Seen:
-    """A straggler the job had: its spans (start, end or None while it lasts), the worst."""
+    """A straggler the job had: its spans (start, end or None while it lasts), the others'
+    highest wait share, the median slowdown of its rounds (one round's is noisy: the others'
+    busy share is a few stack samples) and the slowdowns it is the median of."""
     rank: int
     host: str
     attempt: int
@@ -177,3 +179,11 @@ class Seen:
     others: float = 0.0
     slowdown: float = 1.0
     spans: List[Tuple[float, Optional[float]]] = field(default_factory=list)
+    slowdowns: List[float] = field(default_factory=list)
+
+    def add(self, others: float, slowdown: float) -> None:
+        """One more round as a straggler."""
+        self.others = max(self.others, others)
+        self.slowdowns.append(slowdown)
+        ordered = sorted(self.slowdowns)
+        self.slowdown = ordered[len(ordered) // 2]

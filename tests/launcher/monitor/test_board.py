@@ -87,7 +87,7 @@ def test_recovery_is_told_and_the_end_lines_list_the_straggler():
     assert monitoring.end_lines(b) == (
         "mpilaunch: 1 straggler(s) seen\n"
         "  rank 2 on host h2: held the job back 2 s, others waited up to 64% of the time for it "
-        "(the job up to 2.72x as long); its time went to train.py:41 in load_batch\n")
+        "(the job 2.72x as long, the median of its rounds); its time went to train.py:41 in load_batch\n")
 
 
 def test_the_start_up_is_not_judged_but_a_rank_that_never_waits_is_after_two_rounds():
@@ -174,7 +174,7 @@ def test_a_new_attempt_forgets_the_last_ones_samples_but_not_its_stragglers():
     clock.t += 10.0
     assert b.seen_lines() == [
         "rank 2 on host h2: held the job back 5 s, others waited up to 64% of the time for it "
-        "(the job up to 2.72x as long); its time went to train.py:9 in step"]
+        "(the job 2.72x as long, the median of its rounds); its time went to train.py:9 in step"]
 
 
 def test_feeding_and_viewing_from_threads_at_once():

@@ -90,6 +90,13 @@ def test_the_end_of_job_lines():
     b = S.Seen(1, "", 1, None, 0.4, 1.5, [(10.0, 12.4)])
     assert S.seen_lines([a, b], now=160.0) == [
         "rank 2 on host h3: held the job back 40 s (2 times), others waited up to 64% of the "
-        "time for it (the job up to 2.63x as long); its time went to train.py:41 in load_batch",
+        "time for it (the job 2.63x as long, the median of its rounds); its time went to train.py:41 in load_batch",
         "rank 1 (attempt 1): held the job back 2 s, others waited up to 40% of the time for it "
-        "(the job up to 1.5x as long)"]
+        "(the job 1.5x as long, the median of its rounds)"]
+
+
+def test_the_end_of_job_slowdown_is_the_median_of_its_rounds_not_one_noisy_one():
+    s = S.Seen(2, "h3", 0, None)
+    for others, slow in ((0.64, 2.7), (0.99, 20.0), (0.66, 2.9)):
+        s.add(others, slow)
+    assert (s.others, s.slowdown) == (0.99, 2.9)
