@@ -169,9 +169,10 @@ def relaunch(step: Between, hosts: HostSource
                 **restart.relaunch_fields(last))
     print(f"mpilaunch: attempt {k - 1} failed ({last.cause}); restarting the job: attempt "
           f"{k} of at most {lr.max_restarts + 1}"
-          + (f" in {lr.restart_delay:g} s" if lr.restart_delay else ""),
+          + (f" in {lr.restart_delay:g} s" if lr.restart_delay else "")
+          + (f" (not in place: {last.fallback})" if last.fallback else ""),
           file=sys.stderr, flush=True)
-    last = replace(last, note=last.note + nxt.note + _dropped(nxt, k))
+    last = replace(last, note=last.note + restart.relaunch_note(last) + nxt.note + _dropped(nxt, k))
     signum, cfg = _wait(nxt.cfg, nxt.lr, k)
     if signum:
         print(f"mpilaunch: {signal.Signals(signum).name} received between attempts: "

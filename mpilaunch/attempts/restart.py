@@ -71,7 +71,7 @@ def fallback_reason(lr: Resilience, index: int, status: int, stopped: object, lo
             "failed, or the adapters could not reach rank 0's)")
 
 
-def relaunch_fields(last: AttemptRecord) -> Dict[str, str]:
+def relaunch_fields(last: AttemptRecord) -> Dict[str, Any]:
     """The ``restart`` event's fields for a relaunch after ``last``: its mode, and why the
     in-place mode fell back to it."""
     return {"mode": "relaunch", **({"fallback": last.fallback} if last.fallback else {})}

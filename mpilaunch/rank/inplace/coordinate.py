@@ -173,6 +173,8 @@ class Coordinator:
     def _name_root(self, k: int) -> None:
         with self.lock:
             got = self.failures.pop(k, [])
+        if not got:
+            return          # named already: the attempt after it ended within the window
         root = min(got, key=lambda i: i.get("t", 0.0))
         status.emit(root.get("rank"), root.get("host", "?"), root.get("role", "worker"),
                     RESTART_EVENT, root.get("code"), root.get("signal"), "restart",
@@ -188,11 +190,22 @@ class Coordinator:
             if len(self.done) < self.size:
                 return
             conns = list(self.conns)
+        self._name_roots()
         self._send(conns, f"finish {k}\n")
         if self.local is not None:
             self.local.finish(k)
 
+    def _name_roots(self) -> None:
+        """Every restart's root cause not yet named: an attempt restarted in place that ends
+        within ``ROOT_WINDOW`` (or the last of the budget, whose adapters leave at once) still
+        tells the launcher why it was restarted, before the adapters go."""
+        with self.lock:
+            pending = sorted(self.failures)
+        for k in pending:
+            self._name_root(k)
+
     def close(self) -> None:
+        self._name_roots()
         for s in [self.sock] + self.conns:
             try:
                 s.close()

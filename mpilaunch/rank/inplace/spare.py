@@ -40,7 +40,7 @@ class _Lines:
         return json.loads(line)
 
 
-_STORE = []     # the rendezvous store this process listens on before its script runs
+_STORE: list = []     # the rendezvous store this process listens on before its script runs
 
 
 def _listen(msg):

@@ -180,7 +180,7 @@ def test_plain_and_pytorch_scripts_get_no_scheduler_copy(mpirun, tmp_path):
                    "t = torch.ones(1) * (dist.get_rank() + 1)\ndist.all_reduce(t)\n"
                    "print('DDP', int(t.item()))\ndist.destroy_process_group()\n")
     proc = launch(["--mpirun", mpirun, "-np", "2", "--master_port", free_port(), str(ddp)],
-                  tmp_path, timeout=120)
+                  tmp_path, timeout=120, cwd=tmp_path)     # the default log dir is the cwd
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("DDP 3") == 2
 

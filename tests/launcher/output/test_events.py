@@ -241,12 +241,13 @@ def test_a_restart_is_a_second_attempt_with_its_cause(tmp_path):
     script = tmp_path / "r.py"
     script.write_text(RESTART)
     logs = tmp_path / "logs"
-    p = run(["-np", "2", "--log_dir", str(logs), "--max_restarts", "1", str(script)],
-            cwd=str(tmp_path))
+    p = run(["-np", "2", "--log_dir", str(logs), "--max_restarts", "1",
+             "--restart-mode", "relaunch", str(script)], cwd=str(tmp_path))
     assert p.returncode == 0, p.stderr
     recs = _records(str(logs))
     [restart] = [r for r in recs if r["kind"] == "restart"]
     assert restart["next_attempt"] == 1 and "rank 0 (worker)" in restart["cause"]
+    assert restart["mode"] == "relaunch" and "fallback" not in restart   # asked for
     starts = [r for r in recs if r["kind"] == "attempt_start"]
     assert [(r["attempt"], r["log_dir"]) for r in starts] == [
         (0, str(logs / "attempt0")), (1, str(logs / "attempt1"))]
@@ -254,3 +255,22 @@ def test_a_restart_is_a_second_attempt_with_its_cause(tmp_path):
     assert ends == [(0, 4), (1, 0)]
     assert recs[-1]["kind"] == "job_end" and (recs[-1]["status"], recs[-1]["attempts"]) == (0, 2)
     assert os.listdir(str(logs)).count("events.jsonl") == 1      # one record for the job
+
+
+def test_a_restart_in_place_is_recorded_even_when_the_next_attempt_ends_at_once(tmp_path):
+    # the default mode: the same starter runs attempt 1; its record says why attempt 0 was
+    # restarted even when attempt 1 ends before the coordinator's window to name the root cause
+    # (the last attempt's adapters leave at once: it was lost, and the summary said 1 attempt)
+    script = tmp_path / "r.py"
+    script.write_text(RESTART)
+    logs = tmp_path / "logs"
+    p = run(["-np", "2", "--log_dir", str(logs), "--max_restarts", "1", str(script)],
+            cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    recs = _records(str(logs))
+    [restart] = [r for r in recs if r["kind"] == "restart"]
+    assert (restart["next_attempt"], restart["mode"]) == (1, "in-place"), restart
+    assert "rank 0 (worker)" in restart["cause"] and "exit code 4" in restart["cause"], restart
+    assert [r["attempt"] for r in recs if r["kind"] == "attempt_start"] == [0]   # one starter
+    assert recs[-1]["kind"] == "job_end" and (recs[-1]["status"], recs[-1]["attempts"]) == (0, 2)
+    assert "attempt 0: exit status 4: rank 0 (worker)" in p.stderr and "restarted in place" in p.stderr
