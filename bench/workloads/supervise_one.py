@@ -8,7 +8,7 @@ import socket
 import sys
 
 from mpilaunch.rank.plan import ChildSpec
-from mpilaunch.rank.supervisor import supervise
+from mpilaunch.rank.supervisor import Supervisor
 
 
 def main(argv):
@@ -18,7 +18,7 @@ def main(argv):
     tail = None if "--no-tail" in opts else b"[rank0] "
     spec = ChildSpec(role="worker", argv=cmd, env=dict(os.environ), log_path=log_path,
                      tail_prefix=tail)
-    return supervise([spec], 0, socket.gethostname())
+    return Supervisor([spec], 0, socket.gethostname()).run()
 
 
 if __name__ == "__main__":
