@@ -25,8 +25,12 @@ TORCH = frozenset((
     "recv", "send_object_list", "recv_object_list", "batch_isend_irecv", "new_group",
     "init_process_group", "destroy_process_group"))
 TORCH_FILES = ("torch/distributed/distributed_c10d.py",)
-# MindSpore: every call of mindspore.communication (init's rendezvous, comm_func's collectives)
+# MindSpore: every call of mindspore.communication (init's rendezvous, comm_func's collectives),
+# and from 2.9 on the collectives' own files: mindspore.ops.communication's (its functions live
+# in ops/function/comm_func.py) and mint.distributed's. In PyNative mode a collective returns
+# before it has run, unless MS_DEV_LAUNCH_BLOCKING=1 (docs/MONITOR.md, "MindSpore")
 MINDSPORE_DIR = "mindspore/communication/"
+MINDSPORE_FILES = ("mindspore/ops/function/comm_func.py", "mindspore/mint/distributed/distributed.py")
 # mpi4py's calls run in C (no Python frame): the user's line that makes one, or with
 # --native the MPI library's own frame
 MPI_CALLS = ("allreduce", "Allreduce", "bcast", "Bcast", "barrier", "Barrier", "gather",
@@ -56,7 +60,7 @@ def collective(frame: Frame) -> Optional[str]:
     or (``--native``) mpi4py's own method of an MPI call, else None."""
     if frame.func in TORCH and frame.path.endswith(TORCH_FILES):
         return f"{frame.func} (torch.distributed)"
-    if MINDSPORE_DIR in frame.path:
+    if MINDSPORE_DIR in frame.path or frame.path.endswith(MINDSPORE_FILES):
         return f"{frame.func} (mindspore.communication)"
     if "/mpi4py/" in frame.path and frame.func in MPI_CALLS:
         return f"{frame.func} (mpi4py)"
