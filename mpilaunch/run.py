@@ -10,11 +10,11 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from mpilaunch import backends, contract, net
 from mpilaunch.config import allocation, launchconfig, mpiargs, options, rankcheck, resilience
 from mpilaunch.errors import UsageError
-from mpilaunch.attempts import hostsource, loop, nextattempt
+from mpilaunch.attempts import loop, nextattempt
 from mpilaunch.output import events
 
-# A plain launch imports only what it uses: ssh's helpers, host discovery and the ssh preflight
-# are imported where they are used (docs/ARCHITECTURE.md, start-up).
+# A plain launch imports only what it uses: ssh's helpers, host discovery (and its source of
+# hosts) and the ssh preflight are imported where they are used (docs/ARCHITECTURE.md, start-up).
 
 
 def preflight_fails(cfg: Any, mux: Optional[str] = None) -> bool:
@@ -119,11 +119,12 @@ def main(argv: Sequence[str]) -> int:
     env = dict(os.environ)
     cfg = launchconfig.build(args, env)
 
-    disc = None
+    hosts = None    # the config's (the loop makes their source when it first relaunches)
     if cfg.resilience is not None and cfg.resilience.discovery_script is not None:
-        from mpilaunch.attempts import discovery
+        from mpilaunch.attempts import discovery, hostsource
 
         disc, cfg = discovery.setup(args, cfg, env)
+        hosts = hostsource.source(disc)
     rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
     backend = backends.select(cfg, env)
     lr = resilience.for_backend(cfg.resilience, backend)   # restarts, grace, watchdog, span
@@ -144,7 +145,7 @@ def main(argv: Sequence[str]) -> int:
     # rank 0's address as the user gave it (or not): attempt 0's may be filled in from its
     # first host, which a later attempt may not have (nextattempt.attempt_cfg)
     job = loop.JobContext(backend, env, cfg, base=cfg, lr=lr,
-                          hosts=hostsource.source(disc),
+                          hosts=hosts,
                           first_checks=_launch_checks(args, backend, env),
                           verbose=bool(args.verbose), metrics=metrics)
     return loop.run_job(job)

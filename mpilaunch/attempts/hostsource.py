@@ -11,8 +11,7 @@ loop of attempts (attempts.py) never asks which it holds:
 Both keep the hosts' failures across attempts in one :class:`health.HostHealth`."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Tuple
 
 from mpilaunch.config.resilience import Resilience
 from mpilaunch.attempts.nextattempt import Between
@@ -21,8 +20,7 @@ if TYPE_CHECKING:   # annotations only: a plain launch imports neither (its firs
     from mpilaunch.attempts import discovery, health
 
 
-@dataclass(frozen=True)
-class NextHosts:
+class NextHosts(NamedTuple):
     """The next attempt's config and resilience settings (its hosts, world size, whether rank 0
     runs here); ``note``: what the last attempt's line of the summary adds; ``dropped``: the
     hosts left out for good (``--min-hosts``), said once the relaunch is announced."""

@@ -16,18 +16,22 @@ import enum
 import os
 import signal
 import sys
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from mpilaunch import contract, rundir
 from mpilaunch.config.resilience import Resilience, resilience_on
 from mpilaunch.supervise import starter
 from mpilaunch.supervise.attempt import Attempt, AttemptRecord
 from mpilaunch.supervise.stopping import BetweenAttempts
-from mpilaunch.attempts import monitoring, nextattempt, progress, restart
-from mpilaunch.attempts.hostsource import FixedHosts, HostSource, HostsEnded, NextHosts
+from mpilaunch.attempts import monitoring, nextattempt
 from mpilaunch.attempts.nextattempt import Between
 from mpilaunch.output import events
+
+# A plain launch (one attempt, no restarts, no --term-grace, no watchdog) imports neither the
+# restarts' attempt (restart.py, progress.py) nor the hosts' source (hostsource.py): each is
+# imported where a launch that uses it first needs it (docs/ARCHITECTURE.md, start-up)
+if TYPE_CHECKING:
+    from mpilaunch.attempts.hostsource import HostSource, NextHosts
 
 
 class NotStarted(Exception):
@@ -50,13 +54,13 @@ def _no_checks(cfg: Any, run_dir: str) -> Any:
     return cfg
 
 
-@dataclass(frozen=True)
-class JobContext:
+class JobContext(NamedTuple):
     """What every attempt of one job shares. ``cfg``: the launch config as the backend
     configured it, before any attempt's own changes (``nextattempt.attempt_cfg``); ``base``:
     the config whose ``master_addr`` is the user's own (a later attempt on other hosts
     decides rank 0's address again); ``lr``: config.resilience.Resilience; ``hosts``: where each
-    attempt's hosts come from; ``first_checks(cfg, run_dir) -> cfg``: the launch's checks
+    attempt's hosts come from (None: the config's, ``hostsource.FixedHosts``, made by the
+    first relaunch); ``first_checks(cfg, run_dir) -> cfg``: the launch's checks
     before attempt 0, in its run dir (run.py: the ssh preflight; raises :class:`NotStarted`);
     ``verbose``: attempt 0's argv is said."""
 
@@ -65,7 +69,7 @@ class JobContext:
     cfg: Any
     base: Any
     lr: Resilience
-    hosts: HostSource = field(default_factory=FixedHosts)
+    hosts: Optional[HostSource] = None
     first_checks: Callable[[Any, str], Any] = _no_checks
     verbose: bool = False
     board: Any = None       # the monitor's, across the attempts (attempts/monitoring.py)
@@ -78,7 +82,7 @@ def run_job(job: JobContext) -> int:
     if job.metrics is not None:     # /metrics serves this board, across the attempts
         job.metrics.follow(board)
     try:
-        return _loop(replace(job, board=board))
+        return _loop(job._replace(board=board))
     except NotStarted:
         return 1
     finally:
@@ -89,13 +93,18 @@ def run_job(job: JobContext) -> int:
 def _loop(job: JobContext) -> int:
     records: List[AttemptRecord] = []
     cfg, lr, k = nextattempt.attempt_cfg(job.cfg, job.lr, 0), job.lr, 0
+    hosts = job.hosts
     while True:
         last, cfg = run_one(job, cfg, lr, k)
         records += [*last.in_place, last]
         state, status = judge(records, lr), last.status
         if state is State.RELAUNCH:     # unless no host is left, or a stop comes meanwhile
+            if hosts is None:   # one source for every relaunch: it keeps the hosts' failures
+                from mpilaunch.attempts.hostsource import FixedHosts
+
+                hosts = FixedHosts()
             step = Between(cfg, job.base, lr, last, last.index + 1)
-            state, status, records[-1], nxt = relaunch(step, job.hosts)
+            state, status, records[-1], nxt = relaunch(step, hosts)
             if nxt is not None:
                 cfg, lr, k = nxt.cfg, nxt.lr, step.k
                 continue
@@ -116,8 +125,11 @@ def judge(records: Sequence[AttemptRecord], lr: Resilience) -> State:
         return State.USAGE_ERROR
     if last.index >= lr.max_restarts:
         return State.BUDGET_SPENT
-    if lr.max_no_progress and progress.streak(records) >= lr.max_no_progress:
-        return State.NO_PROGRESS
+    if lr.max_no_progress:
+        from mpilaunch.attempts import progress
+
+        if progress.streak(records) >= lr.max_no_progress:
+            return State.NO_PROGRESS
     return State.RELAUNCH
 
 
@@ -137,8 +149,11 @@ def run_one(job: JobContext, cfg: Any, lr: Resilience, k: int) -> Tuple[AttemptR
     if k == 0 and job.verbose:
         _say_plan(job.backend, plan)
     # with restarts or hosts to follow: it learns the lost hosts and the workers' progress
-    att = (restart.ResilientAttempt(k, lr, plan.np)
-           if resilience_on(lr) or lr.discovery_script is not None or lr.max_restarts else Attempt(k))
+    att = Attempt(k)
+    if resilience_on(lr) or lr.discovery_script is not None or lr.max_restarts:
+        from mpilaunch.attempts import restart
+
+        att = restart.ResilientAttempt(k, lr, plan.np)
     starter.run_attempt(job.backend, plan, job.env, run_dir, cfg.keep_tune_file, att, job.board)
     return att.record(), cfg
 
@@ -157,13 +172,16 @@ def relaunch(step: Between, hosts: HostSource
     """Before attempt ``step.k``: its hosts, the announcement, the delay and a stop between
     -> (RELAUNCH, ...) with the next attempt's settings, or the state the job ends in, its
     status and the last attempt's record as the summary shows it."""
+    from mpilaunch.attempts import restart
+    from mpilaunch.attempts.hostsource import HostsEnded
+
     last, k, lr = step.last, step.k, step.lr
     try:
         nxt = hosts.next(step)
     except HostsEnded as end:
         status = last.status if end.status is None else end.status
         if end.note:
-            last = replace(last, end_note=end.note, end_status=end.status)
+            last = last._replace(end_note=end.note, end_status=end.status)
         return State.NO_HOSTS, status, last, None
     events.emit(events.Kind.RESTART, next_attempt=k, cause=last.cause, delay=lr.restart_delay,
                 **restart.relaunch_fields(last))
@@ -172,13 +190,13 @@ def relaunch(step: Between, hosts: HostSource
           + (f" in {lr.restart_delay:g} s" if lr.restart_delay else "")
           + (f" (not in place: {last.fallback})" if last.fallback else ""),
           file=sys.stderr, flush=True)
-    last = replace(last, note=last.note + restart.relaunch_note(last) + nxt.note + _dropped(nxt, k))
+    last = last._replace(note=last.note + restart.relaunch_note(last) + nxt.note + _dropped(nxt, k))
     signum, cfg = _wait(nxt.cfg, nxt.lr, k)
     if signum:
         print(f"mpilaunch: {signal.Signals(signum).name} received between attempts: "
               "not restarting", file=sys.stderr, flush=True)
-        return State.STOPPED, 128 + signum, replace(last, stopped_by=signum), None
-    return State.RELAUNCH, last.status, last, replace(nxt, cfg=cfg)
+        return State.STOPPED, 128 + signum, last._replace(stopped_by=signum), None
+    return State.RELAUNCH, last.status, last, nxt._replace(cfg=cfg)
 
 
 def _dropped(nxt: NextHosts, k: int) -> str:
@@ -222,6 +240,8 @@ def no_progress_stop(records: Sequence[AttemptRecord], lr: Resilience) -> Option
     progress (progress.py) -> the last record with the reason the job ends, said in one line
     and in the event record (the job ends with the last attempt's status and the rest of the
     budget unused); None when the rule does not stop the job."""
+    from mpilaunch.attempts import progress
+
     n, att = progress.streak(records), records[-1]
     if not lr.max_no_progress or n < lr.max_no_progress:
         return None
@@ -231,7 +251,7 @@ def no_progress_stop(records: Sequence[AttemptRecord], lr: Resilience) -> Option
     print(f"mpilaunch: {n} attempts in a row failed before any worker made progress (last: "
           f"{att.cause}): not restarting; restart budget {left} left unused", file=sys.stderr,
           flush=True)
-    return replace(att, end_note=(f"{n} attempts in a row failed before any worker made progress "
+    return att._replace(end_note=(f"{n} attempts in a row failed before any worker made progress "
                                   f"(--max_no_progress_restarts {lr.max_no_progress}): not "
                                   f"restarted; restart budget {left} left unused"))
 

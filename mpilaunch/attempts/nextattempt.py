@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, NamedTuple
 
 from mpilaunch import contract, net
 from mpilaunch.backends import placement, rankcmd
@@ -19,8 +18,7 @@ from mpilaunch.supervise.attempt import AttemptRecord
 PORT_WAIT = 60.0
 
 
-@dataclass(frozen=True)
-class Between:
+class Between(NamedTuple):
     """What the choice of attempt ``k``'s hosts reads, between attempt ``k - 1`` and it
     (health.before_relaunch, shrink.shrink, discovery.between): ``cfg`` and ``lr``, the last
     attempt's; ``base``, the user's config (its ``master_addr``: a new set of hosts decides

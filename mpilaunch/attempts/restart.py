@@ -34,7 +34,6 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Callable, Dict, List, Optional
 
@@ -305,10 +304,10 @@ class ResilientAttempt(Attempt):
     def record(self) -> AttemptRecord:
         """Taken under the lock: a relay still running cannot change it halfway."""
         with self.lock:
-            return replace(super().record(), index=self.index, progress=self.progress,
-                           in_place=tuple(self.in_place), lost=tuple(self.lost),
-                           signalled=tuple(self.signalled), fallback=self.fallback,
-                           rank_hosts=MappingProxyType(dict(self.rank_hosts)))
+            return super().record()._replace(
+                index=self.index, progress=self.progress, in_place=tuple(self.in_place),
+                lost=tuple(self.lost), signalled=tuple(self.signalled), fallback=self.fallback,
+                rank_hosts=MappingProxyType(dict(self.rank_hosts)))
 
 
 def _who(event: Any) -> str:

@@ -14,7 +14,8 @@ import signal
 from typing import List, Mapping
 
 from mpilaunch import contract, net, rundir
-from mpilaunch.backends.base import SSH_CLOSED, Backend, LaunchPlan, plan_facts, show_files, with_routed
+from mpilaunch.backends.base import (SSH_CLOSED, Backend, LaunchPlan, find_all, plan_facts, show_files,
+                                    with_routed)
 from mpilaunch.backends.rankcmd import rank_command
 from mpilaunch.config import broadcast
 from mpilaunch.config import hostfile as hf
@@ -25,31 +26,32 @@ from mpilaunch.output.summary import Event
 
 SYSTEM_BIN_DIRS = ("/usr/bin", "/bin", "/usr/local/bin")
 
+# Open MPI's messages: (a literal each match holds, the pattern), read by base.find_all.
 # Open MPI wraps this notice at any space ("exited on\nsignal 9" on 5.x): match any whitespace.
-_MPIRUN_NOTICE = re.compile(
-    r"noticed\s+that\s+process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+?)\.?"
-    r"\s+exited\s+on\s+signal\s+(\d+)"
-)
+_MPIRUN_NOTICE = ("noticed", r"noticed\s+that\s+process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+"
+                  r"node\s+(\S+?)\.?\s+exited\s+on\s+signal\s+(\d+)")
 # Open MPI's own report of the first process that failed, for processes that send no status
 # line (``--exec``: the MPI program runs without an adapter). 4.1: ``Process name: [[J,1],R]``;
 # 5.x: ``Process name: [prterun-HOST-PID@1,R]``; both followed by ``Exit code: N``.
-_MPI_FAILED = re.compile(
-    r"Process\s+name:\s*\[(?:\[\d+,\d+\],(\d+)|prterun-(\S+)-\d+@\d+,(\d+))\]\s*Exit\s+code:\s*(\d+)")
+_MPI_FAILED = ("Process", r"Process\s+name:\s*\[(?:\[\d+,\d+\],(\d+)|prterun-(\S+)-\d+@\d+,(\d+))\]\s*"
+               r"Exit\s+code:\s*(\d+)")
 # MPI_Abort: 5.x names rank and node; the Errorcode comes from MPI_ABORT's own notice.
-_MPI_ABORT_NODE = re.compile(
-    r"exited\s+due\s+to\s+process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+(\S+?)\s+calling\s+\"abort\"")
-_MPI_ABORT_CODE = re.compile(r"MPI_ABORT\s+was\s+invoked\s+on\s+rank\s+(\d+)\s.*?Errorcode:\s*(\d+)", re.S)
+_MPI_ABORT_NODE = ("exited", r"exited\s+due\s+to\s+process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+"
+                   r"node\s+(\S+?)\s+calling\s+\"abort\"")
+_MPI_ABORT_CODE = ("MPI_ABORT", r"(?s)MPI_ABORT\s+was\s+invoked\s+on\s+rank\s+(\d+)\s.*?Errorcode:\s*(\d+)")
 # Open MPI's words for a host whose daemon is gone (crashed, powered off, link down).
 _LOST_HOST = [
-    re.compile(r"(?:ORTE|PRTE) has lost communication with a remote daemon.*?Remote daemon:\s*\S+ on node (\S+)", re.S),
-    re.compile(r"A daemon failed to report back.*?Remote host:\s+(\S+)", re.S),
+    ("has lost communication with a remote daemon",
+     r"(?s)(?:ORTE|PRTE) has lost communication with a remote daemon.*?Remote daemon:\s*\S+ on node (\S+)"),
+    ("A daemon failed to report back", r"(?s)A daemon failed to report back.*?Remote host:\s+(\S+)"),
     SSH_CLOSED,
 ]
 # A daemon that did not report back (5.x names the host, 4.1 does not). 5.x says the same of
 # a daemon whose ssh ended mid-job (a link down): a start failure is one before any rank ran,
 # since Open MPI starts the ranks only once every daemon has reported.
-_START_FAILED = re.compile(r"A daemon failed to report back|unable to reliably start one or more "
-                           r"daemons|failed after launch and before communicating back")
+# Read after a failed launch only (re.search's cache compiles it then).
+_START_FAILED = (r"A daemon failed to report back|unable to reliably start one or more daemons|"
+                 r"failed after launch and before communicating back")
 
 
 
@@ -83,8 +85,8 @@ class OpenMpi(Backend):
 
     def lost_hosts(self, text: str) -> List[str]:
         found = []
-        for pattern in _LOST_HOST:
-            for m in pattern.finditer(text):
+        for words in _LOST_HOST:
+            for m in find_all(words, text):
                 found.append((m.start(), m.group(1).rstrip(".,")))
         return [h for _, h in sorted(found)]
 
@@ -93,7 +95,7 @@ class OpenMpi(Backend):
         preflight's ssh checks, run now over every host in parallel, name each host that fails
         and the fix (``collector.not_started``; those hosts count as lost: exit 255)."""
         if (self.start_cfg is None or collector.ranks_seen or collector.events
-                or not _START_FAILED.search(collector.text)):
+                or not re.search(_START_FAILED, collector.text)):
             return
         from mpilaunch import check
 
@@ -190,7 +192,7 @@ def show(plan, env: Mapping[str, str], files) -> None:
 def notices(text: str) -> list:
     """mpirun's "noticed that process rank N ... exited on signal S" (an adapter killed)."""
     out = []
-    for m in _MPIRUN_NOTICE.finditer(text):
+    for m in find_all(_MPIRUN_NOTICE, text):
         sig = int(m.group(4))
         out.append(Event(int(m.group(1)), m.group(3), "rank", "exit", 128 + sig, sig,
                          "self", None, [], float("inf")))
@@ -200,12 +202,12 @@ def notices(text: str) -> list:
 def reports(text: str) -> list:
     """Open MPI's own report of a failed process (exit code, or MPI_Abort): ``--exec``."""
     out = []
-    for m in _MPI_FAILED.finditer(text):
+    for m in find_all(_MPI_FAILED, text):
         rank = int(m.group(1) if m.group(1) is not None else m.group(3))
         out.append(Event(rank, m.group(2) or "?", "process", "exit", int(m.group(4)), None,
                          "self", None, [], float("inf")))
-    codes = {int(m.group(1)): int(m.group(2)) for m in _MPI_ABORT_CODE.finditer(text)}
-    for m in _MPI_ABORT_NODE.finditer(text):
+    codes = {int(m.group(1)): int(m.group(2)) for m in find_all(_MPI_ABORT_CODE, text)}
+    for m in find_all(_MPI_ABORT_NODE, text):
         rank = int(m.group(1))
         out.append(Event(rank, m.group(2), "process", "exit", codes.pop(rank, None), None, "self",
                          None, [], float("inf"), message="the process called MPI_Abort"))

@@ -5,8 +5,8 @@ one attempt after another is ``attempts.loop.run_job``."""
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Tuple
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
 from mpilaunch.contract import ADAPTER_KILL_GRACE
 from mpilaunch.output.summary import Collector, root_text
@@ -17,12 +17,13 @@ from mpilaunch.output.summary import Collector, root_text
 LINGER = ADAPTER_KILL_GRACE + 1.0
 
 
-@dataclass(frozen=True)
-class AttemptRecord:
+class AttemptRecord(NamedTuple):
     """How one attempt ended: what the loop of attempts (``attempts.loop.run_job``) decides
     from and the attempts' summary lists. Made once the attempt has ended
-    (:meth:`Attempt.record`); the loop amends it only by making a new one
-    (``dataclasses.replace``), so no thread still running can change it behind the loop's back.
+    (:meth:`Attempt.record`); the loop amends it only by making a new one (``_replace``), so
+    no thread still running can change it behind the loop's back. A NamedTuple, as the launch
+    config is, not a dataclass: dataclasses (with inspect, ast, dis, tokenize) and the making of
+    each class cost every launch ~6 ms before mpirun starts (docs/ARCHITECTURE.md, start-up).
 
     status, cause    the attempt's exit status and its root cause, in words
     stopped_by       the stop signal that ended it (to mpilaunch, during or after it), or None
@@ -39,7 +40,7 @@ class AttemptRecord:
                      host, a dead adapter): the relaunch that follows says it
     """
 
-    index: int
+    index: int   # type: ignore[assignment]  # the attempt's number; tuple.index is not used on a record
     status: int
     cause: str = ""
     stopped_by: Optional[int] = None
@@ -49,7 +50,7 @@ class AttemptRecord:
     in_place: Tuple["AttemptRecord", ...] = ()
     lost: Tuple[str, ...] = ()
     signalled: Tuple[int, ...] = ()
-    rank_hosts: Mapping[int, str] = field(default_factory=dict)
+    rank_hosts: Mapping[int, str] = MappingProxyType({})
     end_note: str = ""
     end_status: Optional[int] = None
     fallback: str = ""

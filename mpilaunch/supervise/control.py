@@ -337,10 +337,14 @@ def _keep_stdio() -> None:
 
 def _room_for(np: int) -> None:
     """One descriptor per rank: raise the soft limit towards the hard one when ``np`` needs it."""
+    want = np + 256
+    # sysconf reads the soft limit too (-1: unlimited) without importing resource: a launch of
+    # a few ranks needs no more (docs/ARCHITECTURE.md, start-up)
+    if not 0 <= os.sysconf("SC_OPEN_MAX") < want:
+        return
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = np + 256
     if soft != resource.RLIM_INFINITY and soft < want:
         new = want if hard == resource.RLIM_INFINITY else min(hard, want)
         try:

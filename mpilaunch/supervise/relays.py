@@ -31,13 +31,14 @@ if TYPE_CHECKING:
     from mpilaunch.backends.base import Plan
 
 # Open MPI 5 (plm:ssh) and 4.1 (plm:rsh) word it alike; only EACCES is the harmless race.
-_SETPGID_RACE = re.compile(rb"plm:(?:ssh|rsh): Warning: setpgid\(\d+,\d+\) failed in parent "
-                           rb"with errno=Permission denied\(13\)")
+# Compiled (re's cache) by the first line that names setpgid, not by every launch's import.
+_SETPGID_RACE = (rb"plm:(?:ssh|rsh): Warning: setpgid\(\d+,\d+\) failed in parent "
+                 rb"with errno=Permission denied\(13\)")
 
 
 def is_noise(raw: bytes) -> bool:
     """A line of the starter's stderr that says nothing to the user (see the module's doc)."""
-    return b"setpgid" in raw and _SETPGID_RACE.search(raw) is not None
+    return b"setpgid" in raw and re.search(_SETPGID_RACE, raw) is not None
 
 
 class ErrRelay(threading.Thread):

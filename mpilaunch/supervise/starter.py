@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, ContextManager, List, Mappi
 from mpilaunch import rundir
 from mpilaunch.config import allocation
 from mpilaunch.supervise import control as control_channel
-from mpilaunch.supervise import leftovers, relays, usersignals
+from mpilaunch.supervise import relays, usersignals
 from mpilaunch.supervise.ending import Ending
 from mpilaunch.supervise.stopping import STOP_SIGNALS
 from mpilaunch.output import events, outcome
@@ -334,7 +334,10 @@ def _linger(control, seconds: float, program: str) -> None:
 def _end_leftovers(control, program: str) -> None:
     """Processes of this attempt still on this host once its starter has ended (an adapter
     started as the starter exited never got its parent-death signal): ended (leftovers.py).
-    Only looked for when some rank did not say its last word; a quiet job pays nothing."""
+    Only looked for when some rank did not say its last word; a quiet job pays nothing (not
+    even the import)."""
+    from mpilaunch.supervise import leftovers
+
     found, stuck = leftovers.end(control_channel.TOKEN_VAR, control.token)
     if found:
         events.emit(events.Kind.LEFTOVERS_ENDED, pids=found)

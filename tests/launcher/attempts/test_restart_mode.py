@@ -2,7 +2,6 @@
 default wherever the adapters can restart a worker), and why an attempt of the in-place mode
 was relaunched instead (mpilaunch/attempts/restart.py fallback_reason): in the attempt's
 record, the restart event's fields and the attempts' summary."""
-from dataclasses import replace
 
 import pytest
 
@@ -69,7 +68,7 @@ def test_the_relaunch_says_why_it_was_not_in_place():
     assert restart.relaunch_fields(AttemptRecord(0, 1)) == {"mode": "relaunch"}
     first = AttemptRecord(0, 137, "rank 1 (worker) on host a: killed by signal 9 (SIGKILL)",
                           note=restart.IN_PLACE_NOTE)
-    fell = replace(fell, note=restart.relaunch_note(fell))
+    fell = fell._replace(note=restart.relaunch_note(fell))
     assert loop.summary([first, fell, AttemptRecord(2, 0)], LR, 0) == (
         "mpilaunch: 3 attempt(s), restart budget 2; exit status 0 (the last attempt's)\n"
         "  attempt 0: exit status 137: rank 1 (worker) on host a: killed by signal 9 (SIGKILL); "
