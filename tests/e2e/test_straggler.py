@@ -5,22 +5,13 @@ which every rank was seen waiting (three of its steps starting), prints its line
 the job's end, and the report marks its line; the same job balanced, run for as many rounds,
 names no one. The jobs run until the test has seen what it waits for (a stop file), so a slow
 machine makes them longer, never wrong."""
-import json
-import os
 import re
-import shutil
 import socket
-import subprocess
 
-import pytest
-
-from helpers import REPO
-from helpers.launch import clean_env, mpilaunch_argv
-from helpers.ports import free_port
 from helpers.procs import wait_for
+from helpers.straggler import INTERVAL, Job, jobs, needs_py_spy, records as _records  # noqa: F401 (jobs: a fixture)
 from mpilaunch.report import html, model
 
-INTERVAL = 5        # s: py-spy gives ~29 stack samples a round (the rule judges 20 or more)
 ROUNDS = 4          # steady rounds the balanced job runs for: two more than the slow rank needs
 
 TORCH = r'''
@@ -57,57 +48,6 @@ def train():
 train()
 dist.destroy_process_group()
 '''
-
-def _records(log_dir, kind):
-    try:
-        with open(os.path.join(log_dir, "events.jsonl")) as f:
-            recs = [json.loads(line) for line in f if line.endswith("\n")]
-    except OSError:
-        return []
-    return [r for r in recs if r["kind"] == kind]
-
-
-class Job:
-    """The job running under mpilaunch until :meth:`stop`."""
-
-    def __init__(self, tmp_path, source, slow, name):
-        self.dir = tmp_path / name
-        self.dir.mkdir()
-        script = self.dir / "train.py"
-        script.write_text(source)
-        self.logs = str(self.dir / "logs")
-        argv = mpilaunch_argv("-np", "4", "--master_port", str(free_port()),
-                              "--monitor-interval", str(INTERVAL), "--log_dir", self.logs,
-                              str(script), str(self.dir), str(slow))
-        self.proc = subprocess.Popen(argv, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def training_since(self, timeout=240):
-        """When the job's steps began (its rank 0 wrote it once every rank had reached one)."""
-        path = self.dir / "training"
-        assert wait_for(lambda: path.exists() and path.read_text().strip() or self.proc.poll() is not None,
-                        timeout=timeout), "the job did not start its steps"
-        assert path.exists(), self.stop()[1]
-        return float(path.read_text())
-
-    def stop(self):
-        (self.dir / "stop").touch()
-        out, err = self.proc.communicate(timeout=120)
-        return self.proc.returncode, err
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
-
-
-@pytest.fixture
-def jobs():
-    started = []
-    yield started
-    for job in started:
-        job.kill()
-
 
 def _slow_rank_is_named(tmp_path, jobs, source, frame):
     job = Job(tmp_path, source, slow=2, name="slow")
@@ -153,10 +93,6 @@ def _balanced_names_no_one(tmp_path, jobs, source):
     assert len(judged) >= ROUNDS, err
     assert _records(job.logs, "straggler") == [] and "holding the job back" not in err, err
     assert "straggler(s) seen" not in err
-
-
-needs_py_spy = pytest.mark.skipif(shutil.which("py-spy") is None,
-                                  reason="py-spy is a test dependency (setup.cfg): pip install -e '.[test]'")
 
 
 @needs_py_spy
