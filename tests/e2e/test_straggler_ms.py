@@ -18,11 +18,11 @@ mpilaunch/rank/collectives.py counts.
 
 Measured (5 s interval, 40 s of steps, 2 jobs each, rounds whose stacks were steps only; the
 machine's load average 5-8): balanced, the highest score 0.12 and 0.15 (21 rank-rounds each;
-in this test's 5 runs 0.07-0.28), shares 0.48-1.00, 2.9-3.5 ms a step; slow, worker 1's score
+in this test's 6 runs 0.07-0.28), shares 0.48-1.00, 2.9-3.5 ms a step; slow, worker 1's score
 median 0.93 and 0.91, lowest 0.78 and 0.54, its share 0.00-0.17 against the others' 0.92-1.00,
 56-58 ms a step, named 3.4-7.8 s after the first step. Not blocking, the round that still held
 init()'s wait (counted: mindspore/communication/) named the worker that had left init() first
-in 2 of 6 jobs (scores 0.47, 0.93), recovered a round later.
+in 3 of 7 jobs (scores 0.47-0.93; once it was the slow one), recovered a round later.
 
 The jobs run until the test has seen what it waits for (a stop file). ~90 s on 2 busy cores.
 """
