@@ -15,6 +15,7 @@ import time
 import pytest
 
 from helpers import REPO, mpis
+from helpers.ports import free_port
 
 # The launch under test runs in its own interpreter, started with -S (no site, no .pth: what
 # this sandbox's site-packages preloads would hide a module the launch imports); what it
@@ -90,17 +91,18 @@ NEVER = ("mpilaunch.attempts.discovery", "mpilaunch.attempts.health", "mpilaunch
 
 
 def plain_launch(tmp_path, mpirun, repo=REPO):
-    """``mpilaunch --mpirun MPIRUN -np 4 w.py`` in ``tmp_path`` -> (its exit status, the
-    modules it had loaded at the starter's Popen, those at its end, its seconds)."""
+    """``mpilaunch --mpirun MPIRUN -np 4 --master_port PORT w.py`` in ``tmp_path`` -> (its exit
+    status, the modules it had loaded at the starter's Popen, those at its end, its seconds)."""
     worker = tmp_path / "w.py"
     worker.write_text("import os; print('rank', os.environ['OMPI_COMM_WORLD_RANK'])\n")
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "PYTHONPATH": repo,
            "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMP_NUM_THREADS": "1"}
     start = time.monotonic()
+    # a port of its own: another test's MindSpore job may hold the default one (8118)
     out = subprocess.run([sys.executable, "-S", "-c", PROBE, str(worker), "--mpirun", mpirun,
-                          "-np", "4", str(worker)], capture_output=True, text=True, env=env,
-                         cwd=tmp_path, timeout=120)
+                          "-np", "4", "--master_port", free_port(), str(worker)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     took = time.monotonic() - start
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("PROBE ")]
     assert lines, out.stdout + out.stderr
