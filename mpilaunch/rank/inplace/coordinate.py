@@ -199,8 +199,8 @@ class Coordinator:
         """Every restart's root cause not yet named: an attempt restarted in place that ends
         within ``ROOT_WINDOW`` (or the last of the budget, whose adapters leave at once) still
         tells the launcher why it was restarted, before the adapters go."""
-        with self.lock:
-            pending = sorted(self.failures)
+        with self.lock:     # the attempts restarted, not the last one's own failures
+            pending = sorted(k for k in self.failures if k < self.attempt)
         for k in pending:
             self._name_root(k)
 
