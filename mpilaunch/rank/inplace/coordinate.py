@@ -85,6 +85,9 @@ class Coordinator:
         self.quick = 0                      # attempts in a row that made no progress
         self.ended: Optional[int] = None    # the attempt not restarted (end K)
         self.lock = threading.Lock()
+        # held from taking an attempt's failures to writing its restart line: the lines go
+        # out in the attempts' order, and every one before an adapter is told ``end K``
+        self.naming = threading.Lock()
         self.conns: List[socket.socket] = []
         self.done: Set[str] = set()
         self.failures: Dict[int, List[dict]] = {}   # attempt -> the failures it reported
@@ -165,12 +168,21 @@ class Coordinator:
         return True
 
     def _end(self, k: int, conn) -> None:
+        # the adapter told ``end K`` reports its failure and exits, and the launcher tears the
+        # job down at once: every attempt restarted before K is named first (a restart within
+        # ROOT_WINDOW of this end would otherwise go with rank 0's adapter, and the launcher
+        # would count this attempt as the one after the last restart it heard of)
+        self._name_roots()
         if conn is None and self.local is not None:
             self.local.end(k)
         elif conn is not None:
             self._send([conn], f"end {k}\n")
 
     def _name_root(self, k: int) -> None:
+        with self.naming:
+            self._name_root_held(k)
+
+    def _name_root_held(self, k: int) -> None:
         with self.lock:
             got = self.failures.pop(k, [])
         if not got:
@@ -199,10 +211,11 @@ class Coordinator:
         """Every restart's root cause not yet named: an attempt restarted in place that ends
         within ``ROOT_WINDOW`` (or the last of the budget, whose adapters leave at once) still
         tells the launcher why it was restarted, before the adapters go."""
-        with self.lock:     # the attempts restarted, not the last one's own failures
-            pending = sorted(k for k in self.failures if k < self.attempt)
-        for k in pending:
-            self._name_root(k)
+        with self.naming:
+            with self.lock:     # the attempts restarted, not the last one's own failures
+                pending = sorted(k for k in self.failures if k < self.attempt)
+            for k in pending:
+                self._name_root_held(k)
 
     def close(self) -> None:
         self._name_roots()
