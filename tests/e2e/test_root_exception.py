@@ -33,6 +33,10 @@ import os, threading, time
 def fetch(batch):
     return batch["batch"]
 def chatter():
+    # from the end of the main thread, after Python printed its traceback: printing alongside
+    # it would interleave the two in the log within lines (an exception line is several writes)
+    while threading.main_thread().is_alive():
+        time.sleep(0.01)
     for i in range(300):
         print("a thread goes on", i)
 if os.environ["RANK"] == "1":
