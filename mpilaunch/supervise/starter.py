@@ -20,6 +20,7 @@ and hands it the running :class:`Job` (``Backend.watch``, ``Backend.on_rank_fail
 """
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -229,6 +230,10 @@ class _Supervision:
         self.forwarder.started(job, job.np)
         # a stop that came while Popen ran, an adapter that died before the job existed
         self.ending.attach(job, plan)
+        # the launch's start-up is over (cli.py turned the collector off for it): what it
+        # allocated lives as long as the launcher, so no later collection walks it again
+        gc.freeze()
+        gc.enable()
         return proc, job
 
     def _watch(self, proc: subprocess.Popen, job: Job) -> int:
