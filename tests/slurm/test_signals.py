@@ -402,9 +402,13 @@ def test_requeue_starts_clean(slurm_cluster, tmp_path):
     for name in ("ompi5", "srun"):
         # a requeued job waits ~2 minutes (its launch credential's lifetime) unless released;
         # that begin time is set once the first run has ended (COMPLETING, REQUEUED, then
-        # PENDING): a release before then is overwritten
+        # PENDING): a release before then is overwritten. The release is to the next second:
+        # the requeue revoked the job's credential on slurmd at the requeue's second, and slurmd
+        # refuses a new one made in that same second (its time is in whole seconds: "Job N
+        # already killed, do not launch batch job", the job then FAILED 1:0 without a run),
+        # which a StartTime=now right after the requeue gave under load
         jobs.wait_state(name, "PENDING")
-        jobs.run(name, "scontrol", "update", "JobId=JOB", "StartTime=now")
+        jobs.run(name, "scontrol", "update", "JobId=JOB", "StartTime=now+1")
     jobs.wait_all()
     for name in ("ompi5", "srun"):
         out = jobs.out(name)
