@@ -412,7 +412,8 @@ def test_requeue_starts_clean(slurm_cluster, tmp_path):
     jobs.wait_all()
     for name in ("ompi5", "srun"):
         out = jobs.out(name)
-        assert jobs.record(name) == ("COMPLETED", "0:0"), jobs.text(name)
+        # the daemons' logs too: a run slurmd refused to start leaves nothing in the job's text
+        assert jobs.record(name) == ("COMPLETED", "0:0"), (jobs.text(name), slurm_cluster.logs())
         assert [(out / f"up_{r}").read_text().split() for r in range(2)] == [["-", "1"]] * 2
         assert sigworker.all_exist(out, "done", 2)
         assert os.listdir(tmpdirs[name]) == [], name
