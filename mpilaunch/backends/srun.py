@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 from collections import namedtuple
@@ -125,7 +124,7 @@ def pick_plugin(listing: str) -> str:
 
 
 def find_srun(env: Mapping[str, str]) -> str:
-    found = shutil.which("srun", path=env.get("PATH", os.defpath))
+    found = contract.which("srun", env.get("PATH", os.defpath))
     if not found:
         raise UsageError("--launcher srun: no srun on PATH; install Slurm's client commands or "
                          "use --launcher mpirun")

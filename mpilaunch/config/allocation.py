@@ -23,6 +23,7 @@ import re
 from typing import Callable, List, Mapping, NamedTuple, Optional, Tuple
 
 from mpilaunch.config import hostfile as hf
+from mpilaunch.contract import which
 from mpilaunch.errors import UsageError
 
 # Allocation.kind, and LaunchConfig.hosts_from for hosts found here
@@ -127,10 +128,9 @@ def slurm_node_addr(name: str, env: Mapping[str, str], timeout: float = 5.0,
     """Slurm's ``NodeAddr`` of node ``name`` (one ``scontrol show node -o NAME``; slurmctld
     knows it from slurm.conf: no DNS lookup here), or None when scontrol cannot tell. Asked by
     ``net.rank0_address`` only for a multi-node job whose rank 0 runs here."""
-    import shutil
     import subprocess
 
-    scontrol = shutil.which("scontrol", path=env.get("PATH", os.defpath))
+    scontrol = which("scontrol", env.get("PATH", os.defpath))
     if not scontrol:
         return None
     try:
@@ -265,11 +265,10 @@ def slurm_stop_reason(text: str) -> Optional[str]:
 def slurm_stop_cause(env: Mapping[str, str], timeout: float = 3.0) -> Optional[str]:
     """Asked after a stop signal inside a Slurm job: is Slurm ending the job, and why? (runs
     ``scontrol``; None when it cannot tell)."""
-    import shutil
     import subprocess
 
     job = slurm_job_id(env)
-    scontrol = shutil.which("scontrol", path=env.get("PATH", os.defpath))
+    scontrol = which("scontrol", env.get("PATH", os.defpath))
     if not job or not scontrol:
         return None
     try:

@@ -1,5 +1,11 @@
-"""What ``--version`` and the end of ``--help`` say (options.py puts them in every parser)."""
+"""What ``--version`` and the end of ``--help`` say (options.py puts them in every parser), and
+the help's formatter."""
 from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional
 
 from mpilaunch import __version__
 from mpilaunch.output import outcome
@@ -7,9 +13,6 @@ from mpilaunch.output import outcome
 
 def version_text() -> str:
     """``--version``'s answer (also the first line of ``--dry-run``)."""
-    import os
-    import sys
-
     # sys.version's first word is platform.python_version(), without importing platform
     # (every launch builds this for its parser)
     return (f"mpilaunch {__version__} (Python {sys.version.split()[0]}, "
@@ -62,3 +65,28 @@ DESCRIPTIONS = {
             "memory, last output, the share of time it waits in collectives, and the straggler "
             "(press q to quit; --once: one table)."),
 }
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's, with the width found as ``shutil.get_terminal_size`` finds it but without
+    importing shutil (bz2, lzma, zlib: ~2 ms of every launch; argparse makes a formatter for
+    every option it adds)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: Optional[int] = None) -> None:
+        if width is None:
+            width = _columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _columns() -> int:
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns   # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80

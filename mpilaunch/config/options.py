@@ -16,7 +16,7 @@ from typing import Any, Tuple
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
-from mpilaunch.config.helptext import DESCRIPTIONS, epilog, version_text  # noqa: F401 (--dry-run prints it)
+from mpilaunch.config.helptext import DESCRIPTIONS, Formatter, epilog, version_text  # noqa: F401 (--dry-run prints it)
 from mpilaunch.config.broadcast import DEFAULT_PREFIXES
 from mpilaunch.config import torchrun
 
@@ -338,7 +338,7 @@ def parser(command: str = RUN) -> _Parser:
     given) so that :func:`setting` can tell a flag from a variable from a default."""
     prog = "mpilaunch" if command == RUN else f"mpilaunch {command}"
     p = _Parser(prog=prog, description=DESCRIPTIONS[command], allow_abbrev=False,
-                epilog=epilog(command), formatter_class=argparse.RawDescriptionHelpFormatter)
+                epilog=epilog(command), formatter_class=Formatter)
     p.value_flags = frozenset(f for o in OPTIONS if command in o.commands and o.kind != "switch"
                               for f in o.flags)
     groups = {}

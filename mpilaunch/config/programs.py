@@ -25,6 +25,8 @@ import re
 import sys
 from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
+from mpilaunch.contract import which
+
 MINDSPORE = ("mindspore", "mindformers")
 MPI = ("mpi4py", "horovod")
 # Variables only a MindSpore dynamic-cluster launch sets: the user means a MindSpore job.
@@ -193,23 +195,13 @@ def inspect(script: Optional[str], module: Optional[str], script_args: Sequence[
         return scan([script], [os.path.dirname(os.path.abspath(script))]) if script else \
             Program(None, None, None, 0)
     entries = []
-    exe = script if os.sep in (script or "") else _which(script, path_env)
+    exe = script if os.sep in (script or "") else (which(script, path_env) if script else None)
     if exe and os.path.isfile(exe):
         entries.append(exe)
     entries += [a for a in script_args if os.path.isfile(a)]
     if not entries:
         return Program(None, None, None, 0)
     return scan(entries, [os.getcwd()])
-
-
-def _which(name: Optional[str], path_env: Optional[str]) -> Optional[str]:
-    if not name:
-        return None
-    for d in (path_env if path_env is not None else os.defpath).split(os.pathsep):
-        cand = os.path.join(d or ".", name)
-        if os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return None
 
 
 def ms_intent(env: Mapping[str, str]) -> Optional[str]:

@@ -159,17 +159,6 @@ def _resilience(ns):
     return resilience.parse(ns)
 
 
-def _which(name: str, path: Optional[str]) -> Optional[str]:
-    """``shutil.which`` without importing shutil (docs/ARCHITECTURE.md, start-up)."""
-    if os.sep in name:
-        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-    for d in (path if path is not None else os.defpath).split(os.pathsep):
-        candidate = os.path.join(d or ".", name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
 def worker_argv(opts: Options, env_path: Optional[str]) -> List[str]:
     """The worker's argv; UsageError if the script or interpreter cannot be found (looks at
     the file system: the one impure check of the options)."""
@@ -179,12 +168,12 @@ def worker_argv(opts: Options, env_path: Optional[str]) -> List[str]:
     if opts.no_python:
         if opts.python:
             raise UsageError("--python and --no-python exclude each other")
-        found = _which(script, path=env_path)
+        found = contract.which(script, path=env_path)
         if found is None:
             raise UsageError(f"executable {script!r} not found (--no-python)")
         return [script] + args
     python = opts.python or sys.executable
-    found = _which(python, path=env_path)
+    found = contract.which(python, path=env_path)
     if found is None:
         raise UsageError(f"--python {python!r} is not an executable")
     if opts.module:

@@ -2,12 +2,11 @@
 the run dirs (and Open MPI session dirs) of dead launchers while those of live ones, of other
 users and of unknown shape are left alone.
 
-Everything happens in a private TMPDIR (tempfile's own setting, which rundir reads). A "dead"
+Everything happens in a private TMPDIR (the variable, which rundir reads as tempfile does). A "dead"
 process is a pid with no /proc entry, or this process's pid with another start time (a reused
 pid): no process is started."""
 import os
 import stat
-import tempfile
 
 import pytest
 
@@ -16,7 +15,7 @@ from mpilaunch import rundir
 
 @pytest.fixture
 def tmp(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     return tmp_path
 
 
@@ -144,3 +143,22 @@ def test_drop_session_dir_keeps_a_live_processes_and_another_users(tmp):
         os.chown(theirs, 12345, -1)
         assert rundir.drop_session_dir(gone, str(tmp)) is None
         assert theirs.exists()
+
+
+def test_the_temp_dir_is_tempfiles_and_a_tree_is_removed_without_following_links(tmp, monkeypatch):
+    assert rundir.temp_dir() == str(tmp)                     # $TMPDIR first, as tempfile
+    monkeypatch.setenv("TMPDIR", str(tmp / "missing"))       # not a directory: the next one
+    monkeypatch.delenv("TEMP", raising=False)
+    monkeypatch.delenv("TMP", raising=False)
+    assert rundir.temp_dir() == "/tmp"
+    outside = tmp / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    tree = tmp / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "a" / "b" / "f").write_text("x")
+    (tree / "g").write_text("x")
+    os.symlink(outside, tree / "link")
+    rundir.remove_tree(str(tree))
+    assert not tree.exists() and (outside / "keep").read_text() == "x"
+    rundir.remove_tree(str(tree))                           # gone already: no error
