@@ -73,11 +73,13 @@ AFTER_POPEN = {"mpilaunch.stacks", "mpilaunch.stacks.server"}
 # Never before the Popen of a plain launch: each is milliseconds of every launch, or a feature
 # the launch did not ask for (secrets/hmac/hashlib: OpenSSL's load; queue: heapq; dataclasses:
 # inspect, ast, dis and tokenize, ~5 ms, and ~0.5 ms more for each class made with it; resource:
-# os.sysconf reads the open-file limit a launch of a few ranks checks).
+# os.sysconf reads the open-file limit a launch of a few ranks checks; tempfile and shutil: random,
+# bz2, lzma and zlib, ~3.5 ms, for what mpilaunch/rundir.py and contract.which do in a few lines).
 HEAVY = ("psutil", "prometheus_client", "http", "http.server", "socketserver", "hmac", "hashlib",
          "secrets", "ssl", "queue", "urllib", "email", "asyncio", "concurrent", "logging", "uuid",
          "ctypes", "zipfile", "importlib.resources", "pathlib", "platform", "sysconfig",
-         "dataclasses", "inspect", "ast", "dis", "tokenize", "resource",
+         "dataclasses", "inspect", "ast", "dis", "tokenize", "resource", "tempfile", "shutil",
+         "random", "bz2", "lzma",
          "mpi4py", "torch", "numpy", "hostlist")
 
 # Never in a plain launch at all: the opt-in features' modules (restarts, host discovery, ...).
