@@ -153,7 +153,8 @@ def test_a_lost_host_with_its_own_port_is_named(porthosts, mpi, tmp_path):
     h1, lost = th.host(0), th.hosts[2]
     argv = ["nsenter", "-t", str(h1.sshd_pid), "-u", "--", "ip", "netns", "exec", h1.netns,
             mpi.python, "-m", "mpilaunch", "--mpirun", mpi.mpirun, "--hostfile", _hostfile(th, tmp_path),
-            "--ssh-args", f"-F {th.ssh_config}", str(script), str(tmp_path)]
+            "--ssh-args", f"-F {th.ssh_config}", "--log_dir", str(tmp_path / "logs"),   # not the cwd
+            str(script), str(tmp_path)]
     p = subprocess.Popen(argv, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

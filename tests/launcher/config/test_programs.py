@@ -3,7 +3,6 @@ import subprocess
 
 import pytest
 
-from helpers import REPO
 from helpers.launch import clean_env, mpilaunch_argv
 from helpers.mpis import MPIRUNS, OMPI5_MPIRUN as OMPI5
 from helpers.ports import free_port
@@ -18,7 +17,8 @@ MPI.COMM_WORLD.Barrier()
 
 
 def launch(args, tmp_path, timeout=120, **kw):
-    return subprocess.run(mpilaunch_argv(*args), env=clean_env(TMPDIR=tmp_path), cwd=kw.pop("cwd", REPO),
+    # in tmp_path: a launch without --log_dir writes its event record and logs to the cwd
+    return subprocess.run(mpilaunch_argv(*args), env=clean_env(TMPDIR=tmp_path), cwd=kw.pop("cwd", tmp_path),
                           capture_output=True, text=True, timeout=timeout,
                           stdin=kw.pop("stdin", None if "input" in kw else subprocess.DEVNULL), **kw)
 
@@ -180,7 +180,7 @@ def test_plain_and_pytorch_scripts_get_no_scheduler_copy(mpirun, tmp_path):
                    "t = torch.ones(1) * (dist.get_rank() + 1)\ndist.all_reduce(t)\n"
                    "print('DDP', int(t.item()))\ndist.destroy_process_group()\n")
     proc = launch(["--mpirun", mpirun, "-np", "2", "--master_port", free_port(), str(ddp)],
-                  tmp_path, timeout=120, cwd=tmp_path)     # the default log dir is the cwd
+                  tmp_path, timeout=120)     # the default log dir is the cwd
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("DDP 3") == 2
 
