@@ -42,9 +42,14 @@ if TYPE_CHECKING:
 from mpilaunch.contract import attempt_log_dir
 from mpilaunch.rank import status
 from mpilaunch.rank.inplace.coordinate import Client, Coordinator
-from mpilaunch.rank.inplace.prestart import Spare, preload_for, spare_eligible
+from mpilaunch.rank.inplace.prestart import Spare, machine_has_room, preload_for, spare_eligible
 from mpilaunch.rank.supervisor import RESTART, TEARDOWN_SIGNALS, Supervisor
 
+
+# s a restart waits for a woken spare still importing, on a machine with room: a fresh worker
+# would import the same modules from the start (torch: ~1.4 s here); past this, something is
+# wrong with the spare, and a fresh worker meets the script's own imports as it would anyway
+SPARE_WAIT = 60.0
 
 # ------------------------------------------------------------------ the supervisor
 
@@ -99,10 +104,11 @@ class InPlaceSupervisor(Supervisor):
 
     def _run_child(self, child) -> None:
         spare = self.spare
-        if child.spec.role == "worker" and spare is not None and not spare.ready():
-            # still importing: on a busy machine its time at idle priority put it far behind
-            # the others in the scheduler's queue (its import then ran several times slower
-            # than a fresh interpreter's, measured at load 40-80): a fresh worker instead
+        if (child.spec.role == "worker" and spare is not None and not spare.ready()
+                and not (machine_has_room()
+                         and spare.wait_ready(SPARE_WAIT, lambda: self.stopping))):
+            # still importing on a busy machine: a fresh worker instead (machine_has_room says
+            # why); on one with room the woken spare is ahead of any fresh interpreter
             self.spare = None
             spare.discard(at_once=True)
         elif child.spec.role == "worker" and spare is not None:

@@ -20,6 +20,7 @@ from mpilaunch.rank.supervisor import TEARDOWN_SIGNALS
 PRELOAD_VAR = "MPILAUNCH_SPARE_PRELOAD"
 HEAVY = ("torch", "mindspore", "tensorflow", "jax", "numpy")
 
+ROOM_SAMPLES = 4        # looks at the machine's runnable count, 20 ms apart (machine_has_room)
 SPARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spare.py")
 
 
@@ -164,6 +165,22 @@ class Spare:
                 pass
         return self.imported
 
+    def wait_ready(self, timeout: float, stopping) -> bool:
+        """Wait until its imports are done, up to ``timeout`` s; False when it died, the wait
+        ran out, or ``stopping()`` (the rank is being torn down)."""
+        import select
+
+        end = time.monotonic() + timeout
+        while not self.ready():
+            left = end - time.monotonic()
+            if left <= 0 or not self.usable() or stopping():
+                return False
+            try:
+                select.select([self.sock], [], [], min(left, 0.1))
+            except (OSError, ValueError):
+                return False
+        return True
+
     def discard(self, at_once: bool = False) -> None:
         """Gone: told by EOF (``at_once``: killed, it is still importing)."""
         if self.proc is None:
@@ -178,6 +195,25 @@ class Spare:
             except OSError:
                 pass
             self.exited.wait(2.0)
+
+
+def machine_has_room() -> bool:
+    """No more runnable threads on this machine than it has CPUs, besides the caller
+    (``/proc/loadavg``'s running count; the woken spares count): a spare woken from SCHED_IDLE
+    gets a CPU now. On a busy machine
+    it would not: the kernel keeps the virtual runtime an idle-weight task ran up, ~340 times
+    its CPU time, so the woken spare waits behind every other task (measured at load 40-80: its
+    import ran several times slower than a fresh interpreter's)."""
+    try:
+        cpus = len(os.sched_getaffinity(0)) or 1
+        for _ in range(ROOM_SAMPLES):   # the fewest of a few looks: a dying worker runs briefly
+            with open("/proc/loadavg") as fh:
+                if int(fh.read().split()[3].split("/")[0]) - 1 <= cpus:
+                    return True
+            time.sleep(0.02)
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    return False
 
 
 def spare_eligible(spec, argv, opts) -> bool:
