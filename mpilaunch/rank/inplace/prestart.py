@@ -200,10 +200,10 @@ class Spare:
 def machine_has_room() -> bool:
     """No more runnable threads on this machine than it has CPUs, besides the caller
     (``/proc/loadavg``'s running count; the woken spares count): a spare woken from SCHED_IDLE
-    gets a CPU now. On a busy machine
-    it would not: the kernel keeps the virtual runtime an idle-weight task ran up, ~340 times
-    its CPU time, so the woken spare waits behind every other task (measured at load 40-80: its
-    import ran several times slower than a fresh interpreter's)."""
+    gets a CPU now, and waiting for it beats a fresh interpreter importing the same modules
+    from the start (docs/PERFORMANCE.md, restart). On a busy machine a woken spare's import was
+    measured several times slower than a fresh interpreter's (load 40-80), so a fresh one is
+    started there."""
     try:
         cpus = len(os.sched_getaffinity(0)) or 1
         for _ in range(ROOM_SAMPLES):   # the fewest of a few looks: a dying worker runs briefly
