@@ -8,9 +8,15 @@ on ``examples/exit_at_once.py``, and a failing job (``fail``: rank 1 exits 1 at 
 other rank torn down). Both checkouts run with ``PYTHONPATH`` at their tree, the same
 interpreter, the same bytecode cache prefix (warmed by the first, discarded round).
 
+Each round also runs the two baselines of section 1 at the same N: bare mpirun (the argv
+mpilaunch plans, rank command ``python SCRIPT``) and mpirun with the adapters (no front end),
+so each launch's cost over bare mpirun is read in the same run (medians of the rounds' paired
+differences). ``BENCH_MPIS=5,4.1`` adds Open MPI 4.1 (default: 5 only).
+
 Run: ``BENCH_BASELINE=/tmp/before python3 bench/bench_before_after.py [N] [ROUNDS]``
 (default 4 and 15). Prints per variant the median wall time (and the quartiles) and the
-median CPU of the whole process tree, before and after, and the difference of the medians.
+median CPU of the whole process tree, before and after, the difference of the medians, and
+each variant over bare mpirun.
 """
 import os
 import statistics
@@ -20,17 +26,20 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import bench_launch as L  # noqa: E402
 import common as C  # noqa: E402
+
+MPIS = {"5": C.OMPI5, "4.1": C.OMPI4}
 
 FAIL = "import os, sys, time\nif os.environ['RANK'] == '1':\n    sys.exit(1)\ntime.sleep(30)\n"
 
 
-def variants(tree, np, work):
-    script = os.path.join(C.EXAMPLES, "exit_at_once.py")
+def variants(tree, np, work, mpirun=C.OMPI5):
+    script = L.SCRIPT
     fail = os.path.join(work, "fail.py")
     with open(fail, "w") as f:
         f.write(FAIL)
-    base = [C.PY, "-m", "mpilaunch", "--mpirun", C.OMPI5, "-np", str(np),
+    base = [C.PY, "-m", "mpilaunch", "--mpirun", mpirun, "-np", str(np),
             "--master_port", str(C.QUIET_PORT)]
     logs = os.path.join(work, "logs")
     return {
@@ -48,15 +57,23 @@ def main(argv):
     if not trees["before"]:
         sys.exit("give BENCH_BASELINE=DIR (a checkout of the commit before the change)")
     root = tempfile.mkdtemp(prefix="bench-ba-")
-    env0 = C.base_env()
-    env0["PYTHONPYCACHEPREFIX"] = os.path.join(root, "pycache")
+    # cached bytecode under a prefix of this run's own, written in the warm-up round (with
+    # PYTHONDONTWRITEBYTECODE left set, every interpreter would compile the stdlib again)
+    C.setup_bytecode_cache(root)
+    mpis = [m.strip() for m in os.environ.get("BENCH_MPIS", "5").split(",") if m.strip()]
     runs = []
-    for label, tree in trees.items():
-        work = os.path.join(root, label)
-        os.makedirs(work)
-        env = dict(env0, PYTHONPATH=tree)
-        for name, cmd in variants(tree, np, work).items():
-            runs.append((f"{label} {name}", lambda rnd, c=cmd, e=env, w=work: C.timed_run(c, env=e, cwd=w)))
+    for mpi in mpis:
+        base = L.commands(MPIS[mpi], np, os.path.join(root, f"ompi{mpi}"))
+        for name, key in (("bare", L.V_BARE), ("adapters", L.V_ADAPTER)):
+            runs.append((f"{mpi} {name}", lambda rnd, c=base[key], e=base["env"], w=root:
+                         C.timed_run(c, env=e, cwd=w)))
+        for label, tree in trees.items():
+            work = os.path.join(root, f"ompi{mpi}-{label}")
+            os.makedirs(work)
+            env = dict(C.base_env(), PYTHONPATH=tree)
+            for name, cmd in variants(tree, np, work, MPIS[mpi]).items():
+                runs.append((f"{mpi} {label} {name}",
+                             lambda rnd, c=cmd, e=env, w=work: C.timed_run(c, env=e, cwd=w)))
     load = os.getloadavg()
     res = C.interleave(runs, rounds, 1, lambda msg: None)
     print(f"N={np}, {rounds} rounds interleaved (+1 warm-up), load {load[0]:.2f} -> "
@@ -68,11 +85,18 @@ def main(argv):
         q = statistics.quantiles(walls, n=4) if len(walls) > 1 else [walls[0]] * 3
         med[name] = statistics.median(walls), statistics.median(cpus)
         rcs = sorted({x.rc for x in r["runs"]})
-        print(f"  {name:16s} wall {med[name][0]:.3f} s (q1 {q[0]:.3f}, q3 {q[2]:.3f})  "
+        print(f"  {name:22s} wall {med[name][0]:.3f} s (q1 {q[0]:.3f}, q3 {q[2]:.3f})  "
               f"cpu {med[name][1]:.3f} s  rc {rcs}")
-    for name in ("default", "lean", "fail"):
-        b, a = med[f"before {name}"], med[f"after {name}"]
-        print(f"  {name:8s} after - before: wall {a[0] - b[0]:+.3f} s, cpu {a[1] - b[1]:+.3f} s")
+    for mpi in mpis:
+        bare = res[f"{mpi} bare"]
+        for name in ("default", "lean", "fail"):
+            b, a = med[f"{mpi} before {name}"], med[f"{mpi} after {name}"]
+            print(f"  Open MPI {mpi} {name:8s} after - before: wall {a[0] - b[0]:+.3f} s, "
+                  f"cpu {a[1] - b[1]:+.3f} s")
+        for name in ("adapters", "before default", "after default"):
+            dw = statistics.median(C.paired_deltas(res[f"{mpi} {name}"], bare))
+            dc = statistics.median(C.paired_deltas(res[f"{mpi} {name}"], bare, key=lambda r: r.cpu))
+            print(f"  Open MPI {mpi} {name:15s} over bare mpirun: wall {dw:+.3f} s, cpu {dc:+.3f} s")
 
 
 if __name__ == "__main__":
