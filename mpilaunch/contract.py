@@ -199,7 +199,7 @@ def error_file_path(log_dir: str, rank: int) -> str:
     return os.path.join(log_dir, f"error_{rank}.json")
 
 
-# --------------------------------------------------------------------------- attempt dirs
+# --------------------------------------------------------------------------- programs on PATH
 
 def which(name: str, path: "str | None") -> "str | None":
     """``shutil.which(name, path=path)``: ``name`` itself when it holds a directory part, else
@@ -213,6 +213,8 @@ def which(name: str, path: "str | None") -> "str | None":
             return candidate
     return None
 
+
+# --------------------------------------------------------------------------- attempt dirs
 
 def attempt_log_dir(log_dir: str, k: int) -> str:
     """Attempt ``k``'s log dir in a restarted job's ``log_dir`` (LOG_DIR/attempt<k>): the

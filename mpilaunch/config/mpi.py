@@ -95,8 +95,8 @@ def find_mpirun(flag: Optional[str], env: Mapping[str, str]) -> Tuple[str, str]:
                 "or pass --mpirun PATH / set MPILAUNCH_MPIRUN"
             )
         return os.path.abspath(found), "PATH"
-    resolved = candidate if os.sep in candidate else which(candidate, env.get("PATH", os.defpath))
-    if not resolved or not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
+    resolved = which(candidate, env.get("PATH", os.defpath))   # a path: itself, if executable
+    if not resolved:
         raise UsageError(f"{source}={candidate}: not an executable file")
     return os.path.abspath(resolved), source
 
