@@ -21,20 +21,24 @@ from helpers.ports import free_port
 # this sandbox's site-packages preloads would hide a module the launch imports); what it
 # imports is read by an audit hook (sys.addaudithook) at the starter's Popen and at its end.
 PROBE = r"""
-import sys
+import gc, sys
 BASE = set(sys.modules)
 SCRIPT = sys.argv[1]
 at_popen = []
+collections = lambda: sum(s["collections"] for s in gc.get_stats())
 
 def hook(event, args):
     if event == "subprocess.Popen" and not at_popen and SCRIPT in list(args[1] or ()):
         at_popen.append(sorted(set(sys.modules) - BASE))
+        at_popen.append((collections() - before, gc.isenabled()))
 
 sys.addaudithook(hook)
 from mpilaunch.cli import main
+before = collections()
 rc = main(sys.argv[2:])
 sys.stdout.flush()
 print("\nPROBE", repr((rc, at_popen[0] if at_popen else None, sorted(set(sys.modules) - BASE))))
+print("GC", repr((at_popen[1] if at_popen else None, gc.isenabled(), gc.get_freeze_count())))
 """
 
 # Every module of the package a plain launch has loaded when it starts mpirun.
@@ -110,6 +114,8 @@ def plain_launch(tmp_path, mpirun, repo=REPO):
     assert lines, out.stdout + out.stderr
     rc, at_popen, at_end = ast.literal_eval(lines[-1][len("PROBE "):])
     assert at_popen is not None, "no Popen of mpirun seen\n" + out.stderr
+    gc_line = [ln for ln in out.stdout.splitlines() if ln.startswith("GC ")]
+    (tmp_path / "gc.txt").write_text(gc_line[-1][len("GC "):])
     for r in range(4):
         assert (tmp_path / f"worker_{r}.log").read_text() == f"rank {r}\n", out.stderr
     return rc, set(at_popen), set(at_end), took
@@ -137,6 +143,18 @@ def test_a_plain_launch_loads_only_what_it_uses(tmp_path, mpirun):
     assert sorted(ours(at_end) - ours(at_popen) - board) == sorted(AFTER_POPEN)
     never = sorted(m for m in NEVER if m in at_end)
     assert never == [], f"opt-in features loaded by a plain launch: {never}"
+
+
+@pytest.mark.parametrize("mpirun", mpis.MPIRUNS[:1])
+def test_the_collector_is_off_from_the_command_to_mpiruns_start_and_on_after(tmp_path, mpirun):
+    """cli.main turns the garbage collector off (the start-up's passes over the imports cost
+    ~5 ms of every launch) and the starter turns it on once mpirun runs, the start-up's objects
+    frozen out of later collections (docs/ARCHITECTURE.md, start-up)."""
+    rc, _, _, _ = plain_launch(tmp_path, mpirun)
+    assert rc == 0
+    (collections, on_at_popen), on_at_end, frozen = ast.literal_eval((tmp_path / "gc.txt").read_text())
+    assert (collections, on_at_popen) == (0, False)   # none between the command and the Popen
+    assert on_at_end and frozen > 0
 
 
 def test_the_budget_fails_on_a_planted_import_of_the_stacks_server(tmp_path):
