@@ -11,11 +11,16 @@ rank (:meth:`Control.stacks`; docs/HANGS.md).
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, cast
+
+# The C module under socket.py, as the adapter's end of this channel uses it
+# (mpilaunch/rank/control.py): socket.py's import builds its enums and loads array, ~1.3 ms of
+# every launch before mpirun starts (docs/ARCHITECTURE.md, start-up); this channel needs
+# neither, only an accept() (:class:`_Listener`).
+import _socket
 
 from mpilaunch import net
 from mpilaunch.rank.control import ENDPOINT_VAR, MAX_LINE, TOKEN_VAR, mac
@@ -44,6 +49,14 @@ def addresses(hosts: Sequence) -> List[str]:
     return out + [net.LOOPBACK]
 
 
+class _Listener(_socket.socket):
+    """The listening socket: socket.py's ``accept``, without socket.py."""
+
+    def accept(self) -> Tuple[_socket.socket, object]:
+        fd, address = self._accept()   # type: ignore[attr-defined]  # C's, not in the stubs
+        return _socket.socket(fileno=fd), address
+
+
 class Control:
     """The listening socket and the adapters connected to it (rank -> connection). One thread
     serves them all (accept, each adapter's hello, noticing its end) on one selector, so a
@@ -63,16 +76,16 @@ class Control:
         self.addresses = addresses(hosts)
         bind = net.LOOPBACK if self.addresses == [net.LOOPBACK] else "0.0.0.0"
         if any(":" in a for a in self.addresses):   # dual-stack: IPv6 peers and 127.0.0.1
-            self.sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-            self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            self.sock = _Listener(_socket.AF_INET6, _socket.SOCK_STREAM)
+            self.sock.setsockopt(_socket.IPPROTO_IPV6, _socket.IPV6_V6ONLY, 0)
             bind = "::"
         else:
-            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock = _Listener(_socket.AF_INET, _socket.SOCK_STREAM)
         self.sock.bind((bind, 0))
         self.sock.listen(min(max(np, 128), 4096))
         self.sock.setblocking(False)
         self.port = self.sock.getsockname()[1]
-        self.peers: Dict[int, Tuple[socket.socket, str]] = {}
+        self.peers: Dict[int, Tuple[_socket.socket, str]] = {}
         self.info: Dict[int, Tuple[int, str]] = {}     # rank -> (adapter pid, its host)
         self.bufs: Dict[int, bytearray] = {}
         self.said_bye: set = set()
@@ -84,7 +97,7 @@ class Control:
         self.lock = threading.Condition()
         self.closed = False
         self.sel = selectors.DefaultSelector()
-        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r, self.wake_w = _socket.socketpair()
         self.sel.register(self.sock, selectors.EVENT_READ, ("listen",))
         self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake",))
         self.thread = threading.Thread(target=self._serve, name="control", daemon=True)
@@ -99,7 +112,7 @@ class Control:
         while not self.closed:
             for key, _ in self.sel.select():
                 # every file registered is a socket
-                kind, conn = key.data[0], cast(socket.socket, key.fileobj)
+                kind, conn = key.data[0], cast(_socket.socket, key.fileobj)
                 if kind == "listen":
                     self._accept()
                 elif kind == "hello":
@@ -107,7 +120,7 @@ class Control:
                 elif kind == "peer":
                     self._read(conn, key.data[1])
         for key in list(self.sel.get_map().values()):
-            cast(socket.socket, key.fileobj).close()
+            cast(_socket.socket, key.fileobj).close()
         self.sel.close()
 
     def _accept(self) -> None:
@@ -124,7 +137,7 @@ class Control:
             conn.setblocking(False)
             self.sel.register(conn, selectors.EVENT_READ, ("hello", bytearray()))
 
-    def _hello(self, conn: socket.socket, buf: bytearray) -> None:
+    def _hello(self, conn: _socket.socket, buf: bytearray) -> None:
         import selectors
 
         try:
@@ -160,13 +173,13 @@ class Control:
         if old is not None:
             self._drop(old[0], None)
 
-    def _read(self, conn: socket.socket, rank: int) -> None:
+    def _read(self, conn: _socket.socket, rank: int) -> None:
         """What an adapter says after its hello: ``bye MAC`` (its last word), ``stacks ID LEN
         MAC`` and LEN bytes (an answer), ``sample LEN MAC`` and LEN bytes (a monitor sample,
         rank/monitor.py: to ``on_sample``, outside the lock); its connection's end, with or
         without its bye."""
         try:
-            data = conn.recv(65536, socket.MSG_DONTWAIT)
+            data = conn.recv(65536, _socket.MSG_DONTWAIT)
         except BlockingIOError:
             return
         except OSError:
@@ -241,7 +254,7 @@ class Control:
                 self.sample_failed = True
                 warn(f"the monitor's consumer failed on a sample: {exc!r}")
 
-    def _drop(self, conn: socket.socket, rank) -> None:
+    def _drop(self, conn: _socket.socket, rank) -> None:
         try:
             self.sel.unregister(conn)
         except (KeyError, ValueError):
