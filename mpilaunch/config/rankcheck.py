@@ -17,7 +17,7 @@ import os
 
 from mpilaunch import contract, net
 from mpilaunch.errors import UsageError
-from mpilaunch.rank import agree, frameworkenv, logs
+from mpilaunch.rank import frameworkenv, logs
 
 
 def check(cfg) -> None:
@@ -67,6 +67,8 @@ def _master_addr(cfg, hosts, rank0_here: bool) -> str:
     host)."""
     if not cfg.master_addr:
         return net.LOOPBACK
+    from mpilaunch.rank import agree   # only with --master_addr: its own rule, not every launch's
+
     given = cfg.master_addr.strip()
     addr = agree.master_address(given, net.spans_machines(hosts), "--master_addr")
     if rank0_here:

@@ -14,7 +14,6 @@ from collections import namedtuple
 from typing import List, Optional
 
 from mpilaunch.contract import LIFE_CAUSE, STATUS_PREFIX
-from mpilaunch.output.exctext import exception_lines, exception_text
 
 
 class Event(namedtuple("Event", "rank host role event code signal cause log tail t message pid "
@@ -178,7 +177,19 @@ def describe_failure(event) -> str:
     """``exit code 1``, with the exception the rank found when it found one
     (``exit code 1: ValueError: bad batch size 0 (train.py:41 in load_batch)``)."""
     text = describe_status(event.code, event.signal)
-    return text + (f": {exception_text(event.exception)}" if event.exception else "")
+    if not event.exception:
+        return text
+    from mpilaunch.output.exctext import exception_text   # a failed launch's only
+
+    return f"{text}: {exception_text(event.exception)}"
+
+
+def _exception_lines(exc: Optional[dict]) -> List[str]:
+    if not exc:
+        return []
+    from mpilaunch.output.exctext import exception_lines   # a failed launch's only
+
+    return exception_lines(exc)
 
 
 def describe_status(code: Optional[int], sig: Optional[int]) -> str:
@@ -283,7 +294,7 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
         lines.append(note)
     if root.message:
         lines.append(f"  error: {root.message}")
-    lines += exception_lines(root.exception)
+    lines += _exception_lines(root.exception)
     if root.log:
         lines.append(f"  log: {root.log}")
     if root.tail:

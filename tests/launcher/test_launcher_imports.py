@@ -55,9 +55,8 @@ PLAIN_LAUNCH = {
     "mpilaunch.config.rankcheck", "mpilaunch.config.resilience", "mpilaunch.config.sshconfig",
     "mpilaunch.config.torchrun", "mpilaunch.config.tuneimport", "mpilaunch.contract",
     "mpilaunch.errors", "mpilaunch.net", "mpilaunch.output", "mpilaunch.output.events",
-    "mpilaunch.output.exctext", "mpilaunch.output.outcome", "mpilaunch.output.summary",
-    "mpilaunch.pdeathsig", "mpilaunch.procstat", "mpilaunch.rank", "mpilaunch.rank.agree",
-    "mpilaunch.rank.control",
+    "mpilaunch.output.outcome", "mpilaunch.output.summary",
+    "mpilaunch.pdeathsig", "mpilaunch.procstat", "mpilaunch.rank", "mpilaunch.rank.control",
     "mpilaunch.rank.flags", "mpilaunch.rank.frameworkenv", "mpilaunch.rank.identity",
     "mpilaunch.rank.logs", "mpilaunch.rank.status", "mpilaunch.run", "mpilaunch.rundir",
     "mpilaunch.supervise", "mpilaunch.supervise.attempt", "mpilaunch.supervise.control",
@@ -78,12 +77,13 @@ AFTER_POPEN = {"mpilaunch.stacks", "mpilaunch.stacks.server"}
 # the launch did not ask for (secrets/hmac/hashlib: OpenSSL's load; queue: heapq; dataclasses:
 # inspect, ast, dis and tokenize, ~5 ms, and ~0.5 ms more for each class made with it; resource:
 # os.sysconf reads the open-file limit a launch of a few ranks checks; tempfile and shutil: random,
-# bz2, lzma and zlib, ~3.5 ms, for what mpilaunch/rundir.py and contract.which do in a few lines).
+# bz2, lzma and zlib, ~3.5 ms, for what mpilaunch/rundir.py and contract.which do in a few lines;
+# socket and array: socket.py's enums, ~1.3 ms, where the control channel uses _socket itself).
 HEAVY = ("psutil", "prometheus_client", "http", "http.server", "socketserver", "hmac", "hashlib",
          "secrets", "ssl", "queue", "urllib", "email", "asyncio", "concurrent", "logging", "uuid",
          "ctypes", "zipfile", "importlib.resources", "pathlib", "platform", "sysconfig",
          "dataclasses", "inspect", "ast", "dis", "tokenize", "resource", "tempfile", "shutil",
-         "random", "bz2", "lzma",
+         "random", "bz2", "lzma", "socket", "array",
          "mpi4py", "torch", "numpy", "hostlist")
 
 # Never in a plain launch at all: the opt-in features' modules (restarts, host discovery, ...).
