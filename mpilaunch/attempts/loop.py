@@ -10,8 +10,6 @@ graceful stop, the stall watchdog and the hosts it lost. Where the next attempt'
 from is the host source's affair (hostsource.py). A stop signal between two attempts ends the
 job (``supervise.stopping.BetweenAttempts``).
 """
-from __future__ import annotations
-
 import enum
 import os
 import signal
@@ -69,7 +67,7 @@ class JobContext(NamedTuple):
     cfg: Any
     base: Any
     lr: Resilience
-    hosts: Optional[HostSource] = None
+    hosts: Optional["HostSource"] = None
     first_checks: Callable[[Any, str], Any] = _no_checks
     verbose: bool = False
     board: Any = None       # the monitor's, across the attempts (attempts/monitoring.py)
@@ -167,8 +165,8 @@ def _say_plan(backend: Any, plan: Any) -> None:
     print(f"mpilaunch: {mpiargs.show(backend.argv(plan))}", file=sys.stderr)
 
 
-def relaunch(step: Between, hosts: HostSource
-             ) -> Tuple[State, int, AttemptRecord, Optional[NextHosts]]:
+def relaunch(step: Between, hosts: "HostSource"
+             ) -> Tuple[State, int, AttemptRecord, Optional["NextHosts"]]:
     """Before attempt ``step.k``: its hosts, the announcement, the delay and a stop between
     -> (RELAUNCH, ...) with the next attempt's settings, or the state the job ends in, its
     status and the last attempt's record as the summary shows it."""
@@ -199,7 +197,7 @@ def relaunch(step: Between, hosts: HostSource
     return State.RELAUNCH, last.status, last, nxt._replace(cfg=cfg)
 
 
-def _dropped(nxt: NextHosts, k: int) -> str:
+def _dropped(nxt: "NextHosts", k: int) -> str:
     """Hosts left out for good (--min-hosts): said, recorded -> the summary's note."""
     if not nxt.dropped:
         return ""

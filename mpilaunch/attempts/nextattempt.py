@@ -2,8 +2,6 @@
 address, and the adapter flags of the resilience settings (restart count, grace, watchdog, the span
 check, in-place coordination); and, when the user gave the port, the wait until the last attempt
 has let go of it."""
-from __future__ import annotations
-
 import os
 import time
 from typing import Any, Callable, Dict, NamedTuple

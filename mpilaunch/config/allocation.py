@@ -16,8 +16,6 @@ given (those always win). First match wins:
    ``/etc/volcano/<task>.host`` file (one host a line); slots per host from
    ``--local_worker_num``/``MA_NUM_GPUS``, as for ``VC_WORKER_HOSTS``.
 """
-from __future__ import annotations
-
 import os
 import re
 from typing import Callable, List, Mapping, NamedTuple, Optional, Tuple

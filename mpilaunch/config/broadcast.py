@@ -12,8 +12,6 @@ one of two ways:
   ``-x KEY`` (values travel in the launch message, no shell involved). Every secret-looking
   variable goes this way, so its value is never written to disk or into an argv.
 """
-from __future__ import annotations
-
 import re
 from typing import Dict, Iterable, List, Mapping, NamedTuple, Sequence, Tuple
 

@@ -12,8 +12,6 @@ A host listed without a slot count gets 1 slot (msrun's and ModelArts' meaning; 
 itself would count the host's cores), so mpilaunch always hands mpirun a normalised hostfile
 with explicit counts (docs/OPENMPI_FACTS.md section 7).
 """
-from __future__ import annotations
-
 import re
 from typing import Iterable, List, NamedTuple, Optional, Tuple
 

@@ -10,8 +10,6 @@ Dialects: Open MPI 4.x / 5.x, and Hydra's ``mpiexec`` as MPICH or Intel MPI ship
 ``mpiexec.hydra`` from ``PATH`` and fails ("mpiexec.hydra: not found") from a venv that is not
 on ``PATH``.
 """
-from __future__ import annotations
-
 import os
 import re
 import stat

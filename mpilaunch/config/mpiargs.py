@@ -7,8 +7,6 @@ accept; 5.x rejects the single-dash ModelArts spellings (``-bind-to none`` fails
 (and ``--prtemca plm_rsh_args``), losing the ssh port. Measured facts: docs/OPENMPI_FACTS.md
 sections 3-5.
 """
-from __future__ import annotations
-
 import shlex
 from typing import List, Mapping, NamedTuple, Sequence, Tuple
 

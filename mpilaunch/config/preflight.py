@@ -1,8 +1,6 @@
 """The pre-launch checks' settings: ``--preflight`` (ssh or deep) and the ``--deep-*`` options
 of ``mpilaunch check --deep`` (which ``--preflight deep`` runs with the same values), checked
 where the configuration is built."""
-from __future__ import annotations
-
 from typing import Mapping, NamedTuple, Optional
 
 from mpilaunch import contract

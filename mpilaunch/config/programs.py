@@ -18,8 +18,6 @@ line regex (``import a, b as c``, ``from a.b import``, ``__import__('a')``,
 ``import_module("a")``), so a file with syntax errors or of another Python version is still
 read; an import inside a function counts (it would run).
 """
-from __future__ import annotations
-
 import os
 import re
 import sys

@@ -3,8 +3,6 @@
 ``--no-span-check`` and ``--host-discovery-script`` (what each does: docs/LONG_JOBS.md; the
 launcher's part: mpilaunch/attempts/). A setting the chosen backend cannot honour is refused by
 :func:`for_backend`, still before anything starts."""
-from __future__ import annotations
-
 import os
 from typing import NamedTuple, Optional, Tuple
 

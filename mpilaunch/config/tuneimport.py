@@ -13,8 +13,6 @@ Accepted lines (``#`` comments and blank lines ignored):
 The file itself is never written or removed: mpilaunch writes its own tune file in its private
 run dir. Anything else is a one-line error naming the file and line.
 """
-from __future__ import annotations
-
 import re
 from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 

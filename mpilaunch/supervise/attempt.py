@@ -2,8 +2,6 @@
 the attempt it runs. ``Attempt`` is a plain launch; ``attempts.restart.ResilientAttempt`` fills the
 hooks in for the graceful stop, the stall watchdog and restarts in place; the loop that starts
 one attempt after another is ``attempts.loop.run_job``."""
-from __future__ import annotations
-
 import signal
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
