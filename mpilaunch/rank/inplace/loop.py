@@ -50,6 +50,9 @@ from mpilaunch.rank.supervisor import RESTART, TEARDOWN_SIGNALS, Supervisor
 # would import the same modules from the start (torch: ~1.4 s here); past this, something is
 # wrong with the spare, and a fresh worker meets the script's own imports as it would anyway
 SPARE_WAIT = 60.0
+# set in the workers' environment: each adapter says on stderr what became of its spare at a
+# restart (ready, waited for, or why a fresh worker was started instead)
+DEBUG_SPARE_VAR = "MPILAUNCH_DEBUG_SPARE"
 
 # ------------------------------------------------------------------ the supervisor
 
@@ -104,15 +107,15 @@ class InPlaceSupervisor(Supervisor):
 
     def _run_child(self, child) -> None:
         spare = self.spare
-        if (child.spec.role == "worker" and spare is not None and not spare.ready()
-                and not (machine_has_room()
-                         and spare.wait_ready(SPARE_WAIT, lambda: self.stopping))):
-            # still importing on a busy machine: a fresh worker instead (machine_has_room says
-            # why); on one with room the woken spare is ahead of any fresh interpreter
+        if child.spec.role == "worker" and spare is not None:
             self.spare = None
-            spare.discard(at_once=True)
-        elif child.spec.role == "worker" and spare is not None:
-            self.spare = None
+            how = self._spare_state(spare)
+            if child.spec.env.get(DEBUG_SPARE_VAR):   # tests and bench/: which way it went
+                status.write_stderr(f"mpilaunch.rank: rank {self.rank}: spare {how}\n")
+            if how not in ("ready", "waited for"):
+                spare.discard(at_once=True)
+                super()._run_child(child)
+                return
             try:
                 if self._adopt(child, spare):
                     return
@@ -122,6 +125,17 @@ class InPlaceSupervisor(Supervisor):
                 self.events.put(("exit", child.spec.role))
                 raise
         super()._run_child(child)
+
+    def _spare_state(self, spare) -> str:
+        """Whether the spare becomes the worker: ``ready``, ``waited for`` (still importing, on
+        a machine with room, and it got ready), else why not: ``discarded on a busy machine`` (a
+        fresh worker instead: machine_has_room says why) or ``not ready in time``. On a machine
+        with room the woken spare is ahead of any fresh interpreter."""
+        if spare.ready():
+            return "ready"
+        if not machine_has_room():
+            return "discarded on a busy machine"
+        return "waited for" if spare.wait_ready(SPARE_WAIT, lambda: self.stopping) else "not ready in time"
 
     def _adopt(self, child, spare) -> bool:
         """The spare becomes this attempt's worker. False: it could not (start one anew)."""
