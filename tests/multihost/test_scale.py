@@ -152,9 +152,17 @@ os.execv({python!r}, [{python!r}] + sys.argv[1:])
 """
 
 
-def test_the_startup_line_is_drawn_on_a_terminal_only(scalehosts, tmp_path):
-    th = scalehosts
-    n = len(th.hosts)
+# The job's output before the line is due ends it undrawn (by design). On this machine every ssh
+# session runs root's ~/.bashrc, whose `pyenv init` rehashes pyenv's shims: sessions to many
+# hosts at once race on the shared shims directory and one prints "pyenv: cannot rehash" to the
+# job's stderr (seen once in a full run). That is the machine's shell start-up, not mpilaunch:
+# the launch is made again (3 at most); any other output before the line fails the test.
+SHELL_NOISE = "pyenv: cannot rehash"
+
+
+def _gated_launch(th, tmp_path, n, line):
+    """One launch in a pseudo-terminal with the last host's rank gated until the start-up line
+    is seen -> (exit status, what the terminal got)."""
     gate = str(tmp_path / "gate")
     python = tmp_path / "python"
     python.write_text(GATED_PYTHON.format(python=sys.executable, host=th.hosts[-1].hostname,
@@ -163,10 +171,7 @@ def test_the_startup_line_is_drawn_on_a_terminal_only(scalehosts, tmp_path):
     master, slave = os.openpty()
     cmd = scale.argv(th, OMPI5, n, str(tmp_path), "ok", "--python", str(python))
     h = th.hosts[0]
-    # Any output of the job before the line is due ends it undrawn (by design). A PATH through
-    # pyenv's shims printed "pyenv: cannot rehash" as the ranks started, once in a full run (two
-    # shims rehashing at once): this launch's interpreter and mpirun are absolute paths, so it
-    # runs without the shims.
+    # this launch's interpreter and mpirun are absolute paths: it runs without pyenv's shims
     path = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
                            if "/.pyenv/" not in d)
     proc = subprocess.Popen(["nsenter", "-t", str(h.sshd_pid), "-u", "--", "ip", "netns", "exec",
@@ -174,9 +179,6 @@ def test_the_startup_line_is_drawn_on_a_terminal_only(scalehosts, tmp_path):
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
     os.close(slave)
     seen = b""
-    # every rank but the gated one up, the line says whom it waits for
-    line = re.compile(rf"\rmpilaunch: starting: {n - 1}/{n} ranks up, {n - 1}/{n} hosts, "
-                      rf"waiting for (\S+) \(\d+\.\d s\)\x1b\[K")
     # a line that never comes fails the test instead of hanging it
     timer = threading.Timer(60, lambda: open(gate, "w").close())
     timer.start()
@@ -194,10 +196,25 @@ def test_the_startup_line_is_drawn_on_a_terminal_only(scalehosts, tmp_path):
     finally:
         timer.cancel()
         open(gate, "w").close()      # never leave the gated rank waiting
-    assert proc.wait(timeout=60) == 0, seen
+    rc = proc.wait(timeout=60)
     os.close(master)
-    text = seen.decode("utf-8", "replace")
-    drawn = list(line.finditer(text))
+    return rc, seen.decode("utf-8", "replace")
+
+
+def test_the_startup_line_is_drawn_on_a_terminal_only(scalehosts, tmp_path):
+    th = scalehosts
+    n = len(th.hosts)
+    # every rank but the gated one up, the line says whom it waits for
+    line = re.compile(rf"\rmpilaunch: starting: {n - 1}/{n} ranks up, {n - 1}/{n} hosts, "
+                      rf"waiting for (\S+) \(\d+\.\d s\)\x1b\[K")
+    for attempt in range(3):
+        work = tmp_path / f"try{attempt}"
+        work.mkdir()
+        rc, text = _gated_launch(th, work, n, line)
+        assert rc == 0, text
+        drawn = list(line.finditer(text))
+        if drawn or SHELL_NOISE not in text:
+            break
     assert drawn, text
     assert drawn[-1].group(1) == th.hosts[-1].addr, text
     # erased once the last rank is up
