@@ -73,8 +73,10 @@ def main(argv):
         pys.append((" clean", clean))
     runs = []
     for mpi in mpis:
+        base_env = {}
         for tag, py in pys:
             base = L.commands(MPIS[mpi], np, os.path.join(root, f"ompi{mpi}{tag.strip()}"), py)
+            base_env[py] = base["env"]
             for name, key in (("bare", L.V_BARE), ("adapters", L.V_ADAPTER)):
                 runs.append((f"{mpi}{tag} {name}", lambda rnd, c=base[key], e=base["env"], w=root:
                              C.timed_run(c, env=e, cwd=w)))
@@ -83,8 +85,8 @@ def main(argv):
                 work = os.path.join(root, f"ompi{mpi}-{label}{tag.strip()}")
                 os.makedirs(work)
                 # the clean-site venv reaches the packages through a .pth line, which the
-                # adapter's `python -S` does not read (as bench_launch.commands does)
-                path = [tree] + ([] if py == C.PY else [base["env"]["PYTHONPATH"]])
+                # adapter's `python -S` does not read: bench_launch.commands' PYTHONPATH for it
+                path = [tree] + ([] if py == C.PY else [base_env[py]["PYTHONPATH"]])
                 env = dict(C.base_env(), PYTHONPATH=os.pathsep.join(path))
                 for name, cmd in variants(tree, np, work, MPIS[mpi], py).items():
                     if tag and name != "default":
