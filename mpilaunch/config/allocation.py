@@ -32,7 +32,7 @@ SLURM, KUBEFLOW, VOLCANO = "slurm", "kubeflow", "volcano"
 HOSTFILE_VARIABLES = ("OMPI_MCA_orte_default_hostfile", "PRTE_MCA_prte_default_hostfile",
                       "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE")
 VOLCANO_DIR = "/etc/volcano"
-_VC_HOSTS = re.compile(r"^VC_([A-Z0-9_]+)_HOSTS$")
+_VC_HOSTS = r"^VC_([A-Z0-9_]+)_HOSTS$"   # compiled when a VC_ variable is there (re caches it)
 
 
 class Allocation(NamedTuple):
@@ -178,7 +178,8 @@ def volcano(env: Mapping[str, str], slots, root: str = VOLCANO_DIR,
     if env.get("MPI_HOST", "").strip():
         hosts = hf.hosts_from_vc_worker_hosts(env["MPI_HOST"], _count(slots), "MPI_HOST")
         return Allocation(tuple(hosts), "MPI_HOST (Volcano mpi plugin)", VOLCANO)
-    found = sorted(n for n in env if _VC_HOSTS.match(n) and "WORKER" in n and env[n].strip())
+    found = sorted(n for n in env if n.startswith("VC_") and re.match(_VC_HOSTS, n)
+                   and "WORKER" in n and env[n].strip())
     if len(found) > 1:
         raise UsageError(f"several Volcano worker tasks ({', '.join(found)}): give --hostfile "
                          "or -H to say which hosts to use")

@@ -12,7 +12,6 @@ one of two ways:
   ``-x KEY`` (values travel in the launch message, no shell involved). Every secret-looking
   variable goes this way, so its value is never written to disk or into an argv.
 """
-import re
 from typing import Dict, Iterable, List, Mapping, NamedTuple, Sequence, Tuple
 
 from mpilaunch.config import tuneimport
@@ -23,13 +22,21 @@ DEFAULT_PREFIXES: Tuple[str, ...] = ("MA_", "AWS_", "S3_", "PATH", "VC_WORKER_",
 # Longest tune line we write: PRRTE reads lines into a 2,048-byte buffer; keep a wide margin.
 MAX_LINE_BYTES = 1024
 
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Printable ASCII without space, quotes, ';' and backslash.
-_PORTABLE_RE = re.compile(r"^[\x21\x23-\x26\x28-\x3a\x3c-\x5b\x5d-\x7e]+$")
+# Printable ASCII without space, quotes, ';' and backslash. String methods, not a regex: a
+# "$" would also match before a trailing newline, and every launch checks these (no compile
+# on the way to the starter's Popen, docs/ARCHITECTURE.md, start-up).
+_NOT_PORTABLE = frozenset(" \"';\\")
+
 
 def is_portable(name: str, value: str) -> bool:
-    line = f"-x {name}={value}\n"
-    return bool(_PORTABLE_RE.match(value)) and len(line.encode("utf-8")) <= MAX_LINE_BYTES
+    if not (value.isascii() and value.isprintable() and value) or not _NOT_PORTABLE.isdisjoint(value):
+        return False
+    return len(f"-x {name}={value}\n".encode("utf-8")) <= MAX_LINE_BYTES
+
+
+def is_name(name: str) -> bool:
+    """``[A-Za-z_][A-Za-z0-9_]*``: a variable name a tune file can carry."""
+    return name.isascii() and name.isidentifier()
 
 
 def select(env: Mapping[str, str], prefixes: Sequence[str]) -> List[Tuple[str, str]]:
@@ -37,7 +44,7 @@ def select(env: Mapping[str, str], prefixes: Sequence[str]) -> List[Tuple[str, s
     out = []
     for name in sorted(env):
         value = env[name]
-        if value == "" or not _NAME_RE.match(name):
+        if value == "" or not is_name(name):
             continue
         if any(name.startswith(p) for p in prefixes):
             out.append((name, value))

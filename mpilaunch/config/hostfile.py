@@ -21,7 +21,9 @@ from mpilaunch.config.sshconfig import label as label  # re-exported: messages n
 from mpilaunch.errors import UsageError
 
 # RFC 1123 host names and IPv4/IPv6 literals; nothing that could smuggle an option or a shell word.
-_HOST_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})|\[?[0-9A-Fa-f:.]+\]?)$")
+# patterns are compiled where first used (re caches them): a launch that reads no hostfile
+# does not pay for the compilation (docs/ARCHITECTURE.md, start-up)
+_HOST_RE = r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})|\[?[0-9A-Fa-f:.]+\]?)$"
 
 
 class Host(NamedTuple):
@@ -73,7 +75,7 @@ def check_name(name: str, where: str) -> str:
     if "%" in name and ":" in name:
         raise UsageError(f"{where}: {name!r}: an IPv6 address with a zone index (%...) names a "
                          "link of one machine only; give a global or ULA (fd00::/8) address")
-    if not _HOST_RE.match(name) or name.startswith("-"):
+    if not re.match(_HOST_RE, name) or name.startswith("-"):
         raise UsageError(f"{where}: {name!r} is not a valid host name")
     if name.startswith("[") != name.endswith("]") or (name.startswith("[") and ":" not in name):
         raise UsageError(f"{where}: {name!r} is not a valid host name")

@@ -172,6 +172,12 @@ def _cache_key(path: str, env: Mapping[str, str]) -> Optional[str]:
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{libs:x}"
 
 
+def _is_version(text: str) -> bool:
+    """``\\d+(\\.\\d+)*`` in ASCII digits, without compiling a pattern on every launch's way to
+    the starter's Popen (docs/ARCHITECTURE.md, start-up)."""
+    return all(part.isascii() and part.isdigit() for part in text.split("."))
+
+
 def _cache_read(name: str) -> List[List[str]]:
     """The cache's entries ``[path, key, version, dialect]``; [] when absent or not trusted."""
     try:
@@ -194,7 +200,7 @@ def _cache_read(name: str) -> List[List[str]]:
     out = []
     for line in lines[1:]:
         fields = line.split("\t")
-        if len(fields) == 4 and fields[3] in NAMES and re.fullmatch(r"\d+(\.\d+)*", fields[2]):
+        if len(fields) == 4 and fields[3] in NAMES and _is_version(fields[2]):
             out.append(fields)
     return out
 

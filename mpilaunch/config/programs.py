@@ -36,7 +36,7 @@ MAX_BYTES = 2 << 20
 _IMPORT = re.compile(
     r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import\b|import[ \t]+([^#;\n\\]+))"
     r"|(?:__import__|import_module)\([ \t]*['\"](\w[\w.]*)", re.M)
-_PY_ARG = re.compile(r"[\w./-]+\.py\b")
+_PY_ARG = r"[\w./-]+\.py\b"   # only a shell wrapper's: compiled when one is read (re caches it)
 
 
 class Found(NamedTuple):
@@ -138,7 +138,7 @@ def scan(entries: Iterable[str], roots: Sequence[str],
         here = os.path.dirname(path)
         if not path.endswith(".py") and not source.startswith("#!") or _is_shell(source):
             # a shell wrapper (python train.py ...): follow its .py files
-            for rel in _PY_ARG.findall(source):
+            for rel in re.findall(_PY_ARG, source):
                 for base in (here, os.getcwd()):
                     cand = os.path.join(base, rel)
                     if os.path.isfile(cand):

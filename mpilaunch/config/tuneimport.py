@@ -19,7 +19,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 from mpilaunch.config.mpiargs import split_arg_string
 from mpilaunch.errors import UsageError
 
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_ASSIGN = r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$"   # compiled when a tune file is read (re caches it)
 
 
 class TuneImport(NamedTuple):
@@ -42,7 +42,7 @@ def parse(text: str, path: str) -> TuneImport:
         if not stripped or stripped.startswith("#"):
             last = None if not stripped else last
             continue
-        m = _ASSIGN.match(line)
+        m = re.match(_ASSIGN, line, re.S)
         if m:
             last = m.group(1)
             values[last] = m.group(2)

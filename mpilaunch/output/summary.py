@@ -7,7 +7,6 @@ process rank N ... exited on signal S" line is used instead.
 """
 from __future__ import annotations
 
-import json
 import signal
 from collections import deque
 from collections import namedtuple
@@ -53,6 +52,8 @@ class Event(namedtuple("Event", "rank host role event code signal cause log tail
 def parse_status_line(line: str) -> Optional[Event]:
     if not line.startswith(STATUS_PREFIX):
         return None
+    import json   # the first status line comes once the ranks run, after the starter's Popen
+
     try:
         return Event.from_json(json.loads(line[len(STATUS_PREFIX):]))
     except (ValueError, TypeError):

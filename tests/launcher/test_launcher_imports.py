@@ -78,12 +78,14 @@ AFTER_POPEN = {"mpilaunch.stacks", "mpilaunch.stacks.server"}
 # inspect, ast, dis and tokenize, ~5 ms, and ~0.5 ms more for each class made with it; resource:
 # os.sysconf reads the open-file limit a launch of a few ranks checks; tempfile and shutil: random,
 # bz2, lzma and zlib, ~3.5 ms, for what mpilaunch/rundir.py and contract.which do in a few lines;
-# socket and array: socket.py's enums, ~1.3 ms, where the control channel uses _socket itself).
+# socket and array: socket.py's enums, ~1.3 ms, where the control channel uses _socket itself;
+# json: its decoder, scanner and their patterns, ~1 ms, where the event record encodes with
+# _json's encoder and only the ranks' status lines, after the Popen, need the decoder).
 HEAVY = ("psutil", "prometheus_client", "http", "http.server", "socketserver", "hmac", "hashlib",
          "secrets", "ssl", "queue", "urllib", "email", "asyncio", "concurrent", "logging", "uuid",
          "ctypes", "zipfile", "importlib.resources", "pathlib", "platform", "sysconfig",
          "dataclasses", "inspect", "ast", "dis", "tokenize", "resource", "tempfile", "shutil",
-         "random", "bz2", "lzma", "socket", "array",
+         "random", "bz2", "lzma", "socket", "array", "json",
          "mpi4py", "torch", "numpy", "hostlist")
 
 # Never in a plain launch at all: the opt-in features' modules (restarts, host discovery, ...).
