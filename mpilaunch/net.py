@@ -21,7 +21,7 @@ import os
 
 TYPE_CHECKING = False   # no typing at run time (docs/ARCHITECTURE.md, start-up)
 if TYPE_CHECKING:
-    from typing import Iterable, List, Optional, Sequence, Tuple
+    from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 from mpilaunch.errors import UsageError
 
@@ -259,6 +259,23 @@ def check_port(addr: str, port: int, hostname: str, check_addr: bool = True) -> 
         return s.getsockname()[1]
     finally:
         s.close()
+
+
+_LISTENER: Any = None
+
+
+def listener(family: int) -> Any:
+    """A stream socket with socket.py's ``accept()`` through ``_socket``: socket.py's import (its
+    enums, array: ~1.3 ms of CPU) is then not in every launch (supervise/control.py, stacks/)."""
+    global _LISTENER
+    import _socket
+    class Listener(_socket.socket):
+        def accept(self) -> Tuple[Any, Any]:
+            fd, address = self._accept()   # type: ignore[attr-defined]  # C's, not in the stubs
+            return _socket.socket(fileno=fd), address
+
+    _LISTENER = _LISTENER or Listener
+    return _LISTENER(family, _socket.SOCK_STREAM)
 
 
 def free_port() -> int:

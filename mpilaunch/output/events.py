@@ -22,6 +22,7 @@ import sys
 import time
 
 from mpilaunch import __version__, contract, procstat
+from mpilaunch.output.jsonline import dumps
 from mpilaunch.output.outcome import event_status
 from mpilaunch.output.summary import who
 
@@ -29,28 +30,6 @@ SCHEMA = 1
 FILENAME = "events.jsonl"
 REPORT_COMMAND = "mpilaunch report"
 _ASSIGN = r"\b([A-Za-z_][A-Za-z0-9_]*)=(\S*)"   # NAME=VALUE words (compiled when first met)
-
-
-def _json_line_encoder():
-    """``json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)``, made from
-    ``_json``'s C encoder, the one json.dumps itself uses: the ``json`` package (its decoder,
-    scanner and their regexes, ~1 ms) is then not loaded on the way to the starter's Popen,
-    where the first records are written (docs/ARCHITECTURE.md, start-up). json.dumps where
-    that encoder is missing or has another signature."""
-    try:
-        import _json
-
-        encode = _json.make_encoder(None, str, _json.encode_basestring, None, ":", ",",
-                                    False, False, True)
-        encode({"probe": [1, 0.5, None, "\u00e9"]}, 0)
-        return lambda obj: "".join(encode(obj, 0))
-    except (ImportError, AttributeError, TypeError):
-        import json
-
-        return lambda obj: json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-_to_json = _json_line_encoder()
 
 
 class Kind:
@@ -163,7 +142,7 @@ def emit(kind: str, t: "float | None" = None, **fields) -> None:
     obj = {"v": SCHEMA, "seq": next(rec.seq), "t": round(time.time() if t is None else t, 6),
            "kind": kind, "attempt": rec.attempt}
     obj.update(fields)
-    line = _to_json(_mask(obj)) + "\n"
+    line = dumps(_mask(obj)) + "\n"
     try:
         os.write(rec.fd, line.encode("utf-8", "replace"))
     except OSError:   # a full disk must not stop the launch: the record just ends there

@@ -13,6 +13,7 @@ from collections import namedtuple
 from typing import List, Optional
 
 from mpilaunch.contract import LIFE_CAUSE, STATUS_PREFIX
+from mpilaunch.output.jsonline import loads
 
 
 class Event(namedtuple("Event", "rank host role event code signal cause log tail t message pid "
@@ -52,10 +53,8 @@ class Event(namedtuple("Event", "rank host role event code signal cause log tail
 def parse_status_line(line: str) -> Optional[Event]:
     if not line.startswith(STATUS_PREFIX):
         return None
-    import json   # the first status line comes once the ranks run, after the starter's Popen
-
     try:
-        return Event.from_json(json.loads(line[len(STATUS_PREFIX):]))
+        return Event.from_json(loads(line[len(STATUS_PREFIX):]))
     except (ValueError, TypeError):
         return None
 

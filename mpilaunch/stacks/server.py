@@ -14,14 +14,15 @@ nothing asked of the ranks.
 """
 from __future__ import annotations
 
-import json
+# _socket, as the control channel (supervise/control.py): socket.py's import (its enums, array)
+# was ~1.3 ms of the launcher's CPU in every launch, spent while the ranks start on the same cores
+import _socket
 import os
-import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
-from mpilaunch import rundir
+from mpilaunch import net, rundir
 from mpilaunch.output import events
 
 if TYPE_CHECKING:       # annotations only: nothing more is imported at run time
@@ -93,7 +94,7 @@ class Server:
         self.board = board      # monitor/board.py's: what `mpilaunch top` shows (None: monitor off)
         self.log_dir = log_dirs[0]
         self.path = os.path.join(run_dir, SOCKET)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock = net.listener(_socket.AF_UNIX)
         old = os.umask(0o177)
         try:
             self.sock.bind(self.path)
@@ -115,7 +116,7 @@ class Server:
                 return
             threading.Thread(target=self._one, args=(conn,), daemon=True).start()
 
-    def _one(self, conn: socket.socket) -> None:
+    def _one(self, conn: _socket.socket) -> None:
         try:
             conn.settimeout(5)
             req = conn.recv(256).decode("ascii", "replace").split()
@@ -133,6 +134,8 @@ class Server:
                             odd=answer["odd"], seconds=answer["seconds"])
             except OSError as exc:
                 answer = {"error": f"cannot write the stacks into {self.log_dir}: {exc.strerror}"}
+            import json   # a request's answer: not loaded by a job that is never asked
+
             conn.sendall((json.dumps(answer) + "\n").encode())
         except (OSError, ValueError):
             pass
@@ -142,6 +145,8 @@ class Server:
     def _view(self) -> str:
         board = self.board
         if board is None:
+            import json
+
             return json.dumps({"error": "this job keeps no view of its ranks: its monitor is off "
                                         "(--monitor-interval 0)"})
         return board.view().to_json()
@@ -151,7 +156,7 @@ class Server:
         for p in self.pointers:
             remove_pointer(p, self.text)
         try:
-            self.sock.shutdown(socket.SHUT_RDWR)
+            self.sock.shutdown(_socket.SHUT_RDWR)
         except OSError:
             pass
         self.sock.close()

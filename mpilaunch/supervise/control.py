@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, cast
 # The C module under socket.py, as the adapter's end of this channel uses it
 # (mpilaunch/rank/control.py): socket.py's import builds its enums and loads array, ~1.3 ms of
 # every launch before mpirun starts (docs/ARCHITECTURE.md, start-up); this channel needs
-# neither, only an accept() (:class:`_Listener`).
+# neither, only an accept() (net.listener).
 import _socket
 
 from mpilaunch import net
@@ -49,14 +49,6 @@ def addresses(hosts: Sequence) -> List[str]:
     return out + [net.LOOPBACK]
 
 
-class _Listener(_socket.socket):
-    """The listening socket: socket.py's ``accept``, without socket.py."""
-
-    def accept(self) -> Tuple[_socket.socket, object]:
-        fd, address = self._accept()   # type: ignore[attr-defined]  # C's, not in the stubs
-        return _socket.socket(fileno=fd), address
-
-
 class Control:
     """The listening socket and the adapters connected to it (rank -> connection). One thread
     serves them all (accept, each adapter's hello, noticing its end) on one selector, so a
@@ -76,11 +68,11 @@ class Control:
         self.addresses = addresses(hosts)
         bind = net.LOOPBACK if self.addresses == [net.LOOPBACK] else "0.0.0.0"
         if any(":" in a for a in self.addresses):   # dual-stack: IPv6 peers and 127.0.0.1
-            self.sock = _Listener(_socket.AF_INET6, _socket.SOCK_STREAM)
+            self.sock = net.listener(_socket.AF_INET6)
             self.sock.setsockopt(_socket.IPPROTO_IPV6, _socket.IPV6_V6ONLY, 0)
             bind = "::"
         else:
-            self.sock = _Listener(_socket.AF_INET, _socket.SOCK_STREAM)
+            self.sock = net.listener(_socket.AF_INET)
         self.sock.bind((bind, 0))
         self.sock.listen(min(max(np, 128), 4096))
         self.sock.setblocking(False)

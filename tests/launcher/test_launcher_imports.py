@@ -55,6 +55,7 @@ PLAIN_LAUNCH = {
     "mpilaunch.config.rankcheck", "mpilaunch.config.resilience", "mpilaunch.config.sshconfig",
     "mpilaunch.config.torchrun", "mpilaunch.config.tuneimport", "mpilaunch.contract",
     "mpilaunch.errors", "mpilaunch.net", "mpilaunch.output", "mpilaunch.output.events",
+    "mpilaunch.output.jsonline",
     "mpilaunch.output.outcome", "mpilaunch.output.summary",
     "mpilaunch.pdeathsig", "mpilaunch.procstat", "mpilaunch.rank", "mpilaunch.rank.control",
     "mpilaunch.rank.flags", "mpilaunch.rank.frameworkenv", "mpilaunch.rank.identity",
@@ -145,6 +146,11 @@ def test_a_plain_launch_loads_only_what_it_uses(tmp_path, mpirun):
     assert sorted(ours(at_end) - ours(at_popen) - board) == sorted(AFTER_POPEN)
     never = sorted(m for m in NEVER if m in at_end)
     assert never == [], f"opt-in features loaded by a plain launch: {never}"
+    # nor, once mpirun runs, what costs the launcher CPU while the ranks start on the same
+    # cores: socket.py (the stacks server listens through _socket) and the json package (the
+    # record's lines and the ranks' status lines go through _json's encoder and scanner)
+    late = sorted(m for m in ("socket", "json", "json.decoder", "json.encoder") if m in at_end)
+    assert late == [], f"loaded while the ranks start: {late}"
 
 
 @pytest.mark.parametrize("mpirun", mpis.MPIRUNS[:1])

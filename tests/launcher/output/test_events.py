@@ -274,16 +274,3 @@ def test_a_restart_in_place_is_recorded_even_when_the_next_attempt_ends_at_once(
     assert [r["attempt"] for r in recs if r["kind"] == "attempt_start"] == [0]   # one starter
     assert recs[-1]["kind"] == "job_end" and (recs[-1]["status"], recs[-1]["attempts"]) == (0, 2)
     assert "attempt 0: exit status 4: rank 0 (worker)" in p.stderr and "restarted in place" in p.stderr
-
-
-def test_a_record_line_is_exactly_what_json_dumps_writes():
-    """The record's encoder (_json's, so that json's decoder is not loaded before the starter
-    starts) writes byte for byte what json.dumps(ensure_ascii=False, compact, default=str) does."""
-    import pathlib
-
-    for obj in ({"v": 1, "t": 1796414624.184123, "kind": "x", "argv": ["a", "é", "\n\"\\\u2028"],
-                 "nested": {"p": pathlib.Path("/x"), "n": None, "b": True, "f": -0.0, "big": 1e300,
-                            "nan": float("nan"), "tuple": (1, 2), 3: "int key"}},
-                "text", 5, [], {}):
-        assert events._to_json(obj) == json.dumps(obj, ensure_ascii=False, separators=(",", ":"),
-                                                  default=str)
