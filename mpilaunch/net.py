@@ -261,7 +261,7 @@ def check_port(addr: str, port: int, hostname: str, check_addr: bool = True) -> 
         s.close()
 
 
-_LISTENER: Any = None
+_LISTENER: Any = None   # the class below, made once by the first listener()
 
 
 def listener(family: int) -> Any:
@@ -269,12 +269,12 @@ def listener(family: int) -> Any:
     enums, array: ~1.3 ms of CPU) is then not in every launch (supervise/control.py, stacks/)."""
     global _LISTENER
     import _socket
-    class Listener(_socket.socket):
-        def accept(self) -> Tuple[Any, Any]:
-            fd, address = self._accept()   # type: ignore[attr-defined]  # C's, not in the stubs
-            return _socket.socket(fileno=fd), address
-
-    _LISTENER = _LISTENER or Listener
+    if _LISTENER is None:
+        class Listener(_socket.socket):
+            def accept(self) -> Tuple[Any, Any]:
+                fd, address = self._accept()   # type: ignore[attr-defined]  # C's, not in stubs
+                return _socket.socket(fileno=fd), address
+        _LISTENER = Listener
     return _LISTENER(family, _socket.SOCK_STREAM)
 
 

@@ -29,7 +29,7 @@ _NOT_PORTABLE = frozenset(" \"';\\")
 
 
 def is_portable(name: str, value: str) -> bool:
-    if not (value.isascii() and value.isprintable() and value) or not _NOT_PORTABLE.isdisjoint(value):
+    if not (value and value.isascii() and value.isprintable()) or not _NOT_PORTABLE.isdisjoint(value):
         return False
     return len(f"-x {name}={value}\n".encode("utf-8")) <= MAX_LINE_BYTES
 

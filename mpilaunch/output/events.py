@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import sys
 import time
 
@@ -122,8 +123,6 @@ def _mask(value):
         if _rec is not None and _rec.secret_env:
             value = contract.mask_lines([value], _rec.secret_env)[0]
         if "=" in value:
-            import re
-
             value = re.sub(_ASSIGN, lambda m: f"{m.group(1)}={contract.mask_value(m.group(1), m.group(2))}",
                            value)
         return value

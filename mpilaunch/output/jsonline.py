@@ -40,7 +40,6 @@ def _loader():
             parse_float, parse_int = float, int
             parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
                               "NaN": float("nan")}.__getitem__
-            memo: dict = {}
 
         # any object with those attributes (the stubs name the scanner's own type)
         scan = _json.make_scanner(_Context())   # type: ignore[arg-type]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from mpilaunch import net, rundir
 from mpilaunch.output import events
+from mpilaunch.output.jsonline import dumps
 
 if TYPE_CHECKING:       # annotations only: nothing more is imported at run time
     from mpilaunch.backends.base import Plan
@@ -134,9 +135,7 @@ class Server:
                             odd=answer["odd"], seconds=answer["seconds"])
             except OSError as exc:
                 answer = {"error": f"cannot write the stacks into {self.log_dir}: {exc.strerror}"}
-            import json   # a request's answer: not loaded by a job that is never asked
-
-            conn.sendall((json.dumps(answer) + "\n").encode())
+            conn.sendall((dumps(answer) + "\n").encode())
         except (OSError, ValueError):
             pass
         finally:
@@ -145,10 +144,8 @@ class Server:
     def _view(self) -> str:
         board = self.board
         if board is None:
-            import json
-
-            return json.dumps({"error": "this job keeps no view of its ranks: its monitor is off "
-                                        "(--monitor-interval 0)"})
+            return dumps({"error": "this job keeps no view of its ranks: its monitor is off "
+                                  "(--monitor-interval 0)"})
         return board.view().to_json()
 
     def close(self) -> None:
