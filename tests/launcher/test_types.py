@@ -6,6 +6,7 @@ protocols (a backend, a plan, what a function takes and returns) are only worth 
 annotations while something holds the code to them: this test does. It runs mypy as the
 command a developer would (``python3 -m mypy`` from the repository root, setup.cfg read),
 with mypy's cache in .mypy_cache/ (about 5 s cold, well under 1 s after)."""
+import ast
 import configparser
 import os
 import re
@@ -46,3 +47,78 @@ def test_mypy_finds_no_error_in_the_package():
     # every module was checked: setup.cfg's files = mpilaunch, nothing excluded
     m = re.search(r"Success: no issues found in (\d+) source files", proc.stdout)
     assert m and int(m.group(1)) == _modules(), proc.stdout
+
+
+def _requirement(line: str) -> str:
+    """A requirement's distribution name, normalised (``prometheus-client>=0.20`` ->
+    ``prometheus_client``)."""
+    return re.split(r"[\s<>=!~;\[(]", line.strip(), maxsplit=1)[0].lower().replace("-", "_")
+
+
+def _needed_distributions() -> set:
+    """The package's own and its test extra's distributions, and what they require in turn:
+    what a venv made with ``pip install -e '.[test]'`` holds."""
+    cfg = configparser.ConfigParser()
+    cfg.read(SETUP_CFG)
+    todo = [_requirement(line) for key in (("options", "install_requires"),
+                                          ("options.extras_require", "test"))
+            for line in cfg[key[0]][key[1]].splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+    seen: set = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            reqs = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        todo += [_requirement(r) for r in reqs if "extra ==" not in r]
+    return seen
+
+
+def _imported_top_names() -> set:
+    names = set()
+    for root, _, files in os.walk(os.path.join(REPO, "mpilaunch")):
+        for f in files:
+            if f.endswith(".py"):
+                with open(os.path.join(root, f)) as src:
+                    tree = ast.parse(src.read())
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Import):
+                        names |= {a.name.split(".")[0] for a in node.names}
+                    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                        names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - {"mpilaunch"}
+
+
+def test_mypy_needs_no_optional_framework():
+    """A module the package imports that neither the package nor its test extra installs (torch,
+    imported by rank/inplace/spare.py only where torch runs) is never read by mypy: setup.cfg
+    gives it ``follow_imports = skip`` and ``ignore_missing_imports``, so the check passes in a
+    venv without it and answers the same with it installed. A C module no distribution ships
+    (``_sha2``) needs only the latter."""
+    cfg = configparser.ConfigParser()
+    cfg.read(SETUP_CFG)
+    skipped, ignored = set(), set()
+    for section in cfg.sections():
+        if section.startswith("mypy-"):
+            mods = {m.strip().split(".")[0] for m in section[len("mypy-"):].split(",")}
+            if cfg[section].getboolean("ignore_missing_imports", False):
+                ignored |= mods
+                if cfg[section].get("follow_imports") == "skip":
+                    skipped |= mods
+    have = set(_needed_distributions())
+    shipped = metadata.packages_distributions()
+    wrong = []
+    for name in sorted(_imported_top_names()):
+        dists = {d.lower().replace("-", "_") for d in shipped.get(name, [])}
+        if dists & have:
+            continue
+        if name not in (skipped if dists else ignored):
+            wrong.append(name)
+    assert not wrong, (f"mpilaunch imports {wrong}, which pip install -e '.[test]' does not "
+                       "install: give each a [mypy-NAME,NAME.*] section in setup.cfg with "
+                       "follow_imports = skip and ignore_missing_imports = True (or add it to the "
+                       "test extra)")
