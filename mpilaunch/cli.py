@@ -1,6 +1,6 @@
 """Command line: ``mpilaunch [run] [options] SCRIPT [ARGS...]``, ``mpilaunch check``,
 ``mpilaunch job``, ``mpilaunch report LOG_DIR``, ``mpilaunch stacks LOG_DIR``, ``mpilaunch top
-LOG_DIR``. Only dispatches: each command lives in its own module, the options in ``options.py``.
+LOG_DIR``, ``mpilaunch logs LOG_DIR``. Only dispatches: each command lives in its own module, the options in ``options.py``.
 
 User errors print one line ``mpilaunch: error: ...`` and exit 2, before anything starts.
 """
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 from mpilaunch.errors import UsageError
 
-SUBCOMMANDS = ("run", "check", "job", "report", "stacks", "top")
+SUBCOMMANDS = ("run", "check", "job", "report", "stacks", "top", "logs")
 
 
 def entry() -> None:
@@ -67,6 +67,9 @@ def _dispatch(argv: list, collecting: bool) -> int:
         if command == "top":
             from mpilaunch.stacks.topcommand import main as top_main
             return top_main(argv)
+        if command == "logs":
+            from mpilaunch.output.logscommand import main as logs_main
+            return logs_main(argv)
         from mpilaunch.run import main as run_main
         return run_main(argv)
     except UsageError as exc:

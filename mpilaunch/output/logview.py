@@ -1,0 +1,235 @@
+"""What ``mpilaunch logs LOG_DIR`` reads and how it orders it (pure but for :func:`scan`,
+:func:`read_lines` and :func:`job_ended`, which read files).
+
+A job's log dir holds ``events.jsonl`` (docs/EVENTS.md) and one ``worker_<rank>.log`` per
+rank, in the log dir itself or, with restarts, in ``attempt<k>/`` (contract.attempt_log_dir).
+The record names each rank's host (its adapter's lines carry ``rank`` and ``host``) and when
+its worker's log got its first bytes (``first_output``; else the worker's ``process_start``).
+
+The order across ranks. The worker logs hold the worker's bytes verbatim, with no time on a
+line, so a line's time is estimated: the rank's first output (the record's ``first_output``,
+the launcher's clock) plus the line's byte offset's share of the log, times the span from then
+to the log's last change (its mtime). Within a rank the order is exact (the file's);
+across ranks, lines printed at the same point of the same program (a configuration dump,
+an epoch's line) fall together, and a rank that stopped early has its lines early. ``--follow``
+prints new lines in the order they reach the files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Pattern, Tuple
+
+from mpilaunch.errors import UsageError
+
+EVENTS = "events.jsonl"
+_WORKER_LOG = re.compile(r"worker_(\d+)\.log\Z")
+_ATTEMPT_DIR = re.compile(r"attempt(\d+)\Z")
+
+
+class RankLog(NamedTuple):
+    """One rank's log in one attempt."""
+    attempt: int
+    rank: int
+    path: str
+    host: Optional[str]
+    start: Optional[float]   # its log's first bytes (the record's first_output), launcher clock
+
+
+class Line(NamedTuple):
+    t: float          # estimated (see the module's doc)
+    attempt: int
+    rank: int
+    text: bytes       # without its newline
+
+
+class Job(NamedTuple):
+    log_dir: str
+    logs: List[RankLog]
+    ended: bool       # the record has the job's end
+
+
+def parse_ranks(raw: str, name: str = "--rank") -> "frozenset[int]":
+    """``7``, ``0,3``, ``0-47``, ``0-3,8`` -> the ranks; UsageError naming ``name`` otherwise."""
+    out = set()
+    for part in raw.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()) or (dash and int(hi) < int(lo)):
+            raise UsageError(f"{name}={raw!r}: not a rank list; give ranks such as 7, 0,3 or 0-47")
+        out.update(range(int(lo), int(hi) + 1) if dash else (int(lo),))
+    return frozenset(out)
+
+
+def parse_duration(raw: str, name: str = "--since") -> float:
+    """``90``, ``90s``, ``5m``, ``2h`` -> seconds; UsageError otherwise."""
+    text = raw.strip().lower()
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(text[-1:], None)
+    number = text[:-1] if scale else text
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if value < 0 or value != value:
+        raise UsageError(f"{name}={raw!r}: not a duration; give seconds (90) or 90s, 5m, 2h")
+    return value * (scale or 1.0)
+
+
+def ranks_and_hosts(records: Iterable[dict]) -> "Tuple[Dict[Tuple[int, int], str], Dict[Tuple[int, int], float], bool]":
+    """From the event record: {(attempt, rank): host}, {(attempt, rank): its worker's start}
+    and whether the job has ended."""
+    hosts: Dict[Tuple[int, int], str] = {}
+    starts: Dict[Tuple[int, int], float] = {}
+    ended = False
+    for rec in records:
+        kind = rec.get("kind")
+        if kind == "job_end":
+            ended = True
+        rank, attempt = rec.get("rank"), rec.get("attempt", 0)
+        if not isinstance(rank, int) or not isinstance(attempt, int):
+            continue
+        if isinstance(rec.get("host"), str):
+            hosts.setdefault((attempt, rank), rec["host"])
+        # the worker's first output, else its start: when its log's first byte was written
+        if kind in ("process_start", "first_output") and rec.get("role") == "worker" \
+                and isinstance(rec.get("t"), (int, float)):
+            if kind == "first_output" or (attempt, rank) not in starts:
+                starts[(attempt, rank)] = float(rec["t"])
+    return hosts, starts, ended
+
+
+def read_records(log_dir: str) -> List[dict]:
+    """The event record's objects (a line being written, or not JSON, is skipped)."""
+    out = []
+    try:
+        with open(os.path.join(log_dir, EVENTS), "rb") as f:
+            for raw in f:
+                try:
+                    rec = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict):
+                    out.append(rec)
+    except OSError:
+        pass
+    return out
+
+
+def attempt_dirs(log_dir: str, names: Iterable[str]) -> List[Tuple[int, str]]:
+    """[(k, dir)] of a job's attempts, in order: ``attempt<k>/`` when the job logs per
+    attempt, else the log dir itself as attempt 0."""
+    found = sorted((int(m.group(1)), os.path.join(log_dir, n)) for n in names
+                   for m in [_ATTEMPT_DIR.match(n)] if m)
+    return found or [(0, log_dir)]
+
+
+def worker_logs(names: Iterable[str]) -> List[Tuple[int, str]]:
+    """[(rank, name)] of the ``worker_<rank>.log`` among ``names``, by rank."""
+    return sorted((int(m.group(1)), n) for n in names for m in [_WORKER_LOG.match(n)] if m)
+
+
+def _listdir(path: str) -> List[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def scan(log_dir: str) -> Job:
+    """The job writing (or that wrote) to ``log_dir``; UsageError, one line, when it is not
+    a job's log dir."""
+    if not os.path.isdir(log_dir):
+        raise UsageError(f"LOG_DIR {log_dir!r}: no such directory; give the --log_dir of a job")
+    names = _listdir(log_dir)
+    hosts, starts, ended = ranks_and_hosts(read_records(log_dir))
+    logs = []
+    for k, d in attempt_dirs(log_dir, names):
+        for rank, name in worker_logs(_listdir(d)):
+            logs.append(RankLog(k, rank, os.path.join(d, name), hosts.get((k, rank), _any_host(hosts, rank)),
+                                starts.get((k, rank))))
+    if EVENTS not in names and not logs:
+        raise UsageError(f"LOG_DIR {log_dir!r}: not an mpilaunch job's log dir (no {EVENTS}, no "
+                         "worker_<rank>.log); give the --log_dir of a job")
+    return Job(log_dir, logs, ended)
+
+
+def _any_host(hosts: Dict[Tuple[int, int], str], rank: int) -> Optional[str]:
+    """A rank's host from another attempt (an attempt restarted in place keeps its hosts)."""
+    return next((h for (_, r), h in sorted(hosts.items()) if r == rank), None)
+
+
+def select(logs: List[RankLog], ranks: "Optional[frozenset[int]]" = None, host: Optional[str] = None,
+           attempt: Optional[int] = None) -> List[RankLog]:
+    """The logs a person asked for. A host matches by its name or its first label."""
+    out = []
+    for log in logs:
+        if ranks is not None and log.rank not in ranks:
+            continue
+        if attempt is not None and log.attempt != attempt:
+            continue
+        if host is not None and log.host not in (host,) and (log.host or "").split(".")[0] != host:
+            continue
+        out.append(log)
+    return out
+
+
+def estimate(lines: List[Tuple[int, bytes]], size: int, start: float, end: float, attempt: int,
+             rank: int) -> List[Line]:
+    """Each line (its byte offset, its text) of a log of ``size`` bytes with its estimated time:
+    ``start`` + its offset's share of the log times (``end`` - ``start``)."""
+    span = max(0.0, end - start)
+    return [Line(start + (span * off / size if size else 0.0), attempt, rank, text) for off, text in lines]
+
+
+def read_lines(path: str, complete: bool = False) -> Tuple[List[Tuple[int, bytes]], int, float]:
+    """([(offset, line)], size, mtime) of a log; a last line without its newline counts,
+    unless ``complete`` (then ``size`` ends at the last newline: where a follower reads on)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+            mtime = os.fstat(f.fileno()).st_mtime
+    except OSError:
+        return [], 0, 0.0
+    if complete:
+        data = data[:data.rfind(b"\n") + 1]
+    out, off = [], 0
+    for text in data.split(b"\n"):
+        out.append((off, text))
+        off += len(text) + 1
+    if out and out[-1][1] == b"":
+        out.pop()
+    return out, len(data), mtime
+
+
+def merged(logs: List[RankLog], pattern: Optional[Pattern[bytes]] = None, since: Optional[float] = None,
+           tail: Optional[int] = None, read: Optional[Dict[str, int]] = None) -> List[Line]:
+    """Every line of ``logs`` in estimated time order (ties: attempt, rank, then the file's
+    order), filtered by ``pattern`` (searched in the line) and ``since`` (an estimated time),
+    the last ``tail`` of them. With ``read`` (a follower's), complete lines only, and each
+    log's path -> the offset read up to."""
+    out: List[Line] = []
+    for log in logs:
+        lines, size, mtime = read_lines(log.path, complete=read is not None)
+        if read is not None:
+            read[log.path] = size
+        start = log.start if log.start is not None else mtime
+        out += estimate(lines, size, start, max(start, mtime), log.attempt, log.rank)
+    out.sort(key=lambda ln: (ln.attempt, ln.t, ln.rank))   # stable: a rank's own order stays
+    if pattern is not None:
+        out = [ln for ln in out if pattern.search(ln.text)]
+    if since is not None:
+        out = [ln for ln in out if ln.t >= since]
+    if tail is not None:
+        out = out[len(out) - tail:] if tail else []
+    return out
+
+
+def render(lines: Iterable[Line], headers: bool) -> Iterator[bytes]:
+    """``[rank<R>] text`` lines; with ``headers``, ``==> attempt <k> <==`` before each
+    attempt's first line (as ``tail`` heads each file)."""
+    current = None
+    for ln in lines:
+        if headers and ln.attempt != current:
+            current = ln.attempt
+            yield f"==> attempt {ln.attempt} <==\n".encode()
+        yield b"[rank%d] %s\n" % (ln.rank, ln.text)
