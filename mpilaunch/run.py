@@ -127,6 +127,7 @@ def main(argv: Sequence[str]) -> int:
         hosts = hostsource.source(disc)
     rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
     backend = backends.select(cfg, env)
+    assert cfg.resilience is not None   # the run command's options have them (launchconfig.build)
     lr = resilience.for_backend(cfg.resilience, backend)   # restarts, grace, watchdog, span
     if cfg.master_port == 0 and not cfg.dry_run and net.rank0_is_here(cfg.hosts):
         # rank 0 runs here: pick (and so prove) the port now; then no rank needs the MPI

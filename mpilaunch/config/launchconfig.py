@@ -3,12 +3,9 @@
 Precedence: flag > variable > default. Every problem is a ``UsageError`` naming the flag or
 variable, raised before anything starts.
 """
-from __future__ import annotations
-
 import os
 import sys
-from collections import namedtuple
-from typing import Mapping, Optional, Tuple
+from typing import Any, Mapping, NamedTuple, Optional, Tuple
 
 from mpilaunch import contract, net
 from mpilaunch.config import allocation
@@ -17,16 +14,19 @@ from mpilaunch.config import (mpiargs, monitoring, msrun, options, preflight, pr
                               sshconfig,
                               torchrun, tuneimport)
 from mpilaunch.config.broadcast import DEFAULT_PREFIXES
+from mpilaunch.config.preflight import DeepSettings
+from mpilaunch.config.resilience import Resilience
 from mpilaunch.errors import UsageError
 
 # Ranks of one job: Open MPI counts them in a C int; far beyond any real job, far below overflow.
 MAX_NP = 10_000_000
 
 
-class Setting(namedtuple("Setting", "value source")):
+class Setting(NamedTuple):
     """A resolved value and where it came from (for messages and --dry-run)."""
 
-    __slots__ = ()
+    value: Any          # as the option table gives it: a string, a flag's value or default
+    source: str
 
 
 # Where the hosts of a launch came from (LaunchConfig.hosts_from), in the order they are
@@ -37,49 +37,70 @@ HOSTS_FROM = (FROM_H, FROM_HOSTFILE, FROM_VC_WORKER_HOSTS, allocation.SLURM,
               allocation.KUBEFLOW, allocation.VOLCANO, FROM_LOCAL)
 
 
-# The fields are written in the call itself: a type checker reads a namedtuple's fields only
-# from a literal there.
-class LaunchConfig(namedtuple("LaunchConfig", (
-        # hosts_from: where the hosts came from, one of HOSTS_FROM (hosts_source: said for messages)
-        "script script_args hosts hosts_source hosts_from np np_source oversubscribe ssh_port ssh_extra "
-        "tune_path keep_tune_file env_prefixes bind_args x_args mca_args extra_args mpirun python "
-        "dry_run "
-        # passed through to the rank adapter
-        "log_dir worker_log_name tail_worker_log master_addr master_port cluster_time_out "
-        "bind_core scheduler exec_mode no_python visible_devices "
-        # a tune file the user already wrote (ModelArts recipe), read, never overwritten
-        "tune_import "
-        # what starts the ranks: "mpirun" or "srun" (mpilaunch/backends/srun.py)
-        "launcher "
-        # -m MODULE (script is then None); mpirun's --stdin target; why the scheduler is (not)
-        # started; whether rank 0 checks the port (--exec: only a --master_port the user gave)
-        "module stdin scheduler_why port_check "
-        # more adapter flags, before '--' (long jobs: attempts.nextattempt.attempt_cfg writes them per attempt)
-        "rank_extra "
-        # msrun's: --bind_numa (a file's content inlined), DryRun's level / rank / simulated size,
-        # the rank table's absolute path
-        "bind_numa sim_level sim_rank_id sim_world rank_table_file "
-        # the user's mpirun pieces (bind, x, mca, extra, a tune file's lines), split once:
-        # mpiargs.pieces; every backend reads these
-        "mpi_pieces "
-        # the run command's resilience settings (config/resilience.py: Resilience; None for check and job),
-        # --preflight's level and the deep check's settings (config/preflight.py; None: no deep check)
-        "resilience preflight deep "
-        # TORCHELASTIC_RUN_ID of every torch worker: --rdzv-id, else made once per launch
-        "run_id "
-        # the adapters' sample interval (s, 0 = off: config/monitoring.py)
-        "monitor_interval"),
-        defaults=(None, "mpirun", None, None, "", True, (), None, None, None, None, None, (),
-                  None, "ssh", None, None, 0.0))):
-    """Everything the user asked for, validated. Notable fields: ``hosts`` (tuple of Host),
-    ``hosts_from`` (where the hosts came from, one of :data:`HOSTS_FROM`: decisions test
-    this), ``np_source``/``hosts_source`` (where the value came from, for messages), ``tune_path``
-    (TUNE_ENV_FILE / --tune-file; None = the private run dir), ``bind_args``..``extra_args``
-    (Setting: the OPENMPI_* strings as given; ``mpi_pieces`` holds their words),
-    ``cluster_time_out`` (None: the rank keeps the
-    user's MS_TOPO_TIMEOUT, else 600). A namedtuple (docs/ARCHITECTURE.md, start-up)."""
+class LaunchConfig(NamedTuple):
+    """Everything the user asked for, validated, each field's type checked (mypy). A
+    ``typing.NamedTuple`` (docs/ARCHITECTURE.md, start-up: no dataclasses, and this module has
+    no ``from __future__ import annotations``); attempts differ by ``_replace``."""
 
-    __slots__ = ()
+    script: Optional[str]               # None with -m MODULE
+    script_args: Tuple[str, ...]
+    hosts: Tuple[hf.Host, ...]
+    hosts_source: str                   # where the hosts came from, said in messages
+    hosts_from: str                     # the same, one of HOSTS_FROM: decisions test this
+    np: int
+    np_source: str                      # where np came from, for messages
+    oversubscribe: bool
+    ssh_port: Optional[int]
+    ssh_extra: Tuple[str, ...]
+    tune_path: Optional[str]            # TUNE_ENV_FILE / --tune-file; None: the private run dir
+    keep_tune_file: bool
+    env_prefixes: Tuple[str, ...]
+    bind_args: Setting                  # the OPENMPI_*_ARGS strings as given (mpi_pieces: words)
+    x_args: Setting
+    mca_args: Setting
+    extra_args: Setting
+    mpirun: Optional[str]               # --mpirun (MPILAUNCH_MPIRUN is read by mpi.detect)
+    python: str                         # the ranks' interpreter, absolute
+    dry_run: bool
+    # passed through to the rank adapter
+    log_dir: str
+    worker_log_name: Optional[str]
+    tail_worker_log: str                # canonical (contract.tail_spec_text)
+    master_addr: Optional[str]
+    master_port: int
+    cluster_time_out: Optional[int]     # None: the rank keeps MS_TOPO_TIMEOUT, else 600
+    bind_core: Optional[str]
+    scheduler: bool
+    exec_mode: bool
+    no_python: bool
+    visible_devices: Optional[str]
+    # a tune file the user already wrote (ModelArts recipe), read, never overwritten
+    tune_import: Optional[tuneimport.TuneImport] = None
+    # what starts the ranks: "mpirun" or "srun" (mpilaunch/backends/srun.py)
+    launcher: str = "mpirun"
+    module: Optional[str] = None        # -m MODULE (script is then None)
+    stdin: Optional[str] = None         # mpirun's --stdin target
+    scheduler_why: str = ""             # why the scheduler is (not) started
+    port_check: bool = True             # rank 0 checks the port (--exec: only a port given)
+    # more adapter flags, before '--' (attempts.nextattempt.attempt_cfg writes them per attempt)
+    rank_extra: Tuple[str, ...] = ()
+    # msrun's: --bind_numa (a file's content inlined), DryRun's level / rank / simulated size,
+    # the rank table's absolute path
+    bind_numa: Optional[str] = None
+    sim_level: Optional[int] = None
+    sim_rank_id: Optional[int] = None
+    sim_world: Optional[int] = None
+    rank_table_file: Optional[str] = None
+    # the user's mpirun pieces (bind, x, mca, extra, a tune file's lines), split once:
+    # mpiargs.pieces; every backend reads these
+    mpi_pieces: Tuple[mpiargs.Piece, ...] = ()
+    # the run command's resilience settings (config/resilience.py; None for check and job),
+    # once a backend is chosen as it can honour them (resilience.for_backend, run.py)
+    resilience: Optional[Resilience] = None
+    preflight: str = "ssh"              # --preflight's level (config/preflight.py)
+    deep: Optional[DeepSettings] = None   # None: no deep check
+    run_id: Optional[str] = None        # TORCHELASTIC_RUN_ID of every torch worker
+    monitor_interval: float = 0.0       # the adapters' sample interval (s, 0 = off)
 
 
 def _layer(args, env: Mapping[str, str], dest: str) -> Setting:
