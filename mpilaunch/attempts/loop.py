@@ -147,7 +147,7 @@ def run_one(job: JobContext, cfg: Any, lr: Resilience, k: int) -> Tuple[AttemptR
     if k == 0 and job.verbose:
         _say_plan(job.backend, plan)
     # with restarts or hosts to follow: it learns the lost hosts and the workers' progress
-    att = Attempt(k)
+    att = Attempt(k, lr.stop_grace)   # the graceful stop of a stop signal to mpilaunch
     if resilience_on(lr) or lr.discovery_script is not None or lr.max_restarts:
         from mpilaunch.attempts import restart
 

@@ -41,14 +41,12 @@ from mpilaunch.config.resilience import Resilience
 from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
 from mpilaunch.attempts import progress
 from mpilaunch.attempts.progress import RankFacts
-from mpilaunch.supervise.attempt import LINGER, Attempt, AttemptRecord
-from mpilaunch.supervise.control import missing
+from mpilaunch.supervise.attempt import LINGER, Attempt, AttemptRecord, grace_lines
 from mpilaunch.output import events
 from mpilaunch.output.outcome import event_status
 from mpilaunch.output.summary import (DEAD_MESSAGE, Collector, describe_failure,
                                      describe_status, how_it_ended, who_and_where)
 
-GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and exit
 IN_PLACE_NOTE = "; restarted in place"   # the attempts' summary, after the cause
 
 
@@ -110,7 +108,7 @@ class ResilientAttempt(Attempt):
     in place (a relay's thread, under ``lock``); the loop reads it from :meth:`record`."""
 
     def __init__(self, index: int, lr: Resilience, np: int) -> None:
-        super().__init__(index)
+        super().__init__(index, lr.stop_grace)
         self.lr, self.np = lr, np
         self.job: Any = None
         self.started_at: Optional[float] = None
@@ -120,7 +118,6 @@ class ResilientAttempt(Attempt):
         # rank's stacks (docs/HANGS.md)
         self.stalled: Optional[Dict[int, Any]] = None
         self.stall_verdict: Optional[str] = None
-        self.graceful = False   # the launcher asked for a graceful stop
         self.grace_stops: List[Any] = []   # adapters that made one (asked or not: see finish)
         self.foreign: Optional[int] = None  # a stop signal an adapter got, mpilaunch not asking
         self.lock = threading.Lock()
@@ -136,10 +133,11 @@ class ResilientAttempt(Attempt):
 
     def linger(self) -> float:
         """Adapters saving after the starter ended wait for them up to the grace."""
-        base = LINGER
-        if self.lr.term_grace is not None and (self.graceful or self.grace_stops or self.foreign):
-            return base + self.lr.term_grace
-        return base
+        if self.graceful:
+            return LINGER + (self.lr.stop_grace or 0.0)
+        if self.lr.term_grace is not None and (self.grace_stops or self.foreign):
+            return LINGER + self.lr.term_grace
+        return LINGER
 
     def collector(self, backend: Any) -> Collector:
         self.collected = _Collector(self, backend)
@@ -150,20 +148,10 @@ class ResilientAttempt(Attempt):
 
     # -- graceful stop
     def on_stop(self, job: Any, signum: int, forward: Callable[[int], None]) -> bool:
-        """The first stop signal, with --term-grace: ``stop`` over the control channel to every
-        adapter (they SIGTERM their workers and wait up to the grace: rank/resilience.py), then
-        the ordinary teardown when the job has not ended by itself."""
-        grace = self.lr.term_grace
-        if grace is None or job is None or self.started_at is None or job.control is None:
+        """The first stop signal: the plain attempt's graceful stop, once the attempt runs."""
+        if self.started_at is None:
             return False
-        self.graceful = True
-
-        note = missing(job.control.stop(), job.np)
-        print(f"mpilaunch: {signal.Signals(signum).name} received: SIGTERM to every worker, "
-              f"{grace:g} s to save (signal again to stop at once){note}", file=sys.stderr,
-              flush=True)
-        job.later(grace + GRACE_MARGIN, forward, signum)
-        return True
+        return super().on_stop(job, signum, forward)
 
     def grace_event(self, event: Any) -> None:
         """An adapter stopped its worker gracefully on a stop signal it got itself (SIGTERM
@@ -182,7 +170,7 @@ class ResilientAttempt(Attempt):
         print(f"mpilaunch: rank {event.rank} stopped its worker on a {name} mpilaunch did not "
               "send: the same graceful stop for every rank", file=sys.stderr, flush=True)
         if job.control is not None:
-            job.control.stop()
+            job.control.stop(self.lr.term_grace)
 
     # -- in-place restarts
     def in_place_event(self, event: Any) -> None:
@@ -297,7 +285,8 @@ class ResilientAttempt(Attempt):
                     f"ranks); with --term-grace their workers saved first: ranks {ranks} "
                     "stopped gracefully\n")
         if self.graceful or foreign:
-            text += _grace_lines(collector, self.lr.term_grace or 0.0)
+            text += grace_lines(collector, (self.lr.stop_grace if self.graceful
+                                            else self.lr.term_grace) or 0.0)
         return text
 
 
@@ -313,17 +302,3 @@ class ResilientAttempt(Attempt):
 def _who(event: Any) -> str:
     return who_and_where(event) + ": "
 
-
-def _grace_lines(collector: Collector, grace: float) -> str:
-    workers = {e.rank: e for e in collector.events
-               if e.role == "worker" and e.cause == "terminated"}
-    cut = sorted(r for r, e in workers.items() if e.signal == signal.SIGKILL)
-    ended = sorted(r for r, e in workers.items() if e.signal != signal.SIGKILL)
-    out = f"  graceful stop: SIGTERM to every worker, up to {grace:g} s to save\n"
-    if ended:
-        out += "  ended within the grace: " + ", ".join(f"rank {r}" for r in ended) + "\n"
-    if cut:
-        out += ("  save cut: " + ", ".join(f"rank {r}" for r in cut)
-                + f" still running after the {grace:g} s grace, killed (SIGKILL); "
-                "give a longer --term-grace\n")
-    return out

@@ -194,8 +194,10 @@ OPTIONS = (
        "seconds between a failed attempt's teardown and the next start", "long", default="0",
        metavar="SECONDS", commands=(RUN, JOB)),
     _o(("--term-grace", "--term_grace"), "term_grace",
-       "on SIGTERM/SIGINT/SIGHUP: SIGTERM every worker and give it this long to save before "
-       "SIGKILL", "long", shown="off (Open MPI's own: 0.5 s on 5.x, 2 s on 4.1)",
+       "on SIGTERM/SIGINT/SIGHUP to mpilaunch: SIGTERM every worker's main process and give it "
+       "this long to save before SIGKILL; given, also on a stop signal the ranks get themselves "
+       "(scancel); 0: the starter's immediate stop", "long",
+       shown="20 (for a stop signal to mpilaunch: inside Slurm's and Kubernetes' 30 s)",
        metavar="SECONDS", commands=(RUN, JOB)),
     _o(("--stall-timeout", "--stall_timeout"), "stall_timeout",
        "end (or restart) the job when no worker logged output or touched "

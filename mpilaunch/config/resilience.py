@@ -11,6 +11,12 @@ from mpilaunch.config import options, programs
 from mpilaunch.errors import UsageError
 
 MODES = ("in-place", "relaunch")
+# The graceful stop's grace when --term-grace is not given: a stop signal to mpilaunch gives
+# every worker SIGTERM and this long before SIGKILL. Slurm's KillWait and Kubernetes'
+# terminationGracePeriodSeconds both default to 30 s; 20 s plus the launcher's margin after it
+# (supervise/attempt.py GRACE_MARGIN, 5 s) and the teardown still end inside those 30 s. A worker without a
+# handler dies of the SIGTERM at once, so the default costs it nothing.
+DEFAULT_TERM_GRACE = 20.0
 DISCOVERY_FLAG = "--host-discovery-script"
 
 
@@ -36,6 +42,10 @@ class Resilience(NamedTuple):
     discovery_script: Optional[str] = None
     max_no_progress: int = 0
     mode_why: str = "default"   # the restart mode's source: a flag, or why the default is what it is
+    # the grace a stop signal to mpilaunch gives the workers (SIGTERM over the control channel,
+    # then SIGKILL): --term-grace, else DEFAULT_TERM_GRACE; None: the starter's own stop
+    # (--term-grace 0, --exec, a backend without the graceful stop)
+    stop_grace: Optional[float] = None
 
 
 def script_path(raw: str, source: str = DISCOVERY_FLAG) -> str:
@@ -58,11 +68,17 @@ def settings(args, env, cfg) -> Resilience:
     mode, why = restart_mode(args, cfg, n)
     raw, source = options.setting(args, env, "host_discovery_script")
     script = None if raw is None else script_path(raw, source)
-    lr = Resilience(n, seconds("restart_delay") or 0.0, seconds("term_grace"), seconds("stall_timeout"),
+    grace = seconds("term_grace")
+    # --term-grace 0: the starter's own immediate stop (as before the graceful stop was the
+    # default); not given: the default grace for a stop signal to mpilaunch only (the adapters'
+    # own stop signals stay the starter's teardown, as --term-grace would change them)
+    stop_grace = (None if grace == 0 or (grace is None and cfg.exec_mode)
+                  else DEFAULT_TERM_GRACE if grace is None else grace)
+    lr = Resilience(n, seconds("restart_delay") or 0.0, grace or None, seconds("stall_timeout"),
                  not getattr(args, "no_span_check", False), cfg.log_dir,
                  str(getattr(args, "master_port", None) or "0").strip() != "0",  # 0: pick
                  net.rank0_is_here(cfg.hosts), mode == "in-place" and n > 0,
-                 _min_hosts(args, n), script, _max_no_progress(args, n), why)
+                 _min_hosts(args, n), script, _max_no_progress(args, n), why, stop_grace)
     if lr.stall_timeout == 0:
         raise UsageError(f"{options.BY_DEST['stall_timeout'].name}=0: give a number of seconds > 0")
     if cfg.exec_mode and lr.in_place:
@@ -136,6 +152,8 @@ def for_backend(lr: Resilience, backend) -> Resilience:
     asked = [d for d, on in (("max_restarts", lr.max_restarts), ("term_grace", lr.term_grace is not None),
                              ("stall_timeout", lr.stall_timeout)) if on]
     missing = [d for d in asked if d not in backend.resilience]
+    if "term_grace" not in backend.resilience:   # the default grace: the starter's stop there
+        lr = lr._replace(stop_grace=None)
     if missing:
         names = " and ".join(options.BY_DEST[d].name for d in missing)
         why = "; ".join(_WHY_NOT[d] for d in missing if d in _WHY_NOT)

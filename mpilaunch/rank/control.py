@@ -122,9 +122,10 @@ def bye() -> None:
 
 
 class Link(threading.Thread):
-    """The adapter's end of the channel. ``on_stop()``: the launcher asked for the graceful
-    stop; every ``sig N`` is delivered to this adapter's descendants here; ``stacks ID`` is
-    answered with this rank's stacks (``stacks()`` -> text, run in a thread of its own)."""
+    """The adapter's end of the channel. ``on_stop([grace])``: the launcher asked for the
+    graceful stop (``stop G``: with G s of grace); every ``sig N`` is delivered to this
+    adapter's descendants here; ``stacks ID`` is answered with this rank's stacks (``stacks()``
+    -> text, run in a thread of its own)."""
 
     def __init__(self, channel, rank, on_stop, warn, stacks=None, on_gone=None):
         global _LINK
@@ -239,8 +240,12 @@ class Link(threading.Thread):
                 self.on_gone()
 
     def act(self, command: str) -> None:
-        if command == "stop":
-            self.on_stop()
+        if command == "stop" or command.startswith("stop "):
+            grace = command[5:]     # the launcher's grace for this stop ('': --term-grace's)
+            try:
+                self.on_stop(*((float(grace),) if grace else ()))
+            except ValueError:
+                self.warn(f"rank {self.rank}: a stop command with no grace: {command!r}")
         elif command.startswith("sig ") and command[4:].isdigit():
             deliver(self.pid, int(command[4:]))
         elif command.startswith("stacks "):
@@ -267,7 +272,7 @@ class Link(threading.Thread):
         self.send(head.encode() + data)
 
 
-def listen(rank: int, channel, on_stop=lambda: None) -> Link:
+def listen(rank: int, channel, on_stop=lambda grace=None: None) -> Link:
     """Take the launcher's commands for this adapter: ``sig N`` to its descendants, ``stop``
     -> ``on_stop()``. The launcher closing the connection while this rank runs (its attempt
     ended without it) ends the rank as a SIGTERM would. The link, for the monitor's samples."""

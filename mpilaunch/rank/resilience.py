@@ -39,6 +39,11 @@ class ResilienceFlags(namedtuple("ResilienceFlags", "restart_count max_restarts 
     __slots__ = ()
 
 
+# a launch without the long-job flags: the launcher's graceful stop alone (its grace in its
+# stop command)
+NO_FLAGS = ResilienceFlags(None, None, None, None, None)
+
+
 def parse(ns) -> ResilienceFlags:
     def whole(value, flag):
         return None if value is None else contract.whole(value, flag, 0)
@@ -98,18 +103,27 @@ class Hooks:
     def __init__(self, lr: ResilienceFlags, deliver) -> None:
         self.lr, self.deliver = lr, deliver
         self.asked = False      # the launcher asked for the graceful stop (not a signal)
+        self.sup = None         # the supervisor running (run)
+        self.grace = lr.term_grace   # the kill grace of a stop: --term-grace, or the launcher's
 
-    def on_stop(self) -> None:
-        """The launcher's ``stop`` (the control thread): the same teardown as a SIGTERM."""
-        if self.lr.term_grace is not None and not self.asked:
-            self.asked = True
-            self.deliver(("signal", signal.SIGTERM))
+    def on_stop(self, grace=None) -> None:
+        """The launcher's ``stop`` (the control thread), with its grace (None: ``--term-grace``):
+        the same teardown as a SIGTERM, the workers given the grace before SIGKILL."""
+        if self.lr.term_grace is None and grace is None or self.asked:
+            return
+        self.asked = True
+        if self.lr.term_grace is None:
+            self.grace = grace
+            if self.sup is not None:    # before the SIGTERM reaches it (run's thread)
+                self.sup.signal_grace = grace
+        self.deliver(("signal", signal.SIGTERM))
 
     def run(self, sup, opts, rank: int, hostname: str) -> int:
         """``sup.run()`` with the kill grace of ``--term-grace`` and the stall watchdog
         (heartbeat and stacks in ``opts.log_dir``)."""
-        if self.lr.term_grace is not None:
-            sup.signal_grace = self.lr.term_grace
+        self.sup = sup
+        if self.grace is not None:
+            sup.signal_grace = self.grace
         dog = None
         if self.lr.stall_timeout:
             dog = start_watchdog(sup, opts, rank, hostname, self.lr.stall_timeout)
@@ -122,7 +136,7 @@ class Hooks:
     def stopped(self, sup, rank: int, hostname: str, rc: int) -> int:
         """The rank's status after ``sup`` was torn down by a stop signal: under
         ``--term-grace`` a ``grace-stop`` status line and 0, else ``rc``."""
-        if self.lr.term_grace is None:
+        if self.lr.term_grace is None and not self.asked:
             return rc
         from mpilaunch.rank import status
 

@@ -80,15 +80,18 @@ def supervise(specs: Sequence[ChildSpec], opts, rank: int, host: str, local_size
     ``restarts``: a factory ``(inbox, opts) -> Restarts`` for ``--in-place``."""
     inbox = Inbox()
     hooks = None
-    if opts.resilience is not None:
+    if opts.resilience is not None or channel is not None:
+        # the launcher's graceful stop comes over the channel with its grace, even without the
+        # long-job flags (a stop signal to mpilaunch is a graceful stop by default)
         from mpilaunch.rank import resilience
 
-        hooks = resilience.Hooks(opts.resilience, inbox.put)
+        hooks = resilience.Hooks(opts.resilience or resilience.NO_FLAGS, inbox.put)
+        stop = hooks.on_stop
     mon = None
     if channel is not None:
         from mpilaunch.rank import control     # only a launch with the channel pays for it
 
-        link = control.listen(rank, channel, *(() if hooks is None else (hooks.on_stop,)))
+        link = control.listen(rank, channel, stop)
         if opts.monitor:    # samples go to the launcher over the channel: none without it
             from mpilaunch.rank import monitor
 

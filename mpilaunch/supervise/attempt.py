@@ -3,16 +3,18 @@ the attempt it runs. ``Attempt`` is a plain launch; ``attempts.restart.Resilient
 hooks in for the graceful stop, the stall watchdog and restarts in place; the loop that starts
 one attempt after another is ``attempts.loop.run_job``."""
 import signal
+import sys
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
-from mpilaunch.contract import ADAPTER_KILL_GRACE
+from mpilaunch.contract import ADAPTER_KILL_GRACE, GRACE_EVENT
 from mpilaunch.output.summary import Collector, root_text
 
 # s the launcher waits for adapters still tearing down after the starter ended: an adapter gives
 # its workers ADAPTER_KILL_GRACE s before it SIGKILLs them, then reaps them, reports and exits;
 # the 1 s more is for the reaping, the report and the exit
 LINGER = ADAPTER_KILL_GRACE + 1.0
+GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and exit
 
 
 class AttemptRecord(NamedTuple):
@@ -68,24 +70,44 @@ class Attempt:
     record()                    -> its AttemptRecord, once it has ended
     """
 
-    def __init__(self, index: int = 0) -> None:
+    def __init__(self, index: int = 0, stop_grace: Optional[float] = None) -> None:
         self.index = index
         self.status: Optional[int] = None
         self.stopped_by: Optional[int] = None
         self.cause = ""
         self.usage_error = False
+        # the graceful stop of a stop signal to mpilaunch (config/resilience.py): the grace,
+        # and whether this attempt asked for it
+        self.stop_grace = stop_grace
+        self.graceful = False
 
     def linger(self) -> float:
-        return LINGER
+        """Adapters saving after the starter ended are waited for up to the grace."""
+        return LINGER + (self.stop_grace or 0.0 if self.graceful else 0.0)
 
     def collector(self, backend: Any) -> Collector:
-        return Collector(backend)
+        return Collector(backend) if self.stop_grace is None else _GraceCollector(backend)
 
     def started(self, job: Any) -> None:
         pass
 
     def on_stop(self, job: Any, signum: int, act: Callable[[int], None]) -> bool:
-        return False
+        """The first stop signal to mpilaunch: ``stop`` over the control channel to every
+        adapter (each SIGTERMs its worker's main process alone and SIGKILLs what is left after
+        the grace: rank/resilience.py), then the ordinary stop (``act``) if the job has not
+        ended by then. Without the channel, the starter's stop at once."""
+        grace = self.stop_grace
+        if grace is None or job is None or job.control is None:
+            return False
+        self.graceful = True
+        from mpilaunch.supervise.control import missing
+
+        note = missing(job.control.stop(grace), job.np)
+        print(f"mpilaunch: {signal.Signals(signum).name} received: SIGTERM to every worker, "
+              f"{grace:g} s to save (signal again to stop at once){note}", file=sys.stderr,
+              flush=True)
+        job.later(grace + GRACE_MARGIN, act, signum)
+        return True
 
     def verdict(self) -> dict:
         return {}
@@ -100,8 +122,36 @@ class Attempt:
                                for e in collector.events)
 
     def summary(self, text: str, collector: Collector) -> str:
+        if self.graceful:
+            text += grace_lines(collector, self.stop_grace or 0.0)
         return text
 
     def record(self) -> AttemptRecord:
         return AttemptRecord(self.index, self.status if self.status is not None else 1,
                              self.cause, self.stopped_by, self.usage_error)
+
+
+class _GraceCollector(Collector):
+    """An adapter's ``grace-stop`` line says it stopped its worker gracefully and exited 0, as
+    the launcher asked: no failure of that rank's."""
+
+    def feed_status(self, event: Any) -> None:
+        if event.event != GRACE_EVENT:
+            super().feed_status(event)
+
+
+def grace_lines(collector: Collector, grace: float) -> str:
+    """The summary's lines after a graceful stop: which ranks' workers ended within the grace,
+    which were killed at its end."""
+    workers = {e.rank: e for e in collector.events
+               if e.role == "worker" and e.cause == "terminated"}
+    cut = sorted(r for r, e in workers.items() if e.signal == signal.SIGKILL)
+    ended = sorted(r for r, e in workers.items() if e.signal != signal.SIGKILL)
+    out = f"  graceful stop: SIGTERM to every worker, up to {grace:g} s to save\n"
+    if ended:
+        out += "  ended within the grace: " + ", ".join(f"rank {r}" for r in ended) + "\n"
+    if cut:
+        out += ("  save cut: " + ", ".join(f"rank {r}" for r in cut)
+                + f" still running after the {grace:g} s grace, killed (SIGKILL); "
+                "give a longer --term-grace\n")
+    return out

@@ -310,8 +310,10 @@ class Control:
     def signal(self, signum: int) -> List[int]:
         return self.send(f"sig {int(signum)}")
 
-    def stop(self) -> List[int]:
-        return self.send("stop")
+    def stop(self, grace: Optional[float] = None) -> List[int]:
+        """The graceful stop to every adapter; ``grace``: the seconds its workers get (None:
+        the adapter's own ``--term-grace``)."""
+        return self.send("stop" if grace is None else f"stop {grace:g}")
 
     def close(self) -> None:
         """Stop serving; every socket is closed by the serve thread, which ends at once."""
