@@ -15,8 +15,9 @@ PKG = os.path.join(REPO, "mpilaunch")
 
 # The layers, lowest first: a module may import its own package and the layers below it.
 # "root" is the shared modules beside the entry points (contract, errors, net, netif,
-# pdeathsig, rundir, ssh); run, api and cli are the entry points.
-LAYERS = ("root", "rank", "output", "config", "check", "backends", "stacks", "supervise", "attempts",
+# pdeathsig, procstat, rundir, ssh); run, api and cli are the entry points. docs/ARCHITECTURE.md
+# says the same order (tests/launcher/test_architecture_map.py holds the two equal).
+LAYERS = ("root", "monitor", "rank", "output", "config", "check", "backends", "stacks", "supervise", "attempts",
           "run", "job", "report", "api", "cli")
 ENTRY = {"run": "run", "api": "api", "cli": "cli", "__main__": "cli"}
 # Imports against the order, each for a reason: the package root loads the Python API on
