@@ -16,9 +16,9 @@ is left out of that round, not waited for). A wait share from fewer than ``MIN_S
 stack samples is not judged (its error is over 0.1: docs/MONITOR.md). The rule judges the
 **steady** rounds only: those in which every rank had been seen waiting in a collective in an
 earlier round (before, some rank is still starting: importing, loading, connecting; the
-others wait for it in the rendezvous, which is the start-up the report draws). A rank never
-seen waiting while every other one has been, ``LAST_ROUNDS`` rounds in a row, is past its
-start-up: it reaches every collective last.
+others wait for it in the rendezvous, which is the start-up the report draws). The same ranks,
+fewer than half, never seen waiting while the others are, ``LAST_ROUNDS`` rounds in a row, are
+past their start-up: they reach every collective last.
 """
 from __future__ import annotations
 
@@ -85,7 +85,8 @@ class Board:
         self.pending: Dict[int, Sample] = {}
         self.rounds: List[Dict[int, Optional[float]]] = []
         self.waited: Set[int] = set()   # ranks seen waiting in a collective in some round
-        self.lagging = 0                # rounds one rank only has not been seen waiting
+        self.lagging = 0                # rounds the same few ranks have not been seen waiting
+        self.lagging_ranks: List[int] = []
         self.last_round = self.clock()
         self.stragglers: Set[int] = set()
         self.scores: Dict[int, straggler.Score] = {}
@@ -140,7 +141,7 @@ class Board:
         record = [shares.get(r) for r in range(np)]
         if not self._steady(shares):
             return record, None
-        self.rounds = (self.rounds + [shares])[-straggler.WINDOW:]
+        self.rounds = (self.rounds + [shares])[-straggler.KEEP:]
         step = straggler.step(self.rounds, self.stragglers)
         self.stragglers, self.scores = set(step.stragglers), {**self.scores, **step.scores}
         return record, step
@@ -148,10 +149,17 @@ class Board:
     def _steady(self, shares: Dict[int, Optional[float]]) -> bool:
         """Whether every rank of this round had been seen waiting before it; learns who waits."""
         known = [r for r, w in shares.items() if w is not None]
-        starting = [r for r in known if r not in self.waited]
-        self.lagging = self.lagging + 1 if len(starting) == 1 and len(known) >= 2 else 0
-        if self.lagging >= LAST_ROUNDS:      # it reaches every collective last: not starting
-            self.waited.add(starting[0])
+        starting = sorted(r for r in known if r not in self.waited)
+        # the same ranks, fewer than half, never seen waiting while the others are, round
+        # after round: they reach every collective last (two slow ranks of eight are as past
+        # their start-up as one); more than half: the rule could name no one anyway
+        if starting and starting == self.lagging_ranks and 2 * len(starting) < len(known):
+            self.lagging += 1
+        else:
+            self.lagging = 1 if starting and 2 * len(starting) < len(known) else 0
+        self.lagging_ranks = starting
+        if self.lagging >= LAST_ROUNDS:
+            self.waited |= set(starting)
             starting = []
         self.waited |= {r for r in known if shares[r]}
         return not starting

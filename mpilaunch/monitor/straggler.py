@@ -10,8 +10,15 @@ the others wait for has a gap as large as the share of the step they spend waiti
 * **score**: the rank's gap averaged over the last ``WINDOW`` rounds it has one in (a round:
   one sample of every rank, ``board.py``), so one noisy round does not name a rank, and a rank
   slow from the start is named in its first round.
-* a rank **becomes** a straggler when its score is ``ON`` or more and **recovers** when it
-  falls below ``OFF`` (hysteresis: a rank near the threshold does not come and go each round).
+* a rank **becomes** a straggler when its score is ``ON`` or more **and** its gap was ``OFF``
+  or more in each of the last ``PERSIST`` rounds, and **recovers** when its score falls below
+  ``OFF`` (hysteresis: a rank near the threshold does not come and go each round).
+* **a drag, not a pause**: a straggler slows every step, so the others wait for it in every
+  round; a rank that pauses once (a checkpoint, an evaluation, a GC pause) or every N steps
+  (rank 0 saving every 500 steps, a logging burst) lifts the others' wait in the one or two
+  rounds that hold the pause and not in the rounds between. ``PERSIST`` rounds in a row tell
+  them apart: a pause shorter than ``PERSIST - 1`` intervals, or recurring less often than
+  every round, is never named; a pause in every round is a drag.
 * **the start-up is not judged**: a rank is judged from the round after the first one it is
   seen waiting in a collective in (``reached``; the board judges only rounds in which every
   rank has: ``board.py``).
@@ -35,6 +42,8 @@ from typing import AbstractSet, Dict, List, Mapping, Optional, Sequence, Tuple
 ON = 0.30       # score to become a straggler (docs/MONITOR.md: balanced jobs stay below 0.15)
 OFF = 0.15      # score under which a straggler has recovered
 WINDOW = 2      # rounds a score averages
+PERSIST = 3     # rounds in a row a rank's gap must be OFF or more to become a straggler
+KEEP = max(WINDOW, PERSIST)     # the rounds the rule reads
 BUSY_FLOOR = 0.05   # the least busy share a slowdown is computed against
 
 
@@ -127,10 +136,24 @@ def step(rounds: Sequence[Mapping[int, Optional[float]]], current: AbstractSet[i
         if s is None:
             if rank in current:     # not judged this round: keeps its state
                 now.add(rank)
-        elif s.score >= ON or (rank in current and s.score >= OFF):
+        elif rank in current and s.score >= OFF:
+            now.add(rank)
+        elif s.score >= ON and persists(rounds, rank):
             now.add(rank)
     return Step(sc, tuple(sorted(now)), tuple(sorted(now - set(current))),
                 tuple(sorted(set(current) - now)))
+
+
+def persists(rounds: Sequence[Mapping[int, Optional[float]]], rank: int) -> bool:
+    """Whether ``rank``'s gap was ``OFF`` or more in each of the last ``PERSIST`` rounds."""
+    last = list(rounds[-PERSIST:])
+    if len(last) < PERSIST:
+        return False
+    for r in last:
+        g = gaps(r).get(rank)
+        if g is None or g.gap < OFF:
+            return False
+    return True
 
 
 def pct(share: float) -> str:

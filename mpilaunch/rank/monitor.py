@@ -34,13 +34,29 @@ from mpilaunch.rank import descendants, spawn, status
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Optional, Tuple
+    from typing import Callable, Dict, List, Optional, Set, Tuple
 
 RATE = 10                 # stack samples a second while py-spy records
 REFUSED = ("Permission denied", "Permission Denied", "Operation not permitted")
 NO_PY_SPY = "py-spy is not installed here (pip install 'mpilaunch[stall]', or pip install py-spy)"
 SCHEDULER = "none: the scheduler's stacks are not sampled (it waits for the workers by design)"
 GIVE_UP = 3               # py-spy failing this many times in a row on one process: no more tries
+RECORD_SHARE = 0.6        # of each interval py-spy records (it takes 1-3 s to attach on a loaded host)
+UNSURE = 0.2              # a sync region's share above which, with no thread state, the wait is unknown
+
+# Where a rank of real training waits for the others with no collective's frame on its Python
+# stack: the collective runs in C++ under a Python frame of the library that launched it.
+# DDP's gradient all-reduce is launched by the reducer's autograd hooks and waited for in
+# C++ under loss.backward() (the innermost Python frame is autograd's _engine_run_backward:
+# Lightning, Accelerate and the Hugging Face Trainer all call it); FSDP waits for its
+# all-gathers and reduce-scatters in its own files, ZeroRedundancyOptimizer in step(), DDP's
+# forward in its buffer broadcast. The same frames also hold the backward's own compute, so
+# a sample there is a wait only when the thread is asleep on a futex (:class:`States`).
+SYNC_FILES = ("torch/autograd/graph.py", "torch/autograd/__init__.py")
+SYNC_DIRS = ("/torch/distributed/", "/torch/nn/parallel/", "/deepspeed/")
+# futex(2) (and futex_waitv) by architecture: /proc/PID/syscall gives the number a thread is
+# blocked in; elsewhere the kernel function it sleeps in (wchan) is read instead
+FUTEX = {"x86_64": ("202", "449"), "aarch64": ("98", "449")}
 
 
 def usage(pid: int) -> Optional[Tuple[float, int]]:
@@ -80,22 +96,53 @@ def _frame(text: str):
     return func, path, int(line)
 
 
+def _thread_id(head: str) -> str:
+    """``thread (8452): MainThread`` -> ``8452``; ``thread (0x7F3D...)`` -> ``0x7F3D...``."""
+    return head[head.find("(") + 1:head.find(")")] if head.startswith("thread (") else ""
+
+
+def _main_python_id(lines: List[Tuple[str, List[str], int]]) -> Optional[str]:
+    """Python 3.9 and 3.10 give py-spy no OS thread id: it prints the thread's Python id in hex
+    (``thread (0x7F3D0A1B2B80)``). The main thread is then the one whose stacks start in the
+    script (``<module>``, or runpy's ``_run_module_as_main`` for ``-m``) or say ``MainThread``,
+    never in threading.py's ``_bootstrap`` (every ``threading.Thread`` starts there)."""
+    votes: Dict[str, int] = {}
+    for head, parts, count in lines:
+        ident = _thread_id(head)
+        if not ident.startswith("0x"):
+            continue
+        outer = parts[0] if parts else ""
+        if head.endswith(": MainThread") or outer.startswith(("<module> (", "_run_module_as_main (")):
+            votes[ident] = votes.get(ident, 0) + count
+        elif "threading.py:" in outer:
+            votes[ident] = votes.get(ident, 0) - count
+    best = max(sorted(votes), key=votes.__getitem__) if votes else None
+    return best if best is not None and votes[best] > 0 else None
+
+
 def parse_raw(text: str, tid: int) -> List[Tuple[list, int]]:
-    """py-spy's ``record --threads --format raw`` -> [(frames of thread ``tid``, innermost
+    """py-spy's ``record --threads --format raw`` -> [(frames of the main thread, innermost
     first, as (func, path, line)), samples]: one entry a distinct stack. A line is
-    ``thread (TID): NAME;outer (f.py:1);...;inner (g.py:2) COUNT``."""
-    head = f"thread ({tid})"
-    out = []
+    ``thread (TID): NAME;outer (f.py:1);...;inner (g.py:2) COUNT``; TID is the OS thread id
+    (``tid``: the worker's pid for its main thread) on Python 3.11 and later, the Python
+    thread id in hex on 3.9 and 3.10 (:func:`_main_python_id` picks the main thread's)."""
+    lines = []
     for line in text.splitlines():
         stack, _, count = line.rpartition(" ")
         if not count.isdigit():
             continue
-        parts = stack.split(";")
-        if not (parts[0] == head or parts[0].startswith(head + ":")):
+        head, *parts = stack.split(";")
+        lines.append((head, parts, int(count)))
+    want = str(tid)
+    if not any(_thread_id(head) == want for head, _, _ in lines):
+        want = _main_python_id(lines) or want
+    out = []
+    for head, parts, count in lines:
+        if _thread_id(head) != want:
             continue
-        frames = [f for f in (_frame(p) for p in parts[1:]) if f is not None]
+        frames = [f for f in (_frame(p) for p in parts) if f is not None]
         if frames:
-            out.append((frames[::-1], int(count)))
+            out.append((frames[::-1], count))
     return out
 
 
@@ -138,6 +185,90 @@ def summarize(stacks, read=source_line) -> Tuple[Optional[float], Optional[str],
         return None, None, 0
     hot = max(sorted(places), key=places.__getitem__) if places else None
     return waiting / total, hot, total
+
+
+def in_sync_region(frames: List[Tuple[str, str, int]]) -> bool:
+    """Whether a stack (innermost first) is inside a library's synchronising call with no
+    collective's frame of its own: its innermost Python frame is one of :data:`SYNC_FILES` or
+    under :data:`SYNC_DIRS` (torch.distributed's own collectives count as collectives first)."""
+    path = frames[0][1] if frames else ""
+    return path.endswith(SYNC_FILES) or any(d in path for d in SYNC_DIRS)
+
+
+def sync_share(stacks) -> float:
+    """The share of one thread's stack samples (:func:`parse_raw`) inside a sync region that
+    is not a recognised collective (:func:`in_sync_region`)."""
+    from mpilaunch.rank import collectives
+
+    inside, total = 0, 0
+    for raw, count in stacks:
+        total += count
+        if in_sync_region(raw) and not collectives.collective_of(
+                [collectives.Frame(f, p, n, "") for f, p, n in raw]):
+            inside += count
+    return inside / total if total else 0.0
+
+
+def wait_of(collective: Optional[float], sync: float, futex: Optional[float]) -> Optional[float]:
+    """A rank's wait share from its stacks and its main thread's states over one interval.
+
+    ``collective``: the share in a recognised collective (counted whole, as before: mpi4py
+    spins in its calls, so only the stack tells there); ``sync``: the share inside a sync
+    region (DDP's backward, FSDP); ``futex``: the share of /proc samples asleep on a futex
+    (None: not readable). Measured on a 4-rank DDP gloo job (docs/MONITOR.md): the ranks that
+    wait for a slow reader spend 0.94-1.00 of their samples under backward and 0.76-0.92
+    asleep on a futex; the slow rank 0.10-0.19 under backward (its own compute) and 0.06-0.08
+    on a futex (its time goes to its reader's sleep, another syscall); balanced, 0.96-0.98
+    and 0.42-0.58 (four ranks on two cores wait for each other's time slices), and a model
+    64 times as wide 0.63-0.76 and 0.27-0.40: the backward share counts the compute as
+    waiting, the futex share does not. py-spy's record carries no idle flag per sample and
+    ``--native`` pauses the worker for each stack (0.7 s of CPU a dump), so the two are
+    sampled apart and joined by their bound: a sample waits in a sync region no more often
+    than either share allows (the futex sleeps inside a collective already counted are taken
+    out first). Without the thread's states a large sync share cannot be told: None."""
+    if collective is None:
+        return None
+    if sync <= 0.0:
+        return collective
+    if futex is None:
+        return None if sync >= UNSURE else collective
+    return round(min(1.0, collective + min(sync, max(0.0, futex - collective))), 4)
+
+
+class States:
+    """The main thread's kernel state of each sampled worker, read from
+    ``/proc/PID/task/PID/syscall`` at the stack sampler's rate: how often it is asleep on a
+    futex (a C++ condition variable: DDP's reducer and gloo's work waiting for the others; a
+    sleep, a read or a computing thread is not). Costs a small read a sample, no process."""
+
+    def __init__(self) -> None:
+        self.futex = FUTEX.get(os.uname().machine)
+        self.counts: Dict[int, List[int]] = {}     # pid -> [samples, asleep on a futex]
+        self.blind: Set[int] = set()               # pids whose state may not be read
+
+    def sample(self, pid: int) -> None:
+        if pid in self.blind:
+            return
+        try:
+            if self.futex is not None:
+                with open(f"/proc/{pid}/task/{pid}/syscall", "rb") as f:
+                    on = f.read(16).split(b" ", 1)[0].decode() in self.futex
+            else:
+                with open(f"/proc/{pid}/task/{pid}/wchan", "rb") as f:
+                    on = b"futex" in f.read(64)
+        except PermissionError:
+            self.blind.add(pid)
+            return
+        except OSError:         # it ended
+            return
+        got = self.counts.setdefault(pid, [0, 0])
+        got[0] += 1
+        got[1] += on
+
+    def take(self, pid: int) -> Optional[float]:
+        """The futex share since the last take (None: none read), and the count starts again."""
+        n, on = self.counts.pop(pid, (0, 0))
+        return on / n if n else None
 
 
 def refused(text: str) -> Optional[str]:
@@ -255,6 +386,7 @@ class Monitor(threading.Thread):
         self.failures: Dict[int, int] = {}
         self.notes: Dict[int, str] = {}     # pid -> why it has no stacks
         self.done = threading.Event()
+        self.states = States()
         self.preexec: Optional[Callable[[], None]] = None
 
     def start(self) -> None:
@@ -296,10 +428,23 @@ class Monitor(threading.Thread):
         try:
             while True:
                 self.tick()
-                if self.done.wait(self.interval):
+                if self.pause():
                     return
         finally:
             self.end_spies()
+
+    def pause(self) -> bool:
+        """Wait one interval, reading the recorded workers' thread states at py-spy's rate
+        meanwhile (:class:`States`); True when the monitor is told to stop."""
+        end = time.monotonic() + self.interval
+        while True:
+            for spy in list(self.spies.values()):
+                self.states.sample(spy.pid)
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if self.done.wait(min(left, 1.0 / self.rate)):
+                return True
 
     def children(self) -> List[Tuple[str, int, str]]:
         """(role, pid, log path) of every child still running."""
@@ -344,16 +489,18 @@ class Monitor(threading.Thread):
             del self.spies[role]
             raw, said = spy.texts()
             stacks = parse_raw(raw, pid)
+            futex = self.states.take(pid)
             if stacks:
                 self.failures[pid] = 0
                 self.notes.pop(pid, None)
-                out = summarize(stacks) + ("py-spy",)
+                collective, hot, n = summarize(stacks)
+                out = (wait_of(collective, sync_share(stacks), futex), hot, n, "py-spy")
             elif first_error(said):
                 out = self.failed(pid, said)
         elif spy is not None and spy.pid != pid:    # restarted in place: a new worker
             self.spies.pop(role).stop()
         if role not in self.spies and self.py_spy and self.failures.get(pid, 0) < GIVE_UP:
-            seconds = max(1, int(self.interval * 0.6))   # py-spy takes 1-3 s to start
+            seconds = max(1, int(self.interval * RECORD_SHARE))
             try:
                 self.spies[role] = Spy(self.py_spy, pid, seconds, self.rate, self.preexec)
             except OSError as exc:
