@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def board_for(cfg: Any) -> Optional[LazyBoard]:
-    """The job's board, or None when the monitor is off (``--monitor-interval 0``, or a
+    """The job's board, or None when the monitor is off (``--sample-interval 0``, or a
     launch without adapters that stay: ``--exec``)."""
     interval = float(getattr(cfg, "monitor_interval", 0) or 0)
     if interval <= 0 or getattr(cfg, "exec_mode", False):

@@ -44,7 +44,7 @@ def epilog(command: str) -> str:
                 "running job writes to LOG_DIR (or a usage error).")
     if command == "top":
         return ("exit status: 0 shown (live: until the job ends, q or Ctrl-C), 1 the job keeps "
-                "no view of its ranks (--monitor-interval 0), 2 no running job writes to "
+                "no view of its ranks (--sample-interval 0), 2 no running job writes to "
                 "LOG_DIR (or a usage error).")
     return _launch_statuses()
 

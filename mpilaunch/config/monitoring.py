@@ -1,5 +1,12 @@
-"""``--monitor-interval``: how often every rank's adapter samples its worker for the launcher
-(mpilaunch/rank/monitor.py; docs/MONITOR.md).
+"""``--sample-interval``: how often every rank's adapter samples its worker for the launcher
+(mpilaunch/rank/monitor.py; docs/MONITOR.md). ``--monitor-interval`` is torchrun's agent's poll
+period, accepted for torchrun command lines and ignored (config/options.py): no flag of
+torchrun's is given another meaning here.
+
+At least ``MIN_MONITOR_INTERVAL``: py-spy records 60% of each interval in whole seconds at 10
+stack samples a second, and the straggler rule judges a wait share from 20 samples or more
+(monitor/board.py); a 4 s interval records 2 s, 19-20 samples (py-spy's first comes after its
+attach), which the rule would set aside round after round without a word.
 
 On by default where its stack sampler can run: when ``py-spy`` is installed beside the ranks'
 Python (``pip install 'mpilaunch[stall]'`` puts it there; the adapter looks there first, then on
@@ -13,7 +20,7 @@ from __future__ import annotations
 import os
 
 from mpilaunch import contract
-from mpilaunch.config.options import DEFAULT_MONITOR_INTERVAL
+from mpilaunch.config.options import DEFAULT_MONITOR_INTERVAL, MIN_MONITOR_INTERVAL
 from mpilaunch.errors import UsageError
 
 
@@ -30,8 +37,12 @@ def interval(given, cfg) -> float:
         if cfg.exec_mode or not py_spy_beside(cfg.python):
             return 0.0
         return DEFAULT_MONITOR_INTERVAL
-    value = contract.seconds(given, "--monitor-interval", allow_zero=True)
+    value = contract.seconds(given, "--sample-interval", allow_zero=True)
+    if value and value < MIN_MONITOR_INTERVAL:
+        raise UsageError(f"--sample-interval={given}: under {MIN_MONITOR_INTERVAL:g} s a round "
+                         "holds fewer than the 20 stack samples the straggler rule judges; give "
+                         f"{MIN_MONITOR_INTERVAL:g} or more, or 0 for off")
     if value and cfg.exec_mode:
-        raise UsageError(f"--monitor-interval={given}: --exec runs no rank adapter to sample "
-                         "the worker; drop --exec, or give --monitor-interval 0")
+        raise UsageError(f"--sample-interval={given}: --exec runs no rank adapter to sample "
+                         "the worker; drop --exec, or give --sample-interval 0")
     return value

@@ -22,7 +22,8 @@ from mpilaunch.config import torchrun
 
 RUN, CHECK, JOB, REPORT, STACKS, TOP = "run", "check", "job", "report", "stacks", "top"
 LAUNCH = (RUN, CHECK, JOB)   # every command that plans a launch takes these
-DEFAULT_MONITOR_INTERVAL = 10.0   # docs/MONITOR.md: the step-time cost measured at it
+DEFAULT_MONITOR_INTERVAL = 5.0    # docs/MONITOR.md: names a steady straggler within 30 s
+MIN_MONITOR_INTERVAL = 5.0        # under it a round holds fewer than 20 stack samples
 
 GROUPS = {
     "hosts": "hosts and processes (ModelArts variables in brackets)",
@@ -207,12 +208,18 @@ OPTIONS = (
        "do not check that the ranks run on the planned hosts before the script starts", "long",
        kind="switch", commands=(RUN, JOB)),
     # -- the live view (mpilaunch/monitor/)
-    _o(("--monitor-interval", "--monitor_interval"), "monitor_interval",
+    _o(("--sample-interval", "--sample_interval"), "monitor_interval",
        "every this many seconds each rank's adapter samples its worker (CPU, RSS, last output; "
-       "with py-spy the share of time it waits in a collective and its hottest frame) for the "
-       "launcher; 0 = off; not with --exec", "monitor",
+       "with py-spy the share of time it waits for the other ranks and its hottest frame) for "
+       f"the launcher; 0 = off, else at least {MIN_MONITOR_INTERVAL:g} (fewer stack samples "
+       "than the straggler rule judges); not with --exec", "monitor",
        shown=f"{DEFAULT_MONITOR_INTERVAL:g} when py-spy is beside the ranks' Python, else 0",
        metavar="SECONDS", commands=(RUN,)),
+    _o(("--monitor-interval", "--monitor_interval"), "torchrun_monitor_interval",
+       "torchrun's: how often its agent polls the workers' state; accepted and ignored, as "
+       "nothing here polls (each rank's adapter tells the launcher of its worker's exit as it "
+       "happens; the live view's sampling is --sample-interval)", "monitor",
+       shown="-", metavar="SECONDS", commands=(RUN,)),
     _o(("--metrics-port",), "metrics_port",
        "serve every rank's monitor series to Prometheus at http://ADDR:PORT/metrics (needs "
        "prometheus-client: pip install 'mpilaunch[metrics]')", "monitor",

@@ -113,7 +113,7 @@ class Exporter(_Fixed):
         monitor is off, nothing to serve)."""
         if board is None:
             print(f"mpilaunch: {self.url} serves no series: the monitor is off "
-                  "(--monitor-interval 0, or --exec)", file=sys.stderr, flush=True)
+                  "(--sample-interval 0, or --exec)", file=sys.stderr, flush=True)
         self.board = board
 
     def current(self) -> Optional[JobView]:

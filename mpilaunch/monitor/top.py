@@ -19,7 +19,7 @@ from mpilaunch.monitor.model import JobView, RankView
 COLUMNS = (("RANK", ">"), ("HOST", "<"), ("ROLE", "<"), ("STATE", "<"), ("CPU%", ">"),
            ("RSS", ">"), ("OUTPUT", ">"), ("WAIT", ">"), ("", "<"), ("WHERE", "<"))
 # s between two tables, as htop's 1.5 s and top's 3 s: the samples change once a monitor interval
-# (10 s by default), the output ages and the states in between; an ask costs the job nothing
+# (5 s by default), the output ages and the states in between; an ask costs the job nothing
 REFRESH = 2.0
 
 
@@ -63,7 +63,7 @@ def row(r: RankView) -> List[str]:
 def header(view: JobView) -> str:
     ranks = sum(1 for r in view.ranks if r.role == "worker") or view.np
     every = (f"sampled every {view.interval:g} s" if view.interval > 0
-             else "monitor off (--monitor-interval 0): states only")
+             else "monitor off (--sample-interval 0): states only")
     text = f"mpilaunch top: {ranks} rank{'s' if ranks != 1 else ''}, attempt {view.attempt}, restarts {view.restarts}, {every}"
     stragglers = [r for r in view.ranks if r.straggler]
     if stragglers:

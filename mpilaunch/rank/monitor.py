@@ -1,4 +1,4 @@
-"""The live monitor, rank side: every ``--monitor-interval`` seconds the adapter measures its
+"""The live monitor, rank side: every ``--sample-interval`` seconds the adapter measures its
 children (the worker, and on rank 0 the MindSpore scheduler) and sends one
 :class:`~mpilaunch.monitor.model.Sample` each to the launcher over its control connection
 (rank/control.py: ``sample LEN MAC``). docs/MONITOR.md says what is measured and why so.

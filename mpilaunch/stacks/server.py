@@ -145,7 +145,7 @@ class Server:
         board = self.board
         if board is None:
             return dumps({"error": "this job keeps no view of its ranks: its monitor is off "
-                                  "(--monitor-interval 0)"})
+                                  "(--sample-interval 0)"})
         return board.view().to_json()
 
     def close(self) -> None:

@@ -1,7 +1,7 @@
 """The straggler named without a line of code changed (docs/MONITOR.md, "The straggler rule"):
 a 4-rank torch/gloo job whose rank 2 sleeps 40 ms more per step in ``load_batch``: the launcher
-records a ``straggler`` event naming rank 2 within two monitor intervals of the first round in
-which every rank was seen waiting (three of its steps starting), prints its line, lists it at
+records a ``straggler`` event naming rank 2 within three monitor intervals of the first round in
+which every rank was seen waiting (within 30 s of its steps starting), prints its line, lists it at
 the job's end, and the report marks its line; the same job balanced, run for as many rounds,
 names no one. The jobs run until the test has seen what it waits for (a stop file), so a slow
 machine makes them longer, never wrong."""
@@ -12,7 +12,7 @@ from helpers.procs import wait_for
 from helpers.straggler import INTERVAL, Job, jobs, needs_py_spy, records as _records  # noqa: F401 (jobs: a fixture)
 from mpilaunch.report import html, model
 
-ROUNDS = 4          # steady rounds the balanced job runs for: two more than the slow rank needs
+ROUNDS = 5          # steady rounds the balanced job runs for: one more than the slow rank needs
 
 TORCH = r'''
 import datetime, os, sys, time
@@ -63,11 +63,12 @@ def _slow_rank_is_named(tmp_path, jobs, source, frame):
     assert (first["rank"], first["host"], first["recovered"]) == (2, host, False), first
     assert first["score"] >= 0.30 and first["others_wait"] > first["wait_share"]
     assert first["slowdown"] > 1.0 and re.fullmatch(frame, first["hot_frame"] or ""), first
-    # within two intervals of the monitor's first round with every rank seen waiting (the
-    # round the steps began in holds the start-up: the rule needs every rank seen before it)
+    # three rounds in a row after the monitor's first round with every rank seen waiting (the
+    # round the steps began in holds the start-up: the rule needs every rank seen before it;
+    # then monitor/straggler.py's PERSIST rounds tell a drag from a pause)
     every = [r["t"] for r in _records(job.logs, "wait_share") if all(r["shares"])]
-    assert every and first["t"] - every[0] <= 2 * INTERVAL + 1.0, (first["t"] - every[0], first)
-    assert first["t"] - t0 <= 3 * INTERVAL + 1.0, (first["t"] - t0, first)
+    assert every and first["t"] - every[0] <= 3 * INTERVAL + 1.0, (first["t"] - every[0], first)
+    assert first["t"] - t0 <= 30, (first["t"] - t0, first)     # the default names it in 30 s
     line = re.search(r"^mpilaunch: rank 2 on host (\S+) is holding the job back: others wait "
                      r"(\d+)% of the time for it; its time goes to (.+)$", err, re.M)
     assert line and line.group(1) == host and re.fullmatch(frame, line.group(3)), err

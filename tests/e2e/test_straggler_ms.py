@@ -11,7 +11,7 @@ the wait inside ``all_reduce (mindspore/ops/function/comm_func.py)``, which
 mpilaunch/rank/collectives.py counts.
 
 * blocking, worker 1 slow: named with ``train.py:N in load_batch``, its line said, listed at the
-  job's end, within 3 intervals of the first step, nothing left running;
+  job's end, within 5 intervals of the first step (3 rounds in a row), nothing left running;
 * blocking, balanced: 3 judged rounds, no one named;
 * not blocking, worker 1 slow: once the steps alone fill a round, every share is 0 and no one
   is named; ``mpilaunch top`` shows worker 1 in ``load_batch``, the others at the read.
@@ -107,7 +107,7 @@ class Job:
         script.write_text(MS)
         self.logs = str(self.dir / "logs")
         argv = [MS_PY, "-m", "mpilaunch", "--mpirun", OMPI5, "--python", MS_PY, "-np", str(NP),
-                "--master_port", str(free_port()), "--monitor-interval", str(INTERVAL),
+                "--master_port", str(free_port()), "--sample-interval", str(INTERVAL),
                 "--log_dir", self.logs, str(script), str(self.dir), str(slow)]
         env = clean_env(GLOG_v="3", **({"MS_DEV_LAUNCH_BLOCKING": "1"} if blocking else {}))
         self.err_path = self.dir / "launcher.err"
@@ -172,7 +172,7 @@ def test_mindspore_slow_worker_is_named_with_its_frame(tmp_path, jobs):
     # every worker waits in init()'s rendezvous long before the steps (MindSpore's start-up):
     # timed from the steps instead; the round the steps began in may still hold init()'s wait
     rounds = [(round(r["t"] - t0, 1), r["shares"]) for r in _records(job.logs, "wait_share")]
-    assert first["t"] - t0 <= 3 * INTERVAL + 1.0, (first["t"] - t0, first, rounds)
+    assert first["t"] - t0 <= 5 * INTERVAL + 1.0, (first["t"] - t0, first, rounds)
     line = re.search(r"^mpilaunch: rank 1 on host (\S+) is holding the job back: others wait "
                      r"(\d+)% of the time for it; its time goes to (.+)$", err, re.M)
     assert line and line.group(1) == host and re.fullmatch(r"train\.py:\d+ in load_batch", line.group(3)), err[-3000:]

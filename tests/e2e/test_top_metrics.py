@@ -40,7 +40,7 @@ def start(tmp_path, *more):
     script = tmp_path / "waiter.py"
     script.write_text(WAITER)
     argv = mpilaunch_argv("-np", str(NP), "--oversubscribe", "--no-scheduler", "--master_port", "0",
-                          "--monitor-interval", "1", *more, "--log_dir", str(tmp_path / "logs"),
+                          "--sample-interval", "5", *more, "--log_dir", str(tmp_path / "logs"),
                           str(script), str(tmp_path))
     return subprocess.Popen(argv, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -231,8 +231,8 @@ def test_a_metrics_port_in_use_is_one_line_and_nothing_starts(tmp_path):
 
 
 def test_top_of_a_job_with_the_monitor_off_is_one_line_exit_1(tmp_path):
-    """--monitor-interval 0: the launcher runs and answers at its socket, but keeps no view."""
-    proc = start(tmp_path, "--monitor-interval", "0")
+    """--sample-interval 0: the launcher runs and answers at its socket, but keeps no view."""
+    proc = start(tmp_path, "--sample-interval", "0")
     try:
         assert wait_for(lambda: all((tmp_path / f"up_{r}").exists() for r in range(NP)), 120)
         assert wait_for(lambda: (tmp_path / "logs" / ".mpilaunch-stacks").exists(), 10)
@@ -243,7 +243,7 @@ def test_top_of_a_job_with_the_monitor_off_is_one_line_exit_1(tmp_path):
     finish(proc, tmp_path)
     assert (got.returncode, got.stdout) == (1, ""), got.stderr
     assert got.stderr == ("mpilaunch: this job keeps no view of its ranks: its monitor is off "
-                          "(--monitor-interval 0)\n")
+                          "(--sample-interval 0)\n")
 
 
 SLOW = r'''
@@ -289,7 +289,7 @@ def test_the_slow_rank_reads_straggler_in_top_and_in_prometheus(tmp_path):
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(PROM_CONFIG.format(port=metrics_port))
     argv = mpilaunch_argv("-np", str(NP), "--oversubscribe", "--no-scheduler", "--master_port", "0",
-                          "--monitor-interval", "5", "--metrics-port", metrics_port,
+                          "--sample-interval", "5", "--metrics-port", metrics_port,
                           "--log_dir", str(tmp_path / "logs"), str(script), str(tmp_path))
     proc = subprocess.Popen(argv, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

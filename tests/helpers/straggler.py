@@ -32,7 +32,7 @@ def records(log_dir, kind):
 
 class Job:
     """The job running under mpilaunch until :meth:`stop`: ``np`` ranks of ``source`` with
-    ``--monitor-interval interval``, by this interpreter, or by ``mpi``'s (helpers.mpis) with
+    ``--sample-interval interval``, by this interpreter, or by ``mpi``'s (helpers.mpis) with
     its mpirun; ``extra``: more launcher options."""
 
     def __init__(self, tmp_path, source, slow, name, np=4, mpi=None, extra=(), interval=INTERVAL):
@@ -41,7 +41,7 @@ class Job:
         script = self.dir / "train.py"
         script.write_text(source)
         self.logs = str(self.dir / "logs")
-        args = ("-np", str(np), "--master_port", str(free_port()), "--monitor-interval",
+        args = ("-np", str(np), "--master_port", str(free_port()), "--sample-interval",
                 str(interval), "--log_dir", self.logs, *extra, str(script), str(self.dir), str(slow))
         argv = mpis.mpilaunch_argv(mpi, *args) if mpi is not None else launch.mpilaunch_argv(*args)
         self.proc = subprocess.Popen(argv, env=launch.clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,

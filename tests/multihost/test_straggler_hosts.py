@@ -104,7 +104,7 @@ def test_cpu_throttled_host_is_named_straggler(testhosts, mpi, tmp_path):
     out.mkdir()
     logs = str(out / "logs")
     slow = th.hosts[SLOW]
-    proc = inhost.launch(th, mpi.mpirun, out, 3, ["--monitor-interval", str(INTERVAL)],
+    proc = inhost.launch(th, mpi.mpirun, out, 3, ["--sample-interval", str(INTERVAL)],
                          [str(script), str(out)])
     try:
         # every rank at its steps (torch imported at full speed), then host 3 slows down
@@ -124,9 +124,9 @@ def test_cpu_throttled_host_is_named_straggler(testhosts, mpi, tmp_path):
     first = named[0]
     assert (first["rank"], first["host"], first["recovered"]) == (SLOW, slow.hostname, False), first
     assert first["score"] >= 0.30, first
-    # the first round with stack samples (a worker's first sample has none) holds the start-up;
-    # the next is judged
-    assert since <= first["t"] <= since + 4 * INTERVAL, (first["t"] - since, first)
+    # named after three rounds in a row (monitor/straggler.py's PERSIST); the round the
+    # throttle began in may not count
+    assert since <= first["t"] <= since + 5 * INTERVAL, (first["t"] - since, first)
     assert first["others_wait"] > first["wait_share"], first
     # its time goes to the step's own code, which it runs at a tenth of a core
     assert re.fullmatch(r"train\.py:\d+ in forward", first["hot_frame"] or ""), first

@@ -43,7 +43,7 @@ def test_top_once_across_three_hosts_shows_each_rank_on_its_host(testhosts_healt
     argv = [sys.executable, "-m", "mpilaunch", "--mpirun", mpi.mpirun, "--python", sys.executable,
             "--hostfile", th.hostfile(slots_per_host=1, n_hosts=3),
             "--ssh-args", f"-F {th.ssh_config}", "--no-scheduler", "--master_port", "0",
-            "--monitor-interval", "1", "--log_dir", str(logs), str(script), str(tmp_path)]
+            "--sample-interval", "5", "--log_dir", str(logs), str(script), str(tmp_path)]
     proc = subprocess.Popen(_in_host1(th, argv), env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     want = {r: th.hosts[r].hostname for r in range(3)}
