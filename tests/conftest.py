@@ -15,6 +15,20 @@ if HERE not in sys.path:
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
+import pytest  # noqa: E402
+
+from helpers import ports  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fixed_ports_busy():
+    """No test may need a fixed port free: the default --master_port (8118) is held busy for
+    the whole session (helpers/ports.py), so a launch that leans on it fails here every time
+    instead of on the day another job holds it. Give --master_port 0 or ports.free_port()."""
+    with ports.held_busy():
+        yield
+
+
 # fixtures for multi-node tests (network namespaces + sshd, built by tests/helpers/hosts/)
 from helpers.fixtures_hosts import *  # noqa: E402,F401,F403
 from helpers.slurm.fixtures import *  # noqa: E402,F401,F403  (a real Slurm: tests/helpers/slurm/)

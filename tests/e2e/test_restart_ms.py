@@ -129,11 +129,11 @@ def _worker(launcher_pid, script, rank, attempt):
 
 @pytest.mark.parametrize("port", ["fresh", "fixed", "in-place"])
 def test_mindspore_job_restarts_after_a_killed_worker_and_completes(port, tmp_path):
-    # relaunched (--restart-mode relaunch): fresh: no port given, each attempt gets a new one;
+    # relaunched (--restart-mode relaunch): fresh: --master_port 0, each attempt gets a new one;
     # fixed: --master_port N for every attempt; in-place (the default restart mode): the
     # adapters restart the workers and rank 0's scheduler inside the running mpirun, each
     # attempt on a fresh port
-    args = ["--max_restarts", "1"] + (["--master_port", free_port()] if port == "fixed" else [])
+    args = ["--max_restarts", "1", "--master_port", free_port() if port == "fixed" else "0"]
     if port != "in-place":
         args += ["--restart-mode", "relaunch"]
     proc, out = _launch(tmp_path, "job", *args, script_args=("--hold-step", "4"))

@@ -219,13 +219,13 @@ def test_a_metrics_port_in_use_is_one_line_and_nothing_starts(tmp_path):
         held.bind(("127.0.0.1", 0))
         held.listen(1)
         port = held.getsockname()[1]
-        got, tmpdir = run_cli(["-np", "2", "--oversubscribe", "--metrics-port", str(port),
+        got, tmpdir = run_cli(["-np", "2", "--oversubscribe", "--master_port", "0", "--metrics-port", str(port),
                                "--log_dir", str(tmp_path / "logs"), str(script)], tmp_path)
     assert got.returncode == 2, got.stderr
     assert got.stderr == (f"mpilaunch: error: --metrics-port={port}: cannot serve /metrics on "
                           f"127.0.0.1:{port}: Address already in use; give a free port\n")
     assert not (tmp_path / "ran").exists() and os.listdir(tmpdir) == []
-    bad, _ = run_cli(["--metrics-port", "http", str(script)], tmp_path)
+    bad, _ = run_cli(["--master_port", "0", "--metrics-port", "http", str(script)], tmp_path)
     assert (bad.returncode, bad.stderr) == (2, "mpilaunch: error: --metrics-port='http': not a whole "
                                                "number; give a port between 1 and 65535\n")
 

@@ -1,7 +1,11 @@
 """Ports for tests: never assume a fixed one is free (MindSpore processes of other tests or
 jobs may hold 8118 or anything else)."""
+import contextlib
+import errno
 import random
 import socket
+
+from mpilaunch import contract
 
 _GIVEN = set()      # this process's answers: two calls never give the same port
 
@@ -47,3 +51,35 @@ def port_free(port, addr="127.0.0.1"):
             return True
         except OSError:
             return False
+
+
+# The ports mpilaunch uses when none is given (the only fixed one: msrun's scheduler port, the
+# default --master_port). The test session holds them busy (tests/conftest.py), so a test that
+# launches without giving a port fails on every machine, not only beside a job that holds one.
+FIXED_DEFAULTS = (contract.DEFAULT_MASTER_PORT,)
+
+
+@contextlib.contextmanager
+def held_busy(ports=FIXED_DEFAULTS):
+    """Keep ``ports`` busy on every IPv4 address of this machine while the block runs. The
+    sockets take SO_REUSEPORT, so two test sessions on one machine can both hold a port (and a
+    port someone else already holds is busy anyway); rank 0's port check binds without it and
+    is refused."""
+    held = []
+    try:
+        for port in ports:
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            try:
+                s.bind(("0.0.0.0", port))
+                s.listen(1)
+            except OSError as exc:
+                s.close()
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                continue
+            held.append(s)
+        yield
+    finally:
+        for s in held:
+            s.close()

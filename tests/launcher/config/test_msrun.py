@@ -81,7 +81,7 @@ def test_sim_rank_id_runs_one_process_with_msruns_variables(tmp_path):
     (tmp_path / "dump.py").write_text(ENV_DUMP)
     (tmp_path / "rt.json").write_text("{}")
     env = clean_env(TMPDIR=str(tmp_path), MS_ROLE="MS_WORKER", MS_SCHED_PORT="1")   # stale ones
-    p = run(["-np", "4", "--sim_level", "1", "--sim_rank_id", "3", "--rank_table_file", "rt.json",
+    p = run(["-np", "4", "--master_port", "0", "--sim_level", "1", "--sim_rank_id", "3", "--rank_table_file", "rt.json",
              "--log_dir", "logs", "dump.py"], tmp_path, env=env)
     assert p.returncode == 0, p.stderr
     assert envs(p) == [{"MS_SIMULATION_LEVEL": "1", "RANK_ID": "3", "RANK_SIZE": "4",
@@ -93,7 +93,8 @@ def test_sim_rank_id_runs_one_process_with_msruns_variables(tmp_path):
 
 def test_sim_level_alone_runs_every_rank_without_a_scheduler(tmp_path):
     (tmp_path / "dump.py").write_text(ENV_DUMP)
-    p = run(["-np", "2", "--sim_level", "0", "--scheduler", "--log_dir", "logs", "dump.py"], tmp_path)
+    p = run(["-np", "2", "--master_port", "0", "--sim_level", "0", "--scheduler", "--log_dir", "logs",
+             "dump.py"], tmp_path)
     assert p.returncode == 0, p.stderr
     got = sorted(envs(p), key=lambda e: e["RANK_ID"])
     assert [(e["MS_SIMULATION_LEVEL"], e["RANK_ID"], e["RANK_SIZE"], e["MS_NODE_ID"], e["MS_ROLE"],
@@ -137,7 +138,7 @@ def test_a_real_mindspore_sim_level_run_reaches_mindspores_dryrun(tmp_path):
     no scheduler was started for it."""
     env = clean_env(TMPDIR=str(tmp_path), MPILAUNCH_EXAMPLE_OUT=str(tmp_path / "out"))
     p = subprocess.run([os.path.join(os.path.dirname(MS_PY), "mpilaunch"), "-np", "2",
-                        "--sim_level", "1", "--sim_rank_id", "1", "--log_dir", "logs", MS_TRAIN,
+                        "--master_port", "0", "--sim_level", "1", "--sim_rank_id", "1", "--log_dir", "logs", MS_TRAIN,
                         "--steps", "1"], env=env, cwd=tmp_path, capture_output=True, text=True,
                        timeout=300, stdin=subprocess.DEVNULL)
     assert p.returncode == 1, p.stdout + p.stderr

@@ -291,7 +291,8 @@ def test_cli_usage_errors_are_one_line(tmp_path):
 def test_without_platform_variables_job_is_a_plain_launch(tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    p = subprocess.run([ENTRY_SH, "-np", "2", "--no-scheduler", "--log_dir", str(tmp_path / "logs"),
+    p = subprocess.run([ENTRY_SH, "-np", "2", "--no-scheduler", "--master_port", "0",
+                        "--log_dir", str(tmp_path / "logs"),
                         str(script), str(tmp_path)], env=clean_env(), capture_output=True, text=True,
                        timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr

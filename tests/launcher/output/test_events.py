@@ -241,7 +241,7 @@ def test_a_restart_is_a_second_attempt_with_its_cause(tmp_path):
     script = tmp_path / "r.py"
     script.write_text(RESTART)
     logs = tmp_path / "logs"
-    p = run(["-np", "2", "--log_dir", str(logs), "--max_restarts", "1",
+    p = run(["-np", "2", "--master_port", "0", "--log_dir", str(logs), "--max_restarts", "1",
              "--restart-mode", "relaunch", str(script)], cwd=str(tmp_path))
     assert p.returncode == 0, p.stderr
     recs = _records(str(logs))
@@ -264,8 +264,8 @@ def test_a_restart_in_place_is_recorded_even_when_the_next_attempt_ends_at_once(
     script = tmp_path / "r.py"
     script.write_text(RESTART)
     logs = tmp_path / "logs"
-    p = run(["-np", "2", "--log_dir", str(logs), "--max_restarts", "1", str(script)],
-            cwd=str(tmp_path))
+    p = run(["-np", "2", "--master_port", "0", "--log_dir", str(logs), "--max_restarts", "1",
+             str(script)], cwd=str(tmp_path))
     assert p.returncode == 0, p.stderr
     recs = _records(str(logs))
     [restart] = [r for r in recs if r["kind"] == "restart"]
