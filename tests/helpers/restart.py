@@ -65,3 +65,52 @@ if rank == 0:
         json.dump(vals, f)
 dist.destroy_process_group()
 '''
+
+# A DDP job as users write one (tests/e2e/test_restart_learn.py): DistributedDataParallel over
+# gloo, SGD, a checkpoint loaded with torch.load. Its first line records which modules its
+# interpreter already had (seen_<attempt>_<rank>: JSON list); after its first step attempt 0
+# records the modules it imported since its start (imported_0_<rank>) and the time
+# (settled_0_<rank>), then waits: rank 1 holds (its pid in holding_1) until the test kills it,
+# rank 0 in the next all-reduce. Attempt 1 trains to the end and writes done_<rank>.
+DDP_TRAIN = r'''
+import json, os, sys, time
+out = sys.argv[1]
+attempt, rank = int(os.environ["MPILAUNCH_RESTART_COUNT"]), int(os.environ["RANK"])
+def put(name, value):
+    with open(os.path.join(out, name + ".tmp"), "w") as f:
+        f.write(value)
+    os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+before = set(sys.modules)
+put(f"seen_{attempt}_{rank}", json.dumps(sorted(before)))
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+ckpt = os.path.join(out, "ckpt.pt")
+start = 0
+if os.path.exists(ckpt):
+    st = torch.load(ckpt)
+    model.module.load_state_dict(st["model"])
+    opt.load_state_dict(st["opt"])
+    start = st["step"]
+for step in range(start + 1, start + 4):
+    x = torch.randn(4, 8)
+    opt.zero_grad()
+    model(x).pow(2).mean().backward()
+    opt.step()
+    if rank == 0:
+        torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(), "step": step},
+                   ckpt + ".tmp")
+        os.replace(ckpt + ".tmp", ckpt)
+    dist.barrier()
+    if attempt == 0 and step == 1:
+        put(f"imported_0_{rank}", json.dumps(sorted(set(sys.modules) - before)))
+        put(f"settled_0_{rank}", repr(time.time()))
+        if rank == 1:
+            put("holding_1", str(os.getpid()))
+            time.sleep(600)
+put(f"done_{rank}", "ok")
+dist.destroy_process_group()
+'''

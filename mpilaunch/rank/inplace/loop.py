@@ -23,7 +23,8 @@ restart everyone, its own rank included) before it exits.
 interpreter (rank/inplace/spare.py) with the heavy modules the script imports (``torch``,
 ``mindspore``... ``MPILAUNCH_SPARE_PRELOAD`` overrides the list, empty: no spare) already
 imported, blocked on a socket; the restart hands it the attempt's environment and log and it
-runs the script. A fresh interpreter importing torch is most of a restart's time otherwise.
+runs the script. While a worker runs, it says what it imported (rank/inplace/learn.py), and
+the next attempt's spare imports that too. A fresh interpreter importing torch is most of a restart's time otherwise.
 It costs one idle interpreter per rank (~300 MB RSS with torch) and its import's CPU at the
 attempt's start. Only a plain ``PYTHON SCRIPT`` worker gets one (not ``--no-python``,
 ``--module``, a NUMA wrapper).
@@ -42,7 +43,9 @@ if TYPE_CHECKING:
 from mpilaunch.contract import attempt_log_dir
 from mpilaunch.rank import status
 from mpilaunch.rank.inplace.coordinate import Client, Coordinator
-from mpilaunch.rank.inplace.prestart import Spare, machine_has_room, preload_for, spare_eligible
+from mpilaunch.rank.inplace.learn import Known, Learner
+from mpilaunch.rank.inplace.prestart import (Spare, machine_has_room, run_argv, spare_modules,
+                                             start_spare)
 from mpilaunch.rank.supervisor import RESTART, TEARDOWN_SIGNALS, Supervisor
 
 
@@ -60,10 +63,16 @@ class InPlaceSupervisor(Supervisor):
     """A supervisor of one attempt: its failure reports are held back (``quiet``) while the
     attempt may be restarted in place, and its worker may be a spare that is already up."""
 
-    def __init__(self, *a, quiet: bool = False, spare: Optional[Spare] = None, **kw):
+    def __init__(self, *a, quiet: bool = False, spare: Optional[Spare] = None,
+                 learn: bool = False, **kw):
         super().__init__(*a, **kw)
         self.quiet: bool = quiet
         self.spare: Optional[Spare] = spare
+        worker = self.children.get("worker")
+        # the worker's spec as planned (a fresh worker's argv goes through spare.py --run)
+        self.worker_spec = worker.spec if worker is not None else None
+        self.learn: bool = learn     # the worker says what it imported (rank/inplace/learn.py)
+        self.channel: Any = None     # the adapter's end of that conversation, once started
         self.held: List[Tuple[Any, str, str, float]] = []   # (child, cause, event, when seen)
         if spare is not None:
             if spare.proc is not None:
@@ -114,7 +123,7 @@ class InPlaceSupervisor(Supervisor):
                 status.write_stderr(f"mpilaunch.rank: rank {self.rank}: spare {how}\n")
             if how not in ("ready", "waited for"):
                 spare.discard(at_once=True)
-                super()._run_child(child)
+                self._run_fresh(child)
                 return
             try:
                 if self._adopt(child, spare):
@@ -124,7 +133,29 @@ class InPlaceSupervisor(Supervisor):
                 child.status = 127
                 self.events.put(("exit", child.spec.role))
                 raise
-        super()._run_child(child)
+        if child.spec.role == "worker":
+            self._run_fresh(child)
+        else:
+            super()._run_child(child)
+
+    def _run_fresh(self, child) -> None:
+        """A new worker interpreter; when it is to say what it imports, through spare.py
+        (``--run``: the script runs at once, a thread answers on a socket of its own)."""
+        if not self.learn:
+            super()._run_child(child)
+            return
+        import socket
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        spec = child.spec
+        child.spec = spec._replace(argv=run_argv(spec.argv, theirs.fileno()),
+                                   pass_fds=tuple(spec.pass_fds or ()) + (theirs.fileno(),))
+        self.channel = ours
+        try:
+            super()._run_child(child)
+        finally:
+            theirs.close()
+            ours.close()
 
     def _spare_state(self, spare) -> str:
         """Whether the spare becomes the worker: ``ready``, ``waited for`` (still importing, on
@@ -166,6 +197,10 @@ class InPlaceSupervisor(Supervisor):
             spare.discard()
             return False
         self.keep.discard(spare.proc.pid)
+        if self.learn:
+            self.channel = spare.sock    # spare.py's worker answers on the same socket
+        else:
+            spare.sock.close()
         status.life(self.rank, self.host, spec.role, "started", pid=child.proc.pid)
         first = lambda: status.life(self.rank, self.host, "worker", "output")  # noqa: E731
         watch = firstout.watch(spec.log_path, first) if read_fd is None else None
@@ -177,6 +212,7 @@ class InPlaceSupervisor(Supervisor):
         else:
             os.close(child.log_fd)
         spare.exited.wait()
+        spare.sock.close()
         if watch is not None:
             watch.stop()
         rc = spare.returncode
@@ -202,6 +238,8 @@ class Restarts:
         self.k, self.last = lr.restart_count or 0, lr.max_restarts or 0
         self.status = 0          # the rank's, once next() said there is no next attempt
         self.spare: Optional[Spare] = None   # the next attempt's worker, already started (prestart.py)
+        self.known = Known()                 # what this rank's workers imported (learn.py)
+        self.learner: Optional[Learner] = None
         self.watch: Any = None               # the worker's first output (firstout.Watch), when wanted
         self.first_output: Optional[float] = None
         self.coord: Optional[Coordinator] = None
@@ -232,8 +270,11 @@ class Restarts:
         return self.client is not None and self.k < self.last
 
     def supervisor(self, specs, rank: int, hostname: str, **kw) -> InPlaceSupervisor:
+        worker = next((s for s in specs if s.role == "worker"), None)
+        learn = (self.restartable() and worker is not None
+                 and bool(spare_modules(worker, self.argv, self.opts)))
         sup = InPlaceSupervisor(specs, rank, hostname, quiet=self.restartable(), spare=self.spare,
-                                **kw)
+                                learn=learn, **kw)
         self.spare = None
         return sup
 
@@ -242,7 +283,13 @@ class Restarts:
         worker's first output (the coordinator's no-progress rule: coordinate.no_progress)."""
         worker = sup.children.get("worker")
         if self.restartable() and worker is not None:
-            self.spare = _start_spare(sup, worker.spec, self.argv, self.opts)
+            self.spare = start_spare(sup, sup.worker_spec, self.argv, self.opts)
+            if sup.learn:
+                if self.learner is not None:
+                    self.learner.stop()
+                debug = f"rank {sup.rank}" if sup.worker_spec.env.get(DEBUG_SPARE_VAR) else ""
+                self.learner = Learner(self.known, lambda: sup.channel, lambda: self.spare,
+                                       debug)
             if self.opts.resilience.no_progress:
                 from mpilaunch.rank import firstout
 
@@ -263,6 +310,8 @@ class Restarts:
             sup.jobdone.sock.close()
         if self.watch is not None and rc == RESTART:
             self.watch.done.set()
+        if self.learner is not None:
+            self.learner.stop()
         if self.spare is not None:    # the next attempt's worker: wanted now, likely
             self.spare.wake()
         if rc != RESTART:
@@ -329,6 +378,8 @@ class Restarts:
     def close(self) -> None:
         if self.watch is not None:
             self.watch.done.set()
+        if self.learner is not None:
+            self.learner.stop()
         if self.spare is not None:
             self.spare.discard()
         if self.client is not None:
@@ -340,12 +391,3 @@ class Restarts:
 def attempt_dir(log_dir: str, k: int) -> str:
     """Attempt ``k``'s log dir, beside ``log_dir`` (another attempt's: LOG_DIR/attempt<j>)."""
     return attempt_log_dir(os.path.dirname(os.path.normpath(log_dir)), k)
-
-
-def _start_spare(sup, worker, argv, opts):
-    if not spare_eligible(worker, argv, opts):
-        return None
-    modules = preload_for(worker.argv, worker.env)
-    if not modules:
-        return None
-    return Spare(sup, sup.children["worker"], modules)

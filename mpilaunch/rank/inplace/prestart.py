@@ -64,15 +64,21 @@ class Spare:
     (supervisor.py), so the spare dies with the adapter. Its pid is in the supervisors'
     ``keep`` (the subtree they end on their way out) until a supervisor adopts it."""
 
-    def __init__(self, sup, worker_child, modules: str):
-        self.spec = worker_child.spec
+    def __init__(self, sup, worker_child, modules: str, spec=None):
+        self.spec = worker_child.spec if spec is None else spec
         self.store = listens(self.spec.argv, self.spec.env, modules)
         self.proc: Optional[subprocess.Popen] = None
         self.exited = threading.Event()
         self.returncode: Optional[int] = None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = ours
+        # go(), listen() and prime() write from different threads: one message at a time
+        self.send_lock = threading.Lock()
+        self.adopted = False     # go() handed it the attempt: self.sock is the worker's now
         self.imported = False
+        self.acks = 0            # '+' read from it: one for its modules, one per prime()
+        self.primes = 0          # prime() messages sent
+        self.recv_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, args=(sup, worker_child, theirs, modules),
                                        name="spare", daemon=True)
         old = signal.pthread_sigmask(signal.SIG_BLOCK, TEARDOWN_SIGNALS + (signal.SIGCHLD,))
@@ -140,29 +146,61 @@ class Spare:
         env = self.spec.env
         msg = {"listen": port, "world": int(env.get("WORLD_SIZE", "1")),
                "libuv": env.get("USE_LIBUV", "1") != "0"}
+        # never waits: a prime() under way blocks until the spare reads it (it may still be
+        # importing), and the restart is not held for an early store
+        if not self.send_lock.acquire(blocking=False):
+            return
         try:
             self.sock.sendall(json.dumps(msg).encode() + b"\n")
         except OSError:
             pass
+        finally:
+            self.send_lock.release()
+
+    def prime(self, names) -> bool:
+        """Have it import ``names`` too (modules the worker imported: loop.py ``Learner``);
+        blocks until it reads them. False: it is gone or already the worker."""
+        with self.send_lock:
+            if self.adopted or not self.usable():
+                return False
+            try:
+                self.sock.sendall(json.dumps({"import": list(names)}).encode() + b"\n")
+            except OSError:
+                return False
+            self.primes += 1
+        return True
+
+    def _read_acks(self) -> None:
+        with self.recv_lock:
+            if self.adopted or not self.usable():
+                return
+            try:
+                self.acks += self.sock.recv(64, socket.MSG_DONTWAIT).count(b"+")
+            except OSError:
+                pass
+
+    def caught_up(self) -> bool:
+        """It has imported everything it was given (its modules, and every prime())."""
+        self._read_acks()
+        return self.acks >= 1 + self.primes
 
     def go(self, spec, out_fd: int) -> bool:
         """Hand attempt's ``spec`` (env, argv, log) to the spare: False if it cannot take it."""
         msg = json.dumps({"env": spec.env, "argv": spec.argv[1:]}).encode() + b"\n"
-        try:
-            socket.send_fds(self.sock, [msg], [out_fd])
-        except OSError:
-            return False
-        finally:
-            self.sock.close()
+        with self.send_lock:
+            try:
+                socket.send_fds(self.sock, [msg], [out_fd])
+            except OSError:
+                self.sock.close()
+                return False
+            self.adopted = True     # the socket stays: the worker answers Learner on it
         return True
 
     def ready(self) -> bool:
         """Its imports are done (spare.py says so with one byte)."""
-        if not self.imported and self.usable():
-            try:
-                self.imported = b"+" in self.sock.recv(16, socket.MSG_DONTWAIT)
-            except OSError:
-                pass
+        if not self.imported:
+            self._read_acks()
+            self.imported = self.acks >= 1
         return self.imported
 
     def wait_ready(self, timeout: float, stopping) -> bool:
@@ -185,8 +223,12 @@ class Spare:
         """Gone: told by EOF (``at_once``: killed, it is still importing)."""
         if self.proc is None:
             self.exited.set()      # not forked yet: it never will be
+        try:   # the spare reads EOF and leaves; a prime() blocked in sendall returns
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
-            self.sock.close()          # the spare reads EOF and leaves
+            self.sock.close()
         except OSError:
             pass
         if self.proc is not None and not self.exited.wait(0.0 if at_once else 1.0):
@@ -216,9 +258,30 @@ def machine_has_room() -> bool:
     return False
 
 
+def run_argv(argv, fd: int) -> list:
+    """``PYTHON SCRIPT ARGS...`` as a worker that answers the adapter's question on ``fd``
+    (spare.py ``--run``: what it imported, for the next attempt's spare)."""
+    return [argv[0], SPARE, "--run", str(fd)] + list(argv[1:])
+
+
 def spare_eligible(spec, argv, opts) -> bool:
     return (spec.role == "worker" and not opts.no_python and not opts.module
             and list(spec.argv) == list(argv) and len(argv) >= 2)
+
+
+def spare_modules(worker, argv, opts) -> str:
+    """The modules a spare for ``worker`` starts with; '' = it gets none."""
+    if not spare_eligible(worker, argv, opts):
+        return ""
+    return preload_for(worker.argv, worker.env)
+
+
+def start_spare(sup, worker, argv, opts) -> Optional[Spare]:
+    """The next attempt's spare for ``worker`` (the spec as planned), or None."""
+    modules = spare_modules(worker, argv, opts)
+    if not modules:
+        return None
+    return Spare(sup, sup.children["worker"], modules, spec=worker)
 
 
 def _can_leave_idle() -> bool:

@@ -11,15 +11,51 @@ without a message (the adapter is gone, or the spare is not wanted) ends it with
 Rank 0's spare may first get ``{"listen": PORT, ...}`` as soon as the restart is decided: it
 then starts the attempt's rendezvous store on PORT (:func:`_listen`).
 
-What differs from a fresh ``python SCRIPT``: MODULES were imported with the environment the
-worker had at the spare's start (every variable but the attempt's port, restart count and log
-paths is the same), so a script that sets, say, ``OMP_NUM_THREADS`` in ``os.environ`` before
-``import torch`` gets torch's import-time reading of the old value. Stdlib only: this runs
-under whatever interpreter the worker uses, where mpilaunch may not be installed.
+**What the worker imported, imported again** (``{"import": [NAMES]}``, any number of times
+before the restart). A script imports far more than its ``import`` lines say: a DDP model's
+constructor alone imports ~830 modules (``torch._dynamo``, ``sympy``...: 1.1-1.3 s here, more
+than ``import torch``), a spare that had imported ``torch`` only left all of that to the
+restarted worker. So the worker itself says what it imported (:func:`_reporter`, below), and
+the adapter passes those names on to this attempt's spare, which imports them, at SCHED_IDLE,
+before it is wanted. Why that is sound:
+
+* a fresh interpreter that imports names, not a fork of the worker: a fork would carry the
+  worker's threads (gloo's, a DataLoader's) with whatever locks they held, its CUDA context
+  (unusable in a forked child) and its sockets and files (the rendezvous port, a checkpoint
+  being written). The spare holds none of that: it was never the worker;
+* only modules the previous worker imported, and only library ones: a file under the
+  interpreter's standard library or a site-packages directory (:func:`_library_dirs`). The
+  user's own modules (the script's directory, ``PYTHONPATH``), ``__main__`` and modules made
+  at run time (torch writes ``_remote_module_non_scriptable`` into a temporary directory) are
+  never imported here: their import may do anything, and nothing of the user's runs in a spare
+  but the imports its script's own lines name (``MODULES``);
+* a library module's import defines things; the side effects some have (registering codecs,
+  reading the environment) are those the next worker's own import would have, on the same
+  environment (every variable but the attempt's port, count and log paths). None of the
+  measured ones holds a device: torch initialises CUDA at its first use (``torch.cuda``'s
+  lazy init), not at an import; should an import have done it anyway, the spare leaves (a
+  process holding a device context must not wait beside the worker that needs the device),
+  and the restart starts a fresh worker;
+* an import that fails here is skipped: the worker imports it in its own order, as before.
+
+**The worker's side** (:func:`_reporter`): every worker of an in-place job runs through this
+file, the first one as ``PYTHON spare.py --run FD SCRIPT ARGS...`` (no spare before it: it
+runs the script at once), the others as adopted spares; either keeps FD and a daemon thread
+blocked on it. The adapter writes ``?`` on it a few times while the worker runs (at 1, 3,
+7, ... s after its start: rank/inplace/learn.py); each time the thread answers with
+one line, the library modules among ``sys.modules`` it has not sent yet, comma-separated. The
+thread never runs otherwise: its cost is that walk over ``sys.modules``, measured in a worker
+that built a DDP model (1957 modules): 2.5 ms the first time, 0.24 ms after, so ~4 ms in its
+first minute (0.007 %) and 0.24 ms per ``MAX_INTERVAL`` (300 s) after.
+Only an in-place job's worker that has a spare (an attempt left to restart into) runs so.
+
+Stdlib only: this runs under whatever interpreter the worker uses, where mpilaunch may not be
+installed. What differs from a fresh ``python SCRIPT``: the imports above were made with the
+environment the worker had at the spare's start, so a script that sets, say,
+``OMP_NUM_THREADS`` in ``os.environ`` before ``import torch`` gets torch's import-time reading
+of the old value; and a traceback shows runpy's frames above the script's.
 """
-import json
 import os
-import socket
 import sys
 
 
@@ -30,6 +66,9 @@ class _Lines:
         self.sock, self.buf, self.fds = sock, b"", []
 
     def next(self):
+        import json
+        import socket
+
         while b"\n" not in self.buf:
             chunk, got, _flags, _addr = socket.recv_fds(self.sock, 1 << 20, 4)
             self.fds += got
@@ -73,26 +112,136 @@ def _normal_priority():
         pass
 
 
-def main():
-    modules, fd = sys.argv[1], int(sys.argv[2])
-    del sys.path[0]    # this file's directory: its modules are not the script's
-    sock = socket.socket(fileno=fd)
-    for name in filter(None, modules.split(",")):
+def _device_held():
+    """An import initialised CUDA (torch's): this process now holds a device context."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch is not None and bool(torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
+def _import(names):
+    """Import ``names`` in their order (a package before its modules, as the worker did);
+    one that fails is the worker's to meet. Ends this process once a device is held."""
+    for name in names:
+        if name in sys.modules:
+            continue
         try:
             __import__(name)
-        except Exception:   # the script will meet the same error, in its own log
+        except BaseException:   # SystemExit too: a module's import is not this process's exit
             pass
+        if _device_held():
+            os._exit(0)
+
+
+def _library_dirs():
+    """Where library modules live: the standard library (its lib-dynload and, outside a
+    virtual environment, site-packages are under it) and the site-packages directories, each
+    as given and resolved, with a final separator, for a prefix test."""
+    import site
+
+    dirs = {os.path.dirname(os.__file__)}
+    try:
+        dirs.update(site.getsitepackages())
+        dirs.add(site.getusersitepackages())
+    except (AttributeError, OSError):
+        pass
+    both = dirs | {os.path.realpath(d) for d in dirs if d}
+    return tuple(os.path.join(d, "") for d in both if d)
+
+
+def _modules(sent, dirs, script_dir):
+    """The library modules in ``sys.modules`` not in ``sent`` (added to it), in import order."""
+    new = []
+    for name, mod in list(sys.modules.items()):
+        if name in sent:
+            continue
+        sent.add(name)
+        path = getattr(mod, "__file__", None)
+        if (isinstance(path, str) and path.startswith(dirs) and not path.startswith(script_dir)
+                and name not in ("__main__", "__mp_main__")):
+            new.append(name)
+    return new
+
+
+def _reporter(fd, script_dir):
+    """The worker's end of the adapter's question ``?``: one line of the library modules it
+    imported since the last answer (names carry no comma or newline)."""
+    import _socket
+
+    try:
+        sock = _socket.socket(fileno=fd)
+    except OSError:
+        return
+    sent: set = set()
+    dirs = None
+    try:
+        while True:
+            asked = sock.recv(64)
+            if not asked:
+                return
+            if dirs is None:
+                dirs = _library_dirs()
+            # the adapter's end may have closed meanwhile (it stops asking at a restart)
+            sock.sendall((",".join(_modules(sent, dirs, script_dir)) + "\n").encode())
+    except OSError:
+        return
+    finally:
+        sock.close()
+
+
+def _run(argv, report_fd):
+    """Run ``argv`` (``SCRIPT ARGS...``) as ``python SCRIPT ARGS...`` would, the reporter on
+    ``report_fd`` (-1: none)."""
+    sys.argv = list(argv)
+    script_dir = os.path.dirname(os.path.realpath(argv[0]))
+    sys.path.insert(0, script_dir)
+    if report_fd >= 0:
+        import _thread
+
+        try:    # the script's own children (subprocess, exec) do not get the adapter's socket
+            os.set_inheritable(report_fd, False)
+        except OSError:
+            return runpy_run(argv[0])
+
+        _thread.start_new_thread(_reporter, (report_fd, os.path.join(script_dir, "")))
+    runpy_run(argv[0])
+
+
+def runpy_run(script):
+    import runpy
+
+    runpy.run_path(script, run_name="__main__")
+
+
+def main():
+    del sys.path[0]    # this file's directory: its modules are not the script's
+    if sys.argv[1] == "--run":     # a worker with no spare before it
+        _run(sys.argv[3:], int(sys.argv[2]))
+        return
+    modules, fd = sys.argv[1], int(sys.argv[2])
+    import socket
+
+    sock = socket.socket(fileno=fd)
+    _import(filter(None, modules.split(",")))
     try:
         sock.send(b"+")     # ready: the adapter adopts only a spare that is (prestart.py)
     except OSError:
         pass
     lines = _Lines(sock)
     msg = lines.next()
-    while msg is not None and "listen" in msg:
-        _normal_priority()
-        _listen(msg)
+    while msg is not None and ("listen" in msg or "import" in msg):
+        if "import" in msg:
+            _import(msg["import"])
+            try:
+                sock.send(b"+")     # and these too (the adapter counts: prestart.py caught_up)
+            except OSError:
+                pass
+        else:
+            _normal_priority()
+            _listen(msg)
         msg = lines.next()
-    sock.close()
     if msg is None:
         os._exit(0)
     _normal_priority()
@@ -102,12 +251,9 @@ def main():
     os.close(out)
     os.environ.clear()
     os.environ.update(msg["env"])
-    argv = msg["argv"]
-    sys.argv = list(argv)
-    sys.path.insert(0, os.path.dirname(os.path.realpath(argv[0])))
-    import runpy
-
-    runpy.run_path(argv[0], run_name="__main__")
+    fd = os.dup(sock.fileno())    # the worker's reporter keeps the adapter's socket
+    sock.close()
+    _run(msg["argv"], fd)
 
 
 if __name__ == "__main__":

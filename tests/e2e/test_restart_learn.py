@@ -1,0 +1,91 @@
+"""In-place restarts, the spare that is what the worker was (rank/inplace/learn.py, spare.py):
+the restarted workers of a DDP job (gloo, SGD, a checkpoint loaded with torch.load) find
+already imported what the previous attempt's workers imported, DDP's ~800 modules at first use
+included; the script's own modules are not among them. Asserted from the workers: each records
+which modules its interpreter had when its first line ran. Real mpirun, real torch."""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from helpers import REPO
+from helpers.launch import clean_env, mpilaunch_argv
+from helpers.mpis import OMPI5
+from helpers.procs import watch_to_end
+from helpers.restart import DDP_TRAIN
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0,
+    reason="torch not installed")
+
+PRIMED = re.compile(r"^mpilaunch\.rank: rank (\d): spare primed: \+(\d+) modules \((\d+) in all\), "
+                    r"asked at ([0-9.]+)$")
+
+
+def _lines_so_far(path):
+    try:
+        return path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def test_restarted_ddp_workers_find_what_the_last_ones_imported(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    script = tmp_path / "train.py"
+    (tmp_path / "mymodel.py").write_text("X = 1\n")   # the user's own module: never primed
+    ddp = "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+    script.write_text(DDP_TRAIN.replace(ddp, ddp + "import mymodel\n"))
+    err_path = tmp_path / "stderr"
+    argv = mpilaunch_argv("--mpirun", OMPI5.mpirun, "-np", "2", "--no-scheduler", "--master_port",
+                          "0", "--log_dir", str(tmp_path / "logs"), "--max_restarts", "1",
+                          str(script), str(out))
+    with open(err_path, "w") as err_fh:
+        proc = subprocess.Popen(argv, env=clean_env(MPILAUNCH_DEBUG_SPARE=1), cwd=REPO,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err_fh,
+                                text=True)
+        try:
+            # wait for the state, not a time: both workers past their first step, and each
+            # rank's adapter has since asked its worker and primed the next spare
+            deadline = time.monotonic() + 240
+            primed_after = {}
+            while len(primed_after) < 2 and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+                for ln in _lines_so_far(err_path):
+                    m = PRIMED.match(ln)
+                    settled = out / f"settled_0_{m.group(1)}" if m else None
+                    if m and settled.exists() and float(m.group(4)) > float(settled.read_text()):
+                        primed_after[int(m.group(1))] = int(m.group(3))
+            assert len(primed_after) == 2, err_path.read_text()
+            os.kill(int((out / "holding_1").read_text()), 9)
+        finally:
+            _, _, _, kids = watch_to_end(proc, 240)
+    err = err_path.read_text()
+    assert proc.returncode == 0, err
+    assert "restarted in place: attempt 1 of at most 2" in err, err
+    for rank in (0, 1):
+        said = [ln.rsplit(": spare ", 1)[1] for ln in err.splitlines()
+                if ln.startswith(f"mpilaunch.rank: rank {rank}: spare ") and "primed" not in ln]
+        assert said == ["ready"], (rank, said, err)
+        assert (out / f"done_{rank}").read_text() == "ok"
+        first = set(json.loads((out / f"seen_0_{rank}").read_text()))
+        imported = set(json.loads((out / f"imported_0_{rank}").read_text()))
+        seen = set(json.loads((out / f"seen_1_{rank}").read_text()))
+        # attempt 0's worker started fresh: none of DDP's first-use imports were there
+        assert "torch" not in first and "torch._dynamo" not in first and "sympy" not in first
+        # the restarted one had them at its first line: torch, DDP's (torch._dynamo, sympy...)
+        for name in ("torch", "torch.distributed", "torch._dynamo", "torch._dynamo.convert_frame",
+                     "sympy", "torch.optim.sgd", "torch.nn.parallel.distributed"):
+            assert name in imported and name in seen, (rank, name)
+        lib = {n for n in imported if n.startswith(("torch", "sympy", "mpmath"))}
+        missing = sorted(lib - seen)
+        assert len(missing) <= len(lib) // 50, (rank, len(lib), missing[:20])
+        # never the user's: the script's own module
+        assert "mymodel" in imported and "mymodel" not in seen, rank
+    left = [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+    assert left == [], [p.pid for p in left]
