@@ -1,0 +1,80 @@
+"""The straggler of an unchanged DistributedDataParallel script named (docs/MONITOR.md, "DDP and
+FSDP"): 4 ranks on gloo (tests/helpers/train_ddp.py), rank 1 reading each batch 40 ms slower.
+DDP all-reduces the gradients from autograd's hooks and waits for them in C++ under
+``loss.backward()``: no collective's Python frame on any stack. The rank side counts a sample
+under backward as waiting by its main thread's state (asleep on a futex, read from /proc:
+rank/monitor.py); the launcher names rank 1 in ``top --once``, in a ``straggler`` event and in
+the job's end lines, with its frame; the same job balanced, for as many rounds, names no one."""
+import os
+import re
+import socket
+import subprocess
+
+from helpers import REPO
+from helpers.launch import clean_env, mpilaunch_argv
+from helpers.procs import wait_for
+from helpers.straggler import INTERVAL, Job, jobs, needs_py_spy, records  # noqa: F401 (jobs: a fixture)
+
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "helpers",
+                      "train_ddp.py")
+ROUNDS = 5          # steady rounds the balanced job runs for: one more than the slow rank needs
+HOST = socket.gethostname()
+
+
+def _source(mode="ddp"):
+    with open(SCRIPT, encoding="utf-8") as f:
+        return f.read().replace('MODE = "ddp"', f'MODE = "{mode}"')
+
+
+def _top_once(logs):
+    return subprocess.run(mpilaunch_argv("top", "--once", logs), env=clean_env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+@needs_py_spy
+def test_ddp_slow_reader_is_named_in_top_the_event_and_the_summary(tmp_path, jobs):
+    job = Job(tmp_path, _source(), slow=1, name="slow")
+    jobs.append(job)
+    t0 = job.training_since()
+    named = wait_for(lambda: records(job.logs, "straggler") or job.proc.poll() is not None,
+                     timeout=20 * INTERVAL)
+    top = _top_once(job.logs) if job.proc.poll() is None else None
+    rc, err = job.stop()
+    assert rc == 0, err[-3000:]
+    assert named and named is not True, f"no straggler named:\n{err[-3000:]}"
+    print(top.stdout if top else "", [r["shares"] for r in records(job.logs, "wait_share")])
+    first = named[0]
+    assert (first["rank"], first["host"], first["recovered"]) == (1, HOST, False), first
+    assert first["score"] >= 0.30 and first["others_wait"] >= 0.5 > first["wait_share"], first
+    assert re.fullmatch(r"train\.py:\d+ in read_batch", first["hot_frame"] or ""), first
+    assert first["t"] - t0 <= 30 + INTERVAL, (first["t"] - t0, first)
+    # top: the header names it, its row says so with its frame; the others wait under backward
+    assert top is not None and top.returncode == 0, top and top.stderr
+    lines = top.stdout.splitlines()
+    assert lines[0].endswith(f"; straggler: rank 1 on {HOST}"), top.stdout
+    rows = {int(line.split()[0]): line for line in lines[2:] if line.split()[:1] != []}
+    assert re.search(r"\d+%\s+straggler\s+train\.py:\d+ in read_batch$", rows[1]), top.stdout
+    for r in (0, 2, 3):
+        assert "straggler" not in rows[r] and re.search(r"train\.py:\d+ in train$", rows[r]), top.stdout
+    line = re.search(r"^mpilaunch: rank 1 on host (\S+) is holding the job back: others wait "
+                     r"\d+% of the time for it; its time goes to train\.py:\d+ in read_batch$", err, re.M)
+    assert line and line.group(1) == HOST, err[-3000:]
+    assert re.search(r"^mpilaunch: 1 straggler\(s\) seen\n  rank 1 on host \S+: held the job back "
+                     r"\d+ s, .*its time went to train\.py:\d+ in read_batch$", err, re.M), err[-3000:]
+
+
+@needs_py_spy
+def test_ddp_balanced_names_no_one(tmp_path, jobs):
+    job = Job(tmp_path, _source(), slow=-1, name="balanced")
+    jobs.append(job)
+    t0 = job.training_since()
+    judged = lambda: [r for r in records(job.logs, "wait_share") if r["t"] > t0 + INTERVAL
+                      and None not in r["shares"]]
+    wait_for(lambda: len(judged()) >= ROUNDS or job.proc.poll() is not None, timeout=30 * INTERVAL)
+    rc, err = job.stop()
+    assert rc == 0, err[-3000:]
+    assert len(judged()) >= ROUNDS, err[-3000:]
+    # the ranks do wait under backward (four ranks on two cores wait for each other's slices)
+    assert max(max(r["shares"]) for r in judged()) > 0.2, judged()
+    assert records(job.logs, "straggler") == [] and "holding the job back" not in err, err[-3000:]
+    assert "straggler(s) seen" not in err
