@@ -152,7 +152,7 @@ def run_one(job: JobContext, cfg: Any, lr: Resilience, k: int) -> Tuple[AttemptR
         from mpilaunch.attempts import restart
 
         att = restart.ResilientAttempt(k, lr, plan.np)
-    starter.run_attempt(job.backend, plan, job.env, run_dir, cfg.keep_tune_file, att, job.board)
+    starter.run_attempt(job.backend, plan, job.env, run_dir, cfg.keep_tune_file, att, job.board, cfg)
     return att.record(), cfg
 
 

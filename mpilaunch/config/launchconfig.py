@@ -101,6 +101,7 @@ class LaunchConfig(NamedTuple):
     deep: Optional[DeepSettings] = None   # None: no deep check
     run_id: Optional[str] = None        # TORCHELASTIC_RUN_ID of every torch worker
     monitor_interval: float = 0.0       # the adapters' sample interval (s, 0 = off)
+    console: Tuple[float, int] = (0.0, 0)   # --console_collapse (s), --console_budget (bytes/s)
 
 
 def _layer(args, env: Mapping[str, str], dest: str) -> Setting:
@@ -233,6 +234,9 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
         cfg = cfg._replace(resilience=resilience.settings(args, env, cfg))
     if hasattr(args, "monitor_interval"):   # the run command's
         cfg = cfg._replace(monitor_interval=monitoring.interval(args.monitor_interval, cfg))
+    if hasattr(args, "console_collapse"):   # output/console.py's window (s; 0: off), budget (bytes/s; 0: none)
+        w, b = (_layer(args, env, d) for d in ("console_collapse", "console_budget"))   # named as given
+        cfg = cfg._replace(console=(contract.seconds(w.value, w.source, True), contract.whole(b.value, b.source, 0)))
     return cfg
 
 

@@ -123,6 +123,12 @@ OPTIONS = (
     _o(("--tail_worker_log", "--tail-worker-log"), "tail_worker_log",
        "ranks whose output goes to the console: -1 (all), none, or 0,3", "rank",
        default=contract.DEFAULT_TAIL_SPEC, metavar="SPEC"),
+    _o(("--console_collapse", "--console-collapse"), "console_collapse",
+       "a line several ranks print shows once with their ranks; a line waits at most SECONDS "
+       "(0: off; docs/LOGS.md)", "rank", var="MPILAUNCH_CONSOLE_COLLAPSE", default="1", metavar="SECONDS"),
+    _o(("--console_budget", "--console-budget"), "console_budget",
+       "above BYTES/s of ranks' lines, the console shows rank 0, failed ranks, lines alike "
+       "(0: no cap; docs/LOGS.md)", "rank", var="MPILAUNCH_CONSOLE_BUDGET", default="262144", metavar="BYTES"),
     _o(("--master_addr", "--master-addr"), "master_addr", "scheduler / MASTER_ADDR address",
        "rank", var=torchrun.PET_VARS["master_addr"], shown="rank 0's host address", metavar="ADDR"),
     _o(("--master_port", "--master-port"), "master_port",
@@ -163,7 +169,7 @@ OPTIONS = (
        "rank", kind="switch"),
     _o(("--no-python", "--no_python"), "no_python", "SCRIPT is an executable, not a Python file", "rank",
        kind="switch"),
-    _o(("-m",), "module", "run library module MODULE (python -m MODULE); ends the options: "
+    _o(("-m", "--module"), "module", "run library module MODULE (python -m MODULE); ends the options: "
        "-m MODULE [ARGS...]", "rank", metavar="MODULE"),
     _o(("--stdin",), "stdin", "which rank reads mpilaunch's stdin: a rank, all, or none "
        "(mpirun's --stdin)", "rank", shown="0 (none when mpilaunch's stdin is closed or /dev/null)",
@@ -299,8 +305,9 @@ class _Parser(argparse.ArgumentParser):
                 ns.module, ns.script, ns.script_args = ns.script_args[0], None, ns.script_args[1:]
             return ns, extra
         tok = args[cut]
-        module = tok[2:] if tok != "-m" else (args[cut + 1] if cut + 1 < len(args) else "")
-        rest = args[cut + 1 + (tok == "-m"):]
+        alone = tok in ("-m", "--module")   # the module is the next word (else -mMODULE)
+        module = tok[2:] if not alone else (args[cut + 1] if cut + 1 < len(args) else "")
+        rest = args[cut + 1 + alone:]
         if not module or module.startswith("-"):
             raise UsageError("-m: give a module name (-m MODULE [ARGS...])")
         ns, extra = super().parse_known_args(args[:cut], namespace)
@@ -310,7 +317,8 @@ class _Parser(argparse.ArgumentParser):
     def _parse_optional(self, arg_string):
         # With "-m" registered, argparse would read a value such as --mca-args "-mca btl tcp"
         # as -m "ca btl tcp"; a single-dash word with a space is a value (as before -m).
-        if arg_string.startswith("-m") and " " in arg_string:
+        # (the same for torchrun's -r and -t: "-report-bindings -tag-output" is a value)
+        if arg_string.startswith(("-m", "-r", "-t")) and " " in arg_string:
             return None
         return super()._parse_optional(arg_string)
 
@@ -322,7 +330,7 @@ def module_index(args, value_flags) -> "int | None":
         tok = args[i]
         if tok == "--" or not tok.startswith("-") or tok == "-":
             return None
-        if tok == "-m" or (tok.startswith("-m") and not tok.startswith("--")
+        if tok in ("-m", "--module") or (tok.startswith("-m") and not tok.startswith("--")
                            and tok not in value_flags and "=" not in tok
                            and not any(tok.startswith(f) for f in value_flags
                                        if f.startswith("-m") and f != "-m")):

@@ -52,7 +52,7 @@ class Job(NamedTuple):
 
 def parse_ranks(raw: str, name: str = "--rank") -> "frozenset[int]":
     """``7``, ``0,3``, ``0-47``, ``0-3,8`` -> the ranks; UsageError naming ``name`` otherwise."""
-    out = set()
+    out: "set[int]" = set()
     for part in raw.split(","):
         lo, dash, hi = part.strip().partition("-")
         if not lo.isdigit() or (dash and not hi.isdigit()) or (dash and int(hi) < int(lo)):

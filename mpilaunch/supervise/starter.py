@@ -142,12 +142,14 @@ class Job:
 
 
 def run_attempt(backend: Backend, plan: Plan, env: Mapping[str, str], run_dir: str,
-                keep_tune: bool, attempt: Attempt, board: Any = None) -> int:
+                keep_tune: bool, attempt: Attempt, board: Any = None, cfg: Any = None) -> int:
     """Start ``plan`` with ``backend`` and supervise it to its end; the attempt's exit status.
     ``attempt``: the protocol of supervise/attempt.py (``Attempt`` for a plain launch;
     attempts/restart.py's ``ResilientAttempt`` for the graceful stop and the stall watchdog).
-    ``board``: the monitor's (monitor/board.py), fed the ranks' samples; None: monitor off."""
+    ``board``: the monitor's (monitor/board.py), fed the ranks' samples; None: monitor off.
+    ``cfg``: the attempt's LaunchConfig, for the console's settings (None: a plain relay)."""
     s = _Supervision(backend, plan, attempt, run_dir, board)
+    s.console_cfg = cfg
     s.prepare()                 # nothing started yet: the control channel, the argv
     rc = s.start_and_watch(env, keep_tune)
     return s.conclude(rc, env)
@@ -159,6 +161,8 @@ class _Supervision:
     gone), ``conclude`` (the exit status and the summary). The stop-signal handler, the relays
     and the control thread act on it through ``self.ending`` (ending.py: one lock for every
     decision that ends the attempt); what they learnt is ``self.stop``."""
+
+    console_cfg: Any = None   # the LaunchConfig the console's settings come from (run_attempt)
 
     def __init__(self, backend: Backend, plan: Plan, attempt: Attempt, run_dir: str,
                  board: Any = None) -> None:
@@ -240,8 +244,8 @@ class _Supervision:
         backend, plan = self.backend, self.plan
         progress = relays.startup_line(plan)   # a terminal only: how far the start-up got
         out, err = cast(IO[bytes], proc.stdout), cast(IO[bytes], proc.stderr)   # PIPEs (_start)
-        streams = [relays.ErrRelay(err, self.collector, self.ending.rank_failed, progress),
-                   relays.OutRelay(out, self.collector, progress)]
+        stdout, on_event = self._stdout_relay(out, progress)
+        streams = [relays.ErrRelay(err, self.collector, on_event, progress), stdout]
         if proc.stdin is not None:
             relays.StdinRelay(proc.stdin).start()   # not joined: it may wait on the terminal
         backend.watch(plan, job)
@@ -255,6 +259,32 @@ class _Supervision:
         for relay in streams:
             relay.join(timeout=5)
         return rc
+
+    def _stdout_relay(self, out: IO[bytes], progress: Any) -> "tuple[threading.Thread, Callable[[Any], None]]":
+        """The starter's stdout relay, and what the stderr relay calls at each status line.
+        The console's collapsing and budget (output/console.py: imported here, once the starter
+        runs) unless both are off, one rank prints to the console, or --exec (no ``[rank<R>]``)."""
+        cfg, plan = self.console_cfg, self.plan
+        if cfg is None or not any(cfg.console) or plan.exec_mode or plan.np <= 1:
+            return relays.OutRelay(out, self.collector, progress), self.ending.rank_failed
+        from mpilaunch.contract import parse_tail_spec
+        from mpilaunch.output import console
+
+        expected = console.expected_ranks(plan.np, parse_tail_spec(cfg.tail_worker_log))
+        if expected <= 1:
+            return relays.OutRelay(out, self.collector, progress), self.ending.rank_failed
+        window, budget = cfg.console
+
+        hint = "LOG_DIR/worker_<rank>.log (mpilaunch logs LOG_DIR)".replace("LOG_DIR", cfg.log_dir)
+        relay = console.CollapseRelay(out, relays.Sink(1).write, lambda text: self.collector.feed_text(text, "stdout"),
+                                      window, expected, console.Budget(budget, hint) if budget else None,
+                                      progress.finish if progress is not None else None)
+
+        def on_event(event: Any) -> None:
+            self.ending.rank_failed(event)
+            if event.cause == "self" and (event.code or event.signal) and event.rank is not None:
+                relay.failed(event.rank)
+        return relay, on_event
 
     def _teardown(self, previous, keep_tune: bool) -> None:
         """Every exit path: nothing of this attempt left running, the launcher's signal state

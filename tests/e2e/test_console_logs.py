@@ -99,3 +99,87 @@ def test_follow_prints_a_running_jobs_new_lines_and_ends_with_the_job(tmp_path):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+DUMP = """\
+import os, sys, time
+rank = int(os.environ["RANK"])
+for i in range(150):
+    print(f"config.key_{i:03d} = {'v' * 40}{i}")
+print(f"rank {rank} own line", flush=True)
+marks = os.environ["MARKS"]
+open(os.path.join(marks, f"dump.{rank}"), "w").close()
+if rank == int(os.environ.get("FLOOD_RANK", "-1")):
+    for i in range(int(os.environ["FLOOD"])):
+        print(f"rank {rank} flood {i:06d} {'x' * 60}")
+    sys.stdout.flush()
+    open(os.path.join(marks, "flooded"), "w").close()
+if rank == int(os.environ.get("FAIL_RANK", "-1")):   # once every rank has printed its lines
+    want = int(os.environ["WORLD_SIZE"]) + ("FLOOD_RANK" in os.environ)
+    while len([n for n in os.listdir(marks) if n.startswith(("dump.", "flooded"))]) < want:
+        time.sleep(0.02)
+    flood_log = os.path.join(marks, "logs", f"worker_{os.environ.get('FLOOD_RANK')}.log")
+    while "FLOOD_RANK" in os.environ and open(flood_log).read().count("\\n") < 151 + int(os.environ["FLOOD"]):
+        time.sleep(0.02)   # the flood is in its log: the teardown cuts nothing of it
+    raise RuntimeError(f"rank {rank} gives up")
+"""
+
+
+def _launch(tmp_path, np, *flags, **env):
+    script = tmp_path / "dump.py"
+    script.write_text(DUMP)
+    logs = tmp_path / "logs"
+    p = subprocess.run(mpilaunch_argv(OMPI5, "-np", str(np), "--master_port", free_port(), "--log_dir", str(logs),
+                                      *flags, str(script)),
+                       capture_output=True, text=True, env=clean_env(MARKS=str(tmp_path), **env), cwd=tmp_path,
+                       timeout=300)
+    return p, logs
+
+
+def test_48_ranks_dump_shows_once_with_its_ranks_and_every_own_line(tmp_path):
+    p, logs = _launch(tmp_path, 48, "--console_collapse", "600")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    dump = [f"config.key_{i:03d} = {'v' * 40}{i}" for i in range(150)]
+    assert [ln for ln in lines if "config.key_" in ln] == [f"[rank0-47] {d}" for d in dump]
+    assert sorted(ln for ln in lines if "config.key_" not in ln) == sorted(
+        f"[rank{r}] rank {r} own line" for r in range(48))
+    for r in range(48):   # the logs are whole
+        assert (logs / f"worker_{r}.log").read_text().splitlines() == dump + [f"rank {r} own line"]
+    got = _logs(str(logs), "--rank", "7", "--tail", "2").stdout
+    assert got == f"[rank7] {dump[-1]}\n[rank7] rank 7 own line\n"
+
+
+def test_collapsing_off_and_with_a_tail_spec_and_a_failing_ranks_traceback_whole(tmp_path):
+    p, _ = _launch(tmp_path, 4, "--console_collapse", "0")
+    assert p.returncode == 0, p.stderr
+    assert len(p.stdout.splitlines()) == 4 * 151 and p.stdout.count("[rank3] config.key_149") == 1
+    p, logs = _launch(tmp_path, 4, "--tail_worker_log", "0,2,3", "--console_collapse", "600", FAIL_RANK="2")
+    assert p.returncode == 1
+    lines = p.stdout.splitlines()
+    assert lines[0] == f"[rank0,2,3] config.key_000 = {'v' * 40}0"
+    assert not any(ln.startswith("[rank1]") for ln in lines)
+    trace = [ln for ln in lines if ln.startswith("[rank2] ") and "own line" not in ln]
+    assert trace[0] == "[rank2] Traceback (most recent call last):"
+    assert trace[-1] == "[rank2] RuntimeError: rank 2 gives up"
+    log_trace = (logs / "worker_2.log").read_text().splitlines()[151:]
+    assert trace == [f"[rank2] {ln}" for ln in log_trace]
+    assert "RuntimeError: rank 2 gives up" in p.stderr, p.stderr    # the summary
+
+
+def test_over_the_budget_the_console_keeps_rank_0_lines_alike_and_the_failing_ranks_traceback(tmp_path):
+    p, logs = _launch(tmp_path, 4, "--console_budget", "20000", "--console_collapse", "600", FAIL_RANK="1",
+                      FLOOD_RANK="3", FLOOD="20000")
+    assert p.returncode == 1
+    lines = p.stdout.splitlines()
+    notice = [ln for ln in lines if ln.startswith("mpilaunch: console: the ranks' lines are over 20000 bytes/s")]
+    assert len(notice) == 1 and f"{logs}/worker_<rank>.log" in notice[0]
+    assert [ln for ln in lines if "config.key_" in ln] == [f"[rank0-3] config.key_{i:03d} = {'v' * 40}{i}"
+                                                            for i in range(150)]
+    assert "[rank0] rank 0 own line" in lines    # rank 0's lines pass whatever the rate
+    floods = [ln for ln in lines if " flood " in ln]
+    assert 0 < len(floods) < 20000                      # the budget held most of it back
+    trace = (logs / "worker_1.log").read_text().splitlines()[151:]   # rank 1's traceback, whole
+    assert trace[0] == "Traceback (most recent call last):"
+    assert [ln for ln in lines if ln.startswith("[rank1] ")][-len(trace):] == [f"[rank1] {ln}" for ln in trace]
+    assert len((logs / "worker_3.log").read_text().splitlines()) == 151 + 20000   # nothing lost

@@ -1,0 +1,108 @@
+"""The console's collapsing and budget (output/console.py), exact bytes in and out; the real
+launches: tests/e2e/test_console_logs.py."""
+import os
+import threading
+
+import pytest
+
+from mpilaunch.output import console
+from mpilaunch.output.console import Budget, Collapser
+
+
+@pytest.mark.parametrize("ranks, text", [([5], "5"), ([0, 2, 5], "0,2,5"), (range(48), "0-47"),
+                                         ([0, 1, 3, 4, 5, 9], "0,1,3-5,9"), ([3, 1, 2, 2], "1-3")])
+def test_ranks_text(ranks, text):
+    assert console.ranks_text(ranks) == text
+
+
+@pytest.mark.parametrize("line, parsed", [(b"[rank7] x\n", (7, b"x\n")), (b"[rank12] \n", (12, b"\n")),
+                                          (b"[rankx] x\n", None), (b"[rank7]x\n", None), (b"rank7 x\n", None),
+                                          (b"[rank" + b"1" * 20 + b"] x\n", None)])
+def test_split_rank(line, parsed):
+    assert console.split_rank(line) == parsed
+
+
+def feed(c, lines, t):
+    for line in lines:
+        c.add(line, t)
+
+
+def test_the_same_line_from_every_rank_is_shown_once_as_soon_as_all_printed_it():
+    c = Collapser(window=1.0, expected=3)
+    feed(c, [b"[rank0] cfg a\n", b"[rank1] cfg a\n", b"[rank0] cfg b\n"], 0.0)
+    assert c.take(0.1) == b""                        # rank 2 has not printed "cfg a" yet
+    feed(c, [b"[rank2] cfg a\n", b"[rank1] cfg b\n"], 0.2)
+    assert c.take(0.2) == b"[rank0-2] cfg a\n"      # complete: no wait for the window
+    assert c.due() == 1.0
+    assert c.take(0.99) == b""
+    assert c.take(1.0) == b"[rank0,1] cfg b\n"      # rank 2 never printed it: the window
+    assert c.take(5.0) == b"" and c.due() is None and c.held_bytes == 0 and c.open == {}
+
+
+def test_a_line_only_one_rank_prints_waits_at_most_the_window_and_keeps_its_place():
+    c = Collapser(window=0.5, expected=4)
+    feed(c, [b"[rank0] same\n"], 0.0)
+    feed(c, [b"[rank2] only mine\n", b"not a rank's line\n"], 0.3)
+    feed(c, [b"[rank1] same\n"], 0.4)
+    assert c.take(0.49) == b""
+    # "same" first (it came first), then rank 2's own line and the starter's, in their order
+    assert c.take(0.5) == b"[rank0,1] same\n"
+    assert c.take(0.79) == b""
+    assert c.take(0.8) == b"[rank2] only mine\nnot a rank's line\n"
+
+
+def test_a_ranks_order_holds_and_a_repeated_line_shows_twice():
+    c = Collapser(window=1.0, expected=2)
+    # rank 1 prints Y before A: its A cannot join rank 0's A, held before Y
+    feed(c, [b"[rank0] A\n", b"[rank0] X\n", b"[rank1] Y\n", b"[rank1] A\n", b"[rank0] A\n"], 0.0)
+    assert c.take(2.0, everything=False) == (b"[rank0] A\n[rank0] X\n[rank1] Y\n[rank0,1] A\n")
+    c = Collapser(window=1.0, expected=2)
+    feed(c, [b"[rank0] ---\n", b"[rank0] ---\n", b"[rank1] ---\n", b"[rank1] ---\n"], 0.0)
+    assert c.take(0.0) == b"[rank0,1] ---\n[rank0,1] ---\n"
+
+
+def test_memory_is_bounded_whatever_the_window(monkeypatch):
+    monkeypatch.setattr(console, "HELD_BYTES", 100)
+    c = Collapser(window=60.0, expected=2)
+    feed(c, [b"[rank0] %03d %s\n" % (i, b"x" * 20) for i in range(10)], 0.0)
+    out = c.take(0.0)
+    assert out.count(b"\n") == 6 and c.held_bytes <= 100    # the oldest shown early
+
+
+def test_the_budget_keeps_rank_0_lines_alike_and_a_failed_ranks_last_lines():
+    b = Budget(100, "LOG_DIR/worker_<rank>.log (mpilaunch logs LOG_DIR)")
+    c = Collapser(window=1.0, expected=3, budget=b)
+    b.seen(50, 0.0)
+    feed(c, [b"[rank1] under budget\n"], 0.0)
+    assert c.take(1.0) == b"[rank1] under budget\n" and b.notice() == b""
+    b.seen(200, 1.5)
+    feed(c, [b"[rank1] dropped\n", b"[rank0] kept\n", b"[rank1] alike\n", b"[rank2] alike\n",
+             b"[rank2] Traceback\n", b"[rank2] Error: boom\n"], 1.5)
+    b.seen(10, 2.6)   # a new second: what came in the last one is still judged as it came
+    assert c.take(3.0) == b"[rank0] kept\n[rank1,2] alike\n"
+    assert b.notice().startswith(b"mpilaunch: console: the ranks' lines are over 100 bytes/s;")
+    assert b.notice() == b""     # once
+    assert b.fail(2) == (b"mpilaunch: console: rank 2 failed; its last 2 line(s), held back by the "
+                         b"console's budget:\n[rank2] Traceback\n[rank2] Error: boom\n")
+    b.seen(200, 3.0)
+    feed(c, [b"[rank2] after\n", b"[rank1] not\n"], 3.0)
+    assert c.take(4.0) == b"[rank2] after\n" and b.dropped == 4
+    b.seen(10, 5.0)   # a quiet second: every rank's lines pass again, nothing said again
+    feed(c, [b"[rank1] back\n"], 5.0)
+    assert c.take(6.0) == b"[rank1] back\n" and b.notice() == b""
+
+
+def test_the_relay_keeps_a_progress_bars_carriage_returns_and_shows_a_prompt():
+    r, w = os.pipe()
+    got = []
+    done = threading.Event()
+    relay = console.CollapseRelay(os.fdopen(r, "rb"), got.append, lambda s: None, window=0.2, expected=2)
+    relay.start()
+    os.write(w, b"[rank0] 10%\r20%\r30%\n[rank1] name? ")
+    while b"".join(got) != b"[rank0] 10%\r20%\r30%\n[rank1] name? ":
+        assert relay.is_alive()
+        done.wait(0.02)
+    os.write(w, b"bob\n")
+    os.close(w)
+    relay.join(10)
+    assert b"".join(got) == b"[rank0] 10%\r20%\r30%\n[rank1] name? bob\n"
