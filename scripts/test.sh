@@ -45,6 +45,19 @@ get_accelerator().create_op_builder('ShareMemCommBuilder').load()" >/dev/null 2>
     || echo "== DeepSpeed's CPU op did not build: its first test run builds it"
 fi
 
+# tests/launcher/monitor/test_sampler_pythons.py runs the monitor's sampler (py-spy) on a real
+# process of every Python the package supports: pyenv's interpreters, built if one is missing
+for v in 3.9 3.10 3.11 3.12 3.13; do
+  if ! ls "$HOME"/.pyenv/versions/$v.*/bin/python$v >/dev/null 2>&1 && ! command -v python$v >/dev/null; then
+    if command -v pyenv >/dev/null; then
+      echo "== pyenv install $v"
+      pyenv install -s $v
+    else
+      echo "== no python$v and no pyenv: tests/launcher/monitor/test_sampler_pythons.py will fail"
+    fi
+  fi
+done
+
 if [ -f scripts/setup_mindspore.sh ] && [ "${MPILAUNCH_SKIP_MINDSPORE:-0}" != 1 ]; then
   echo "== MindSpore venv"
   bash scripts/setup_mindspore.sh
