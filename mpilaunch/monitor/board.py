@@ -89,6 +89,7 @@ class Board:
         self.lagging_ranks: List[int] = []
         self.last_round = self.clock()
         self.stragglers: Set[int] = set()
+        self.blind = False              # the last round saw no rank wait anywhere
         self.scores: Dict[int, straggler.Score] = {}
         self.open: Dict[int, straggler.Seen] = {}   # the stragglers' records, while they last
 
@@ -139,6 +140,11 @@ class Board:
                   for r, s in self.pending.items()}
         self.pending, self.last_round = {}, now
         record = [shares.get(r) for r in range(np)]
+        known = [w for w in shares.values() if w is not None]
+        # a synchronous job's ranks wait somewhere every round: none seen waiting means the
+        # waits are where the stacks do not show them (an asynchronous collective, NCCL or
+        # MindSpore's PyNative, waited for at the next read of a result: docs/MONITOR.md)
+        self.blind = len(known) >= 2 and not any(known)
         if not self._steady(shares):
             return record, None
         self.rounds = (self.rounds + [shares])[-straggler.KEEP:]
@@ -225,9 +231,13 @@ class Board:
             pct = round(100.0 * (s.cpu_s - prev.cpu_s) / (s.t - prev.t), 1)
         age = None if s.output_t is None else round(max(0.0, s.t - s.output_t + self.wall() - wall_t), 3)
         score = self.scores.get(rank) if role == "worker" else None
-        return RankView(rank, s.host, role, state, s.cpu_s, pct, s.rss, age, s.wait_share,
+        wait, note = s.wait_share, ""
+        if role == "worker" and s.sampler == "py-spy" and s.stack_samples and (
+                wait is None or self.blind):
+            wait, note = None, "cannot tell"
+        return RankView(rank, s.host, role, state, s.cpu_s, pct, s.rss, age, wait,
                         s.hot_frame, role == "worker" and rank in self.stragglers,
-                        score.score if score is not None else None, up)
+                        score.score if score is not None else None, up, note)
 
     def _state(self, rank: int, role: str, sampled: bool) -> str:
         """From the starter's status lines (the launcher's Collector): how the process ended."""

@@ -59,6 +59,10 @@ class RankView:
     straggler: bool = False
     score: Optional[float] = None  # the straggler rule's score (straggler.py says what it means)
     up: bool = True
+    # "cannot tell": its stacks were sampled, but they cannot tell waiting from working (no
+    # rank of the last round was seen waiting anywhere, or a wait under backward with no thread
+    # state to split it: board.py); wait_share is then None, not 0
+    wait_note: str = ""
 
 
 @dataclass(frozen=True)

@@ -52,11 +52,11 @@ def percent(share: Optional[float], scale: float = 100.0) -> str:
 
 
 def row(r: RankView) -> List[str]:
-    wait = percent(r.wait_share)
+    wait = r.wait_note or percent(r.wait_share)
     state = "disconnected" if r.state == "running" and not r.up else r.state   # its adapter
     return [str(r.rank), r.host, r.role, state,
             percent(r.cpu_pct, 1.0), size(r.rss), age(r.output_age),
-            wait if wait == "-" else wait + "%", "straggler" if r.straggler else "",
+            wait if not wait[-1:].isdigit() else wait + "%", "straggler" if r.straggler else "",
             r.hot_frame or ""]
 
 

@@ -211,3 +211,19 @@ def test_feeding_and_viewing_from_threads_at_once():
     stop.set()
     t.join()
     assert views and set(views) == {8}
+
+
+def test_a_round_where_no_rank_waits_anywhere_reads_cannot_tell():
+    # an asynchronous collective (NCCL, MindSpore's PyNative) is waited for at the next read of
+    # a result, where no stack shows a wait: every share 0, and 0 % would be a claim
+    b, clock, changes, _ = board()
+    one_round(b, clock, [0.0, 0.0, 0.0, 0.0])
+    rows = b.view().ranks
+    assert [(r.wait_share, r.wait_note) for r in rows] == [(None, "cannot tell")] * 4
+    one_round(b, clock, [0.6, 0.0, 0.6, 0.6])         # a wait seen: the shares are told again
+    assert [(r.wait_share, r.wait_note) for r in b.view().ranks] == [
+        (0.6, ""), (0.0, ""), (0.6, ""), (0.6, "")]
+    # a rank whose wait under backward could not be split (no thread state): cannot tell
+    b.feed(sample(1, clock.t + 0.5, None))
+    assert (b.view().ranks[1].wait_share, b.view().ranks[1].wait_note) == (None, "cannot tell")
+    assert changes == []

@@ -80,3 +80,14 @@ def test_batch_mode_prints_a_table_per_answer_until_the_job_ends(monkeypatch):
     assert top.batch(one, ask, out) == 0
     assert out.getvalue() == (top.render(one) + "\n" + top.render(VIEW)
                               + "mpilaunch: the job writing to logs has ended (mpilaunch pid 7)\n")
+
+
+def test_a_rank_whose_samples_cannot_tell_reads_cannot_tell_not_zero():
+    undecided = RankView(1, "h2", "worker", "running", 10.0, 50.0, 312 * MB, 1.0, None,
+                         "train.py:49 in train", False, None, True, "cannot tell")
+    view = JobView(5.0, 0, 0, 2, 5.0, "py-spy", [rank(0, "h1", wait=0.0), undecided])
+    assert top.render(view) == (
+        "mpilaunch top: 2 ranks, attempt 0, restarts 0, sampled every 5 s\n"
+        "RANK  HOST  ROLE    STATE    CPU%   RSS  OUTPUT         WAIT  WHERE\n"
+        "   0  h1    worker  running   100  312M      1s           0%  train.py:50 in step\n"
+        "   1  h2    worker  running    50  312M      1s  cannot tell  train.py:49 in train\n")
