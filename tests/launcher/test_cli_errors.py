@@ -41,7 +41,8 @@ def test_np_larger_than_slots(tmp_path, script):
 
 
 def test_bad_mpirun(tmp_path, script):
-    proc, tmpdir = run_cli(["--mpirun", "/nonexistent/mpirun", "-np", "1", script], tmp_path)
+    proc, tmpdir = run_cli(["--mpirun", "/nonexistent/mpirun", "-np", "1", "--master_port", "0", script],
+                           tmp_path)
     check_one_line_error(proc, tmpdir, tmp_path, "--mpirun=/nonexistent/mpirun: not an executable file")
 
 

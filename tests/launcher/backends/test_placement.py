@@ -23,7 +23,8 @@ def test_an_extra_arg_overriding_the_hostfile_fails_before_the_script(mpirun, tm
     script = tmp_path / "x.py"
     script.write_text(f"open({str(marker)!r}, 'a').close()\n")
     r = subprocess.run(mpilaunch_argv("--mpirun", mpirun, "--hostfile", str(hf), "--no-preflight",
-                                      "--no-scheduler", "--extra-args", "--host localhost:2",
+                                      "--no-scheduler", "--master_port", "0",
+                                      "--extra-args", "--host localhost:2",
                                       "--log_dir", str(tmp_path / "logs"), str(script)),
                        env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=120,
                        stdin=subprocess.DEVNULL)
@@ -34,7 +35,7 @@ def test_an_extra_arg_overriding_the_hostfile_fails_before_the_script(mpirun, tm
     assert "running: " in r.stderr and ": 2 (every rank on this one host)" in r.stderr
     # --no-span-check: the user's mapping is taken as it is
     r = subprocess.run(mpilaunch_argv("--mpirun", mpirun, "--hostfile", str(hf), "--no-preflight",
-                                      "--no-scheduler", "--no-span-check", "--extra-args",
+                                      "--no-scheduler", "--master_port", "0", "--no-span-check", "--extra-args",
                                       "--host localhost:2", "--log_dir", str(tmp_path / "logs"),
                                       str(script)),
                        env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=120,
