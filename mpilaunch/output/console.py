@@ -5,10 +5,12 @@ Every rank's console line reaches the launcher on the starter's stdout as ``[ran
 text, the console shows it once with its ranks: ``[rank0-47] text``, ``[rank0,2,5] text``.
 
 * A line waits at most ``window`` s (:class:`Collapser`): it is held in arrival order with the
-  ranks that printed the same text since; it is shown once every rank that prints to the console
-  has printed it, or once it is ``window`` s old, whichever is first, and never before a line
-  that arrived before it (the console keeps the order lines arrived in). A line only one rank
-  prints is thus shown within ``window`` s, alone with its own rank, as it came.
+  ranks that printed the same text since; it is shown once no rank can join it any more (every
+  rank that prints to the console has printed it or a later line: in a job whose ranks keep
+  step, as soon as the slowest rank has printed its own line of that step), or once it is
+  ``window`` s old, whichever is first, and never before a line that arrived before it (the
+  console keeps the order lines arrived in). A line only one rank prints is thus shown within
+  ``window`` s, alone with its own rank, as it came.
 * A rank's lines keep their order: its line joins a held group only if that group came after
   its previous line's; a rank that prints the same line twice shows it twice.
 * Lines that are not a rank's (the starter's own messages, a partial line's continuation) are
@@ -120,10 +122,12 @@ class Collapser:
         old enough, not a rank's, or held beyond :data:`HELD_BYTES` (or all, ``everything``)."""
         out: List[bytes] = []
         held, limit = self.held, now - self.window
+        # every rank has printed a line at or after this seq: a group up to it can grow no more
+        final = min(self.last.values()) if held and len(self.last) >= self.expected else 0
         while held:
             g = held[0]
-            if not (everything or not g.ranks or len(g.ranks) >= self.expected or g.t <= limit
-                    or self.held_bytes > HELD_BYTES):
+            if not (everything or not g.ranks or g.seq <= final or len(g.ranks) >= self.expected
+                    or g.t <= limit or self.held_bytes > HELD_BYTES):
                 break
             held.popleft()
             self.held_bytes -= len(g.text)

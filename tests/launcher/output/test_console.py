@@ -51,6 +51,18 @@ def test_a_line_only_one_rank_prints_waits_at_most_the_window_and_keeps_its_plac
     assert c.take(0.8) == b"[rank2] only mine\nnot a rank's line\n"
 
 
+def test_a_line_no_rank_can_join_any_more_is_shown_before_the_window():
+    c = Collapser(window=60.0, expected=3)
+    feed(c, [b"[rank0] loss 0.1\n", b"[rank1] loss 0.2\n", b"[rank2] loss 0.3\n"], 0.0)
+    # rank 0 might still print "loss 0.2" or "loss 0.3" and join those; nobody can join its own
+    assert c.take(0.0) == b"[rank0] loss 0.1\n"
+    feed(c, [b"[rank0] step 2\n", b"[rank1] step 2\n"], 0.1)
+    # ranks 0 and 1 are past both; rank 2 past "loss 0.2", in "loss 0.3": both are final
+    assert c.take(0.1) == b"[rank1] loss 0.2\n[rank2] loss 0.3\n"
+    feed(c, [b"[rank2] step 2\n"], 0.2)
+    assert c.take(0.2) == b"[rank0-2] step 2\n"
+
+
 def test_a_ranks_order_holds_and_a_repeated_line_shows_twice():
     c = Collapser(window=1.0, expected=2)
     # rank 1 prints Y before A: its A cannot join rank 0's A, held before Y
