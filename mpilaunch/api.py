@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Iterable, List, Mapping, NamedTuple, Optional
+from typing import IO, Any, Dict, Iterable, List, Mapping, NamedTuple, Optional
 
 from mpilaunch.config import options
 from mpilaunch.errors import UsageError
@@ -73,7 +73,7 @@ class Result(NamedTuple):
         return self.status == 0
 
 
-def _names():
+def _names() -> Dict[str, "options.Opt"]:
     out = {}
     for o in options.OPTIONS:
         if options.RUN not in o.commands or o.kind in ("hidden", "version"):
@@ -115,8 +115,8 @@ def argv_for(script_or_module: str, args: Iterable[object] = (), **opts: object)
                          "module=True, a module name")
     if isinstance(args, str):
         raise UsageError(f"args={args!r}: give a list of arguments, not one string")
-    args = [str(a) for a in args]
-    return argv + (["-m", script_or_module] if module else [script_or_module]) + args
+    words = [str(a) for a in args]
+    return argv + (["-m", script_or_module] if module else [script_or_module]) + words
 
 
 class Launch:
@@ -138,10 +138,10 @@ class Launch:
         rc = self.proc.wait(timeout)
         return _result(self.events_path, self.log_dir, 128 - rc if rc < 0 else rc)
 
-    def __enter__(self):
+    def __enter__(self) -> "Launch":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self.proc.poll() is None:
             self.stop()
             self.proc.wait()
@@ -168,8 +168,9 @@ def _result(path: "str | None", log_dir: "str | None", returncode: int) -> Resul
 
 
 def start(script_or_module: str, args: Iterable[object] = (), *,
-          env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None, stdout=None,
-          stderr=None, **options: object) -> Launch:
+          env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+          stdout: "int | IO[Any] | None" = None, stderr: "int | IO[Any] | None" = None,
+          **options: object) -> Launch:
     """Check every option (UsageError, nothing started) and start the launch; a handle.
     ``env``: the launcher's environment (default: this process's; the ModelArts variables
     are read from it as the command reads them); ``stdout``/``stderr``: where the launcher's
@@ -194,7 +195,7 @@ def start(script_or_module: str, args: Iterable[object] = (), *,
     return Launch(proc, rest if word == "ready" and rest else None, log_dir)
 
 
-def launch(script_or_module: str, args: Iterable[object] = (), **options) -> Result:
+def launch(script_or_module: str, args: Iterable[object] = (), **options: Any) -> Result:
     """Run the job to its end (:func:`start`, then :meth:`Launch.wait`)."""
     with start(script_or_module, args, **options) as job:
         return job.wait()

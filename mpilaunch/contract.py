@@ -110,7 +110,7 @@ SCHEDULER_GRACE = 300.0
 # --------------------------------------------------------------------------- validators
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 

@@ -21,7 +21,7 @@ import os
 
 TYPE_CHECKING = False   # no typing at run time (docs/ARCHITECTURE.md, start-up)
 if TYPE_CHECKING:
-    from typing import Any, Iterable, List, Optional, Sequence, Tuple
+    from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 from mpilaunch.errors import UsageError
 
@@ -136,7 +136,7 @@ def resolve(name: str, timeout: float) -> Tuple[Optional[List[str]], Optional[st
 
     box: dict = {}
 
-    def lookup():
+    def lookup() -> None:
         try:
             infos = socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM)
             v4 = [i[4][0] for i in infos if i[0] == socket.AF_INET]
@@ -331,7 +331,7 @@ def local_ipv6s() -> List[str]:
     return out
 
 
-def is_here(host, addrs: Iterable[str] = ()) -> bool:
+def is_here(host: Any, addrs: Iterable[str] = ()) -> bool:
     """The one rule for "is this host this machine": ``host`` (a name, or anything with a
     ``name``, such as hostfile.Host) is ``localhost`` or the like, this machine's host name
     (full or short), or an address of it (loopback or an interface's); so is any of ``addrs``
@@ -369,7 +369,7 @@ def spans_machines(hosts: Sequence) -> bool:
     return len(hosts) > 1 and not all_here(hosts)
 
 
-def rank0_address(hosts: Sequence, node_addr=None) -> Optional[str]:
+def rank0_address(hosts: Sequence[Any], node_addr: Optional[Callable[[str], Optional[str]]] = None) -> Optional[str]:
     """Rank 0's address for the scheduler, decided by the launcher once instead of by the
     ranks' MPI agreement (MPI_Init in every adapter), or None to leave it to the agreement.
 
@@ -385,7 +385,7 @@ def rank0_address(hosts: Sequence, node_addr=None) -> Optional[str]:
     if not hosts:
         return None
     first = hosts[0]
-    def literal(addr):
+    def literal(addr: str) -> bool:
         return is_ipv4(addr) or is_ipv6(addr)
 
     if not is_here(first):

@@ -9,11 +9,15 @@ load libraries.
 ``ctypes`` package (its import, with ``struct`` and its type classes, is ~3 ms of CPU that
 every rank's adapter would pay); ``ctypes`` is the fallback if that binding fails.
 """
+TYPE_CHECKING = False   # no typing at run time: every rank imports this module
+if TYPE_CHECKING:
+    import _ctypes
+
 PR_SET_PDEATHSIG = 1
-_prctl = None
+_prctl = None   # libc's prctl, once bound: a ctypes function (_ctypes.CFuncPtr)
 
 
-def _bind():
+def _bind() -> "_ctypes.CFuncPtr":
     import _ctypes
 
     class _Int(_ctypes._SimpleCData):
@@ -30,7 +34,7 @@ def _bind():
     return _Fn(("prctl", _Libc()))   # type: ignore[arg-type]  # a CDLL: only _handle is read
 
 
-def prctl():
+def prctl() -> "_ctypes.CFuncPtr":
     """libc's ``prctl`` (bound once)."""
     global _prctl
     if _prctl is None:

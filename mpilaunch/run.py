@@ -36,7 +36,7 @@ def preflight_fails(cfg: Any, mux: Optional[str] = None) -> bool:
     return bool(bad)
 
 
-def _ssh_args_in_mca(cfg) -> bool:
+def _ssh_args_in_mca(cfg: launchconfig.LaunchConfig) -> bool:
     """The user's MCA/extra args carry the ssh options (ModelArts' -mca plm_rsh_args): the
     launcher adds none of its own (the configuration refuses ssh options given twice)."""
     return mpiargs.ssh_params_given(cfg.mpi_pieces)
@@ -82,7 +82,7 @@ TREE_RADIX = 64   # Open MPI's routing tree (routed_radix): up to it, tree spawn
 _TRUE = ("1", "true", "yes", "on", "t", "y")
 
 
-def _flat_ssh(cfg) -> bool:
+def _flat_ssh(cfg: launchconfig.LaunchConfig) -> bool:
     """The user's MCA args forbid tree spawn (plm_rsh_no_tree_spawn true: ModelArts' default), so
     mpirun itself starts the daemon on every host."""
     tokens = mpiargs.words(cfg.mpi_pieces)

@@ -20,7 +20,13 @@ import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import List, Optional
+    from typing import List, Optional, Protocol
+
+    class _PlanFiles(Protocol):
+        """What :func:`remove_files` reads of a backend's plan."""
+
+        tune_path: str
+        hostfile_path: str
 
 from mpilaunch import procstat
 
@@ -56,7 +62,7 @@ def write_atomic(path: str, text: str, mode: int = 0o600) -> None:
         raise
 
 
-def _start_time(pid: int):
+def _start_time(pid: int) -> Optional[int]:
     """The process's start time (``/proc/PID/stat`` field 22), or None if there is no such
     process or it is a zombie. Tells a live launcher from a reused pid."""
     return procstat.start_time(pid)
@@ -111,7 +117,7 @@ def remove_tree(path: str) -> None:
         pass
 
 
-def _write_owner(path: str, mpirun_pid) -> None:
+def _write_owner(path: str, mpirun_pid: Optional[int]) -> None:
     pid = os.getpid()
     write_atomic(os.path.join(path, OWNER), f"{pid} {_start_time(pid)} {mpirun_pid or ''}\n")
 
@@ -123,7 +129,7 @@ def record_mpirun(path: str, mpirun_pid: int) -> None:
         pass
 
 
-def _alive(pid: int, start) -> bool:
+def _alive(pid: int, start: Optional[int]) -> bool:
     now = _start_time(pid)
     return now is not None and (start is None or now == start)
 
@@ -205,7 +211,7 @@ def remove(run_dir: str) -> None:
     remove_tree(run_dir)
 
 
-def remove_files(plan, run_dir: str, keep_tune: bool) -> None:
+def remove_files(plan: _PlanFiles, run_dir: str, keep_tune: bool) -> None:
     """After an attempt: the run dir, but a tune file the user asked to keep (--keep-tune-file)
     and the directory that holds it."""
     if not keep_tune:

@@ -253,7 +253,7 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T],
     lock = threading.Lock()
     position = iter(range(len(items)))
 
-    def work():
+    def work() -> None:
         while True:
             with lock:
                 i = next(position, None)

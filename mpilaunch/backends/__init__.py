@@ -8,10 +8,15 @@
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from mpilaunch.backends.base import Backend
+    from mpilaunch.config.launchconfig import LaunchConfig
+    from mpilaunch.config.mpi import MpiInfo
 
 
-def for_mpi(info):
+def for_mpi(info: MpiInfo) -> Backend[Any]:
     """The backend of a detected mpirun/mpiexec (``mpi.detect``)."""
     if info.hydra:
         from mpilaunch.backends.hydra import Hydra
@@ -22,7 +27,7 @@ def for_mpi(info):
     return OpenMpi(info)
 
 
-def select(cfg, env: Mapping[str, str]):
+def select(cfg: LaunchConfig, env: Mapping[str, str]) -> Backend[Any]:
     """``--launcher srun``: Slurm's srun; else the mpirun/mpiexec found (``--mpirun``, ...)."""
     if cfg.launcher == "srun":
         from mpilaunch.backends.srun import Srun

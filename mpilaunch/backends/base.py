@@ -14,9 +14,28 @@ import os
 import re
 import signal
 from collections import namedtuple
-from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import (TYPE_CHECKING, Any, Dict, FrozenSet, Generic, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple, TypeVar)
 
 from mpilaunch import contract
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from mpilaunch.config.launchconfig import LaunchConfig
+    from mpilaunch.config.mpi import MpiInfo
+    from mpilaunch.output.summary import Collector, Event
+
+    class RunningJob(Protocol):
+        """What a backend's watch asks of the running starter (supervise/starter.py's Job)."""
+
+        pid: int
+
+        def end(self, escalate: float = ...) -> None: ...
+
+        def host_lost(self, hosts: List[str], escalate: float) -> None: ...
+else:
+    RunningJob = object   # a type only: a Protocol class costs every launch its making
 
 # ssh's own words when the connection that started a remote daemon or proxy ended under it
 SSH_CLOSED = ("closed by remote host", r"Connection to (\S+) closed by remote host")
@@ -46,6 +65,9 @@ class Plan:
     exec_mode    ``--exec``: the adapter execs the program (no control channel, no supervision)
     log_dirs     where ``mpilaunch stacks`` finds the job: the ranks' log dir, then the job's
                  own when that is an attempt's (``LOG_DIR/attempt<k>``); () when none is named
+    hostfile_path, tune_path  the files in the run dir the starter reads (every plan names
+                 both, used or not: rundir.remove_files removes them after the attempt)
+    extra_env    the starter's environment additions (:meth:`Backend.env`)
     """
 
     __slots__ = ()
@@ -58,9 +80,18 @@ class Plan:
     dropped_x: Tuple[str, ...] = ()
     exec_mode: bool = False
     log_dirs: Tuple[str, ...] = ()
+    hostfile_path: str = ""
+    tune_path: str = ""
+    extra_env: Mapping[str, str] = {}
+
+    if TYPE_CHECKING:   # every plan is a namedtuple (its class comes first)
+        def _replace(self: "PlanT", *, stdin: Optional[str] = ...) -> "PlanT": ...
 
 
-def plan_facts(cfg: Any) -> Dict[str, Any]:
+PlanT = TypeVar("PlanT", bound=Plan)
+
+
+def plan_facts(cfg: LaunchConfig) -> Dict[str, Any]:
     """The fields of :class:`Plan` every backend's plan takes from the launch config as they
     are (a plan's constructor gets them as keywords), so that no reader of the plan has to
     parse its rank command for them."""
@@ -108,9 +139,10 @@ def with_routed(plan: LaunchPlan, names: Sequence[str]) -> LaunchPlan:
     return plan._replace(broadcast=plan.broadcast._replace(routed=routed))
 
 
-class Backend:
+class Backend(Generic[PlanT]):
     """One way of starting ranks. Subclasses set :attr:`name` and implement :meth:`plan`,
-    :meth:`argv`; everything else has a default that does nothing."""
+    :meth:`argv`; everything else has a default that does nothing. ``PlanT``: the class of the
+    backend's plans (:class:`LaunchPlan` for a hostfile's starters, srun's own)."""
 
     #: the starter program, as messages call it ("mpirun", "mpiexec", "srun")
     program = "mpirun"
@@ -130,11 +162,11 @@ class Backend:
     #: (run.py); Open MPI's
     explains_start = False
 
-    def __init__(self, mpi: Any = None) -> None:
+    def __init__(self, mpi: Optional[MpiInfo] = None) -> None:
         self.mpi = mpi
         #: with :attr:`explains_start`: the launch config the ssh checks use after a failed
         #: start (set by run.py), or None
-        self.start_cfg: Any = None
+        self.start_cfg: Optional[LaunchConfig] = None
 
     @property
     def name(self) -> str:
@@ -142,46 +174,46 @@ class Backend:
         return self.mpi.name if self.mpi is not None else self.program
 
     # -- deciding (pure)
-    def configure(self, cfg: Any, env: Mapping[str, str]) -> Any:
+    def configure(self, cfg: LaunchConfig, env: Mapping[str, str]) -> LaunchConfig:
         """The launch config with what this backend decides before the plan (default: as is)."""
         return cfg
 
-    def plan(self, cfg: Any, env: Mapping[str, str], run_dir: str, euid: int) -> Any:
+    def plan(self, cfg: LaunchConfig, env: Mapping[str, str], run_dir: str, euid: int) -> PlanT:
         raise NotImplementedError
 
-    def argv(self, plan: Any) -> List[str]:
+    def argv(self, plan: PlanT) -> List[str]:
         raise NotImplementedError
 
-    def files(self, plan: Any) -> List[Tuple[str, str]]:
+    def files(self, plan: PlanT) -> List[Tuple[str, str]]:
         """(path, text) of each file the starter reads, written 0600 before it starts."""
         return []
 
-    def env(self, plan: Any) -> Mapping[str, str]:
+    def env(self, plan: PlanT) -> Mapping[str, str]:
         """Additions to the starter's environment."""
         return plan.extra_env
 
-    def stdin(self, plan: Plan) -> Optional[str]:
+    def stdin(self, plan: PlanT) -> Optional[str]:
         """The --stdin target, as :attr:`LaunchPlan.stdin`."""
         return plan.stdin
 
-    def with_stdin(self, plan: Any, target: str) -> Any:
+    def with_stdin(self, plan: PlanT, target: str) -> PlanT:
         return plan._replace(stdin=target)
 
-    def with_control(self, plan: Any, names: Sequence[str]) -> Any:
+    def with_control(self, plan: PlanT, names: Sequence[str]) -> PlanT:
         """The plan with ``names`` (variables the launcher puts in the starter's environment)
         exported to every rank (default: as is, for a starter that exports everything)."""
         return plan
 
-    def show(self, plan: Any, env: Mapping[str, str]) -> None:
+    def show(self, plan: PlanT, env: Mapping[str, str]) -> None:
         """``--dry-run``: print what would be run."""
         raise NotImplementedError
 
-    def dropped(self, plan: Plan) -> Sequence[str]:
+    def dropped(self, plan: PlanT) -> Sequence[str]:
         """Names of ``-x NAME`` left out because NAME is unset (``--verbose`` says so)."""
         return plan.dropped_x
 
     # -- reading its output (pure)
-    def notices(self, text: str) -> list:
+    def notices(self, text: str) -> List[Event]:
         """Failures the starter reports on its own (a rank whose adapter died without a status
         line, a process of ``--exec``), as :class:`~mpilaunch.output.summary.Event`, first first."""
         return []
@@ -192,14 +224,14 @@ class Backend:
         return [m.group(1).rstrip(".,") for m in find_all(SSH_CLOSED, text)]
 
     # -- doing
-    def watch(self, plan: Any, job: Any) -> None:
+    def watch(self, plan: PlanT, job: RunningJob) -> None:
         """Called once the starter runs (``job``: :class:`mpilaunch.supervise.starter.Job`): start any
         watcher the starter needs, e.g. to end the job where it would not end by itself."""
 
-    def on_rank_failure(self, plan: Any, job: Any) -> None:
+    def on_rank_failure(self, plan: PlanT, job: RunningJob) -> None:
         """A rank reported its own failure (exit code or signal)."""
 
-    def after(self, plan: Any, collector: Any, status: int) -> None:
+    def after(self, plan: PlanT, collector: Collector, status: int) -> None:
         """After the starter ended with ``status``, not stopped by the user: learn what its
         output did not say (e.g. which host is unreachable), into ``collector``."""
 

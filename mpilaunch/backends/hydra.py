@@ -30,14 +30,21 @@ from __future__ import annotations
 
 import signal
 from collections import namedtuple
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mpilaunch import net, netif
 from mpilaunch.backends import hydra_report
 from mpilaunch.backends.base import Backend, LaunchPlan, plan_facts, show_files, with_routed
 from mpilaunch.backends.hydra_report import ProxyWatch, bad_terminations
+
+if TYPE_CHECKING:
+    from mpilaunch.backends.base import RunningJob
+    from mpilaunch.config.launchconfig import LaunchConfig
+    from mpilaunch.output.summary import Collector
 from mpilaunch.backends.rankcmd import rank_command
 from mpilaunch.config import broadcast, mpiargs, sshconfig
+from mpilaunch.config.hostfile import Host
+from mpilaunch.config.mpi import MpiInfo
 from mpilaunch.config.mpi import IMPI, MPICH
 from mpilaunch.config.mpiargs import normalize, split_arg_string
 from mpilaunch.contract import is_secret
@@ -72,12 +79,13 @@ ENV_END = "MPILAUNCH_HYDRA_ENV_END"   # the last entry of mpiexec's environment 
 HOST_LOST_ESCALATE = 3.0   # a host lost: mpiexec's own teardown waits on the dead proxy
 
 
-class Hydra(Backend):
+class Hydra(Backend[LaunchPlan]):
     program = "mpiexec"
     lost_why = "its ssh port no longer answers and Hydra lost its proxy there"
 
-    def __init__(self, mpi: Any = None) -> None:
+    def __init__(self, mpi: MpiInfo) -> None:
         super().__init__(mpi)
+        self.mpi: MpiInfo = mpi
         # Measured (docs/OPENMPI_FACTS.md section 16): both forward SIGUSR1 to each rank's
         # process group and die of SIGUSR2; Intel MPI's also forwards SIGTSTP and SIGCONT,
         # MPICH's ignores both.
@@ -86,19 +94,19 @@ class Hydra(Backend):
         else:
             self.forwards = frozenset((signal.SIGUSR1,))
 
-    def with_control(self, plan, names):
+    def with_control(self, plan: LaunchPlan, names: Sequence[str]) -> LaunchPlan:
         return with_routed(plan, names)
 
-    def plan(self, cfg, env, run_dir, euid):
+    def plan(self, cfg: LaunchConfig, env: Mapping[str, str], run_dir: str, euid: int) -> LaunchPlan:
         return LaunchPlan(**plan_fields(cfg, env, self.mpi, run_dir),
                           rank_command=tuple(rank_command(cfg)), stdin=cfg.stdin,
                           scheduler=(cfg.scheduler, cfg.scheduler_why), **plan_facts(cfg))
 
-    def argv(self, plan) -> List[str]:
+    def argv(self, plan: LaunchPlan) -> List[str]:
         return argv(plan.mpi.path, plan.np, plan.hostfile_path, plan.ssh, plan.args,
                     plan.broadcast.routed, plan.rank_command, plan.mpi.dialect, plan.stdin)
 
-    def env(self, plan) -> Mapping[str, str]:
+    def env(self, plan: LaunchPlan) -> Mapping[str, str]:
         """``extra_env``, then ``ENV_END`` last: MPICH 5.0.2's mpiexec does not pass the last
         entry of its environment to remote hosts' ranks even when -genvlist names it (measured
         on two test hosts with ``AA=1 BB=2 CC=3`` appended in that order: the remote rank got
@@ -109,28 +117,28 @@ class Hydra(Backend):
         variable."""
         return {**plan.extra_env, ENV_END: "1"}
 
-    def files(self, plan):
+    def files(self, plan: LaunchPlan) -> List[Tuple[str, str]]:
         # no tune file: -genvlist
         return [(plan.hostfile_path, render_hostfile(plan.hosts))] + ([plan.ssh_config] if plan.ssh_config else [])
 
-    def show(self, plan, env) -> None:
+    def show(self, plan: LaunchPlan, env: Mapping[str, str]) -> None:
         print(f"# mpiexec: {plan.mpi.path} ({plan.mpi.name})")
         print(mpiargs.show(self.argv(plan)))
         show_files(plan, env, self.files(plan), "mpiexec's environment (-genvlist)")
 
-    def notices(self, text: str) -> list:
+    def notices(self, text: str) -> List[Event]:
         return [Event(rank, host, "rank", "exit", code if sig is None else 128 + sig, sig, "self",
                       None, [], float("inf"), message=f"pid {pid} (Hydra's report)")
                 for rank, pid, host, sig, code in bad_terminations(text)]
 
-    def watch(self, plan, job) -> None:
+    def watch(self, plan: LaunchPlan, job: RunningJob) -> None:
         if not net.all_here(plan.hosts):
             ProxyWatch(plan, job.pid, lambda lost: job.host_lost(lost, HOST_LOST_ESCALATE)).start()
 
-    def on_rank_failure(self, plan, job) -> None:
+    def on_rank_failure(self, plan: LaunchPlan, job: RunningJob) -> None:
         job.end()
 
-    def after(self, plan, collector, status: int) -> None:
+    def after(self, plan: LaunchPlan, collector: Collector, status: int) -> None:
         if status == 0 or collector.unreachable or net.all_here(plan.hosts):
             return
         if collector.root_cause() is None or hydra_report.proxy_lost(collector.text):
@@ -235,7 +243,7 @@ def ssh_tokens(ssh_args: Sequence[str], dialect: str) -> Tuple[List[str], Dict[s
     return ["-bootstrap-exec-args", joined], {}
 
 
-def intel_iface(hosts) -> List[str]:
+def intel_iface(hosts: Sequence[Host]) -> List[str]:
     """``-iface IF`` for an Intel MPI launch over other hosts: IF = the interface routing to the
     first remote one. Intel's bootstrap proxies connect back to mpiexec by this host's *name*
     (measured on the namespace test hosts, whose names resolve nowhere: every remote proxy failed
@@ -252,7 +260,7 @@ def intel_iface(hosts) -> List[str]:
     return []
 
 
-def render_hostfile(hosts) -> str:
+def render_hostfile(hosts: Sequence[Host]) -> str:
     """Hydra's hostfile: ``host:N`` per line (Open MPI's ``slots=`` form is not read)."""
     return "".join(f"{sshconfig.alias(h)}:{h.slots}\n" for h in hosts)
 
@@ -276,14 +284,14 @@ def argv(mpi_path: str, np: int, hostfile_path: str, ssh: Sequence[str], args: S
             *rank_command]
 
 
-def stdin_check(stdin, dialect: str) -> None:
+def stdin_check(stdin: Optional[str], dialect: str) -> None:
     """MPICH's mpiexec forwards stdin to rank 0 only (no ``-s`` in ``mpiexec.hydra -h``, 5.0.2)."""
     if dialect == MPICH and stdin not in (None, "0", "none"):
         raise UsageError(f"--stdin {stdin}: MPICH's mpiexec forwards stdin to rank 0 only; "
                          "give --stdin 0 or none (Intel MPI and Open MPI take a rank or all)")
 
 
-def ipv6_check(hosts, mpi) -> None:
+def ipv6_check(hosts: Sequence[Host], mpi: MpiInfo) -> None:
     """Hydra cannot start proxies on IPv6-only hosts: UsageError before anything starts.
     Measured on two IPv6-only namespace hosts (docs/NETWORKS.md): MPICH 5.0.2's proxies look
     mpiexec's host up over IPv4 only ("unable to get host address" for a name with only an
@@ -296,7 +304,7 @@ def ipv6_check(hosts, mpi) -> None:
                              "(--mpirun), or give the hosts' IPv4 addresses")
 
 
-def plan_fields(cfg, env: Mapping[str, str], mpi, run_dir: str) -> dict:
+def plan_fields(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: str) -> Dict[str, Any]:
     """LaunchConfig + env -> the LaunchPlan fields of a Hydra launch (all but rank_command).
     ``broadcast.routed`` holds every broadcast name: each travels via -genvlist."""
     import os

@@ -16,7 +16,12 @@ teardown's victims (mpilaunch's own stop), never a root cause, and are skipped.
 from __future__ import annotations
 
 import re
-from typing import List, Set
+from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Set, Tuple
+
+if TYPE_CHECKING:
+    import psutil
+
+    from mpilaunch.backends.base import LaunchPlan
 
 from mpilaunch import net, ssh
 
@@ -54,7 +59,7 @@ def proxy_lost(text: str) -> bool:
     return _LOST_SIGNS.search(text) is not None
 
 
-def _ssh_args(plan) -> List[str]:
+def _ssh_args(plan: LaunchPlan) -> List[str]:
     """The ssh options Hydra's ssh gets (MPICH: HYDRA_LAUNCHER_EXTRA_ARGS; Intel MPI:
     -bootstrap-exec-args), split."""
     import shlex
@@ -69,7 +74,7 @@ def _ssh_args(plan) -> List[str]:
         return joined.split()
 
 
-def unreachable_hosts(plan, timeout: float = 2.0) -> List[str]:
+def unreachable_hosts(plan: LaunchPlan, timeout: float = 2.0) -> List[str]:
     """The remote hosts of ``plan`` whose ssh port (where ``ssh -G`` says ssh goes, with the
     launch's ssh options) does not accept a TCP connection within ``timeout`` s, probed in
     parallel: a crashed host refuses it (its sshd is gone), a host behind a dead link times out."""
@@ -80,7 +85,7 @@ def unreachable_hosts(plan, timeout: float = 2.0) -> List[str]:
     remote = [(h.name, ports.get(sshconfig.alias(h)), sshconfig.label(h))
               for h in plan.hosts if not net.is_here(h)]
 
-    def probe(item):
+    def probe(item: Tuple[str, Optional[int], str]) -> Optional[str]:
         name, port, label = item
         target = ssh.ssh_target(name, port, extra, timeout=timeout)
         addrs, _ = net.resolve(target.hostname, timeout)
@@ -101,7 +106,7 @@ class ProxyWatch:
 
     POLL = 1.0
 
-    def __init__(self, plan, pid: int, on_lost):
+    def __init__(self, plan: LaunchPlan, pid: int, on_lost: Callable[[List[str]], None]) -> None:
         import threading
 
         self.plan, self.pid, self.on_lost = plan, pid, on_lost
@@ -111,7 +116,7 @@ class ProxyWatch:
         self.thread.start()
         return self
 
-    def _hosts_with_ssh(self, proc, names) -> Set[str]:
+    def _hosts_with_ssh(self, proc: psutil.Process, names: Iterable[str]) -> Set[str]:
         import psutil
 
         seen: Set[str] = set()

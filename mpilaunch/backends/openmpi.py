@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-from typing import List, Mapping
+from typing import TYPE_CHECKING, List, Mapping, Sequence, Tuple
 
 from mpilaunch import contract, net, rundir
 from mpilaunch.backends.base import (SSH_CLOSED, Backend, LaunchPlan, find_all, plan_facts, show_files,
@@ -22,7 +22,10 @@ from mpilaunch.config import hostfile as hf
 from mpilaunch.config import mpiargs, sshconfig
 from mpilaunch.config.mpi import OMPI4, MpiInfo
 from mpilaunch.output import events
-from mpilaunch.output.summary import Event
+from mpilaunch.output.summary import Collector, Event
+
+if TYPE_CHECKING:
+    from mpilaunch.config.launchconfig import LaunchConfig
 
 SYSTEM_BIN_DIRS = ("/usr/bin", "/bin", "/usr/local/bin")
 
@@ -56,7 +59,7 @@ _START_FAILED = (r"A daemon failed to report back|unable to reliably start one o
 
 
 
-class OpenMpi(Backend):
+class OpenMpi(Backend[LaunchPlan]):
     program = "mpirun"
     lost_why = "Open MPI lost its daemon there"
     # to each rank's process group, 4.1 and 5 alike (docs/OPENMPI_FACTS.md section 16)
@@ -64,23 +67,27 @@ class OpenMpi(Backend):
     #: no ssh preflight before the launch: a failed daemon start is explained after it (run.py)
     explains_start = True
 
-    def plan(self, cfg, env, run_dir, euid):
+    def __init__(self, mpi: MpiInfo) -> None:
+        super().__init__(mpi)
+        self.mpi: MpiInfo = mpi
+
+    def plan(self, cfg: LaunchConfig, env: Mapping[str, str], run_dir: str, euid: int) -> LaunchPlan:
         return make_plan(cfg, env, self.mpi, run_dir, euid)
 
-    def argv(self, plan) -> List[str]:
+    def argv(self, plan: LaunchPlan) -> List[str]:
         return argv(plan)
 
-    def with_control(self, plan, names):
+    def with_control(self, plan: LaunchPlan, names: Sequence[str]) -> LaunchPlan:
         return with_routed(plan, names)
 
-    def files(self, plan):
+    def files(self, plan: LaunchPlan) -> List[Tuple[str, str]]:
         return [(plan.hostfile_path, hf.render_hostfile(plan.hosts)),
                 (plan.tune_path, broadcast.render(plan.broadcast))] + ([plan.ssh_config] if plan.ssh_config else [])
 
-    def show(self, plan, env) -> None:
+    def show(self, plan: LaunchPlan, env: Mapping[str, str]) -> None:
         show(plan, env, self.files(plan))
 
-    def notices(self, text: str) -> list:
+    def notices(self, text: str) -> List[Event]:
         return notices(text) + reports(text)
 
     def lost_hosts(self, text: str) -> List[str]:
@@ -90,7 +97,7 @@ class OpenMpi(Backend):
                 found.append((m.start(), m.group(1).rstrip(".,")))
         return [h for _, h in sorted(found)]
 
-    def after(self, plan, collector, status: int) -> None:
+    def after(self, plan: LaunchPlan, collector: Collector, status: int) -> None:
         """A daemon did not start (mpirun's words, and no rank reported anything): the
         preflight's ssh checks, run now over every host in parallel, name each host that fails
         and the fix (``collector.not_started``; those hosts count as lost: exit 255)."""
@@ -110,7 +117,8 @@ class OpenMpi(Backend):
             rundir.drop_session_dir(pid)   # a killed mpirun leaves it behind
 
 
-def make_plan(cfg, env: Mapping[str, str], mpi: MpiInfo, run_dir: str, euid: int) -> LaunchPlan:
+def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: str,
+              euid: int) -> LaunchPlan:
     """LaunchConfig + environment -> the plan of an Open MPI launch (pure)."""
     dialect = mpi.dialect
     tokens: List[str] = []
@@ -175,7 +183,7 @@ def argv(plan: LaunchPlan) -> List[str]:
     return cmd
 
 
-def show(plan, env: Mapping[str, str], files) -> None:
+def show(plan: LaunchPlan, env: Mapping[str, str], files: Sequence[Tuple[str, str]]) -> None:
     """``--dry-run``: the exact argv, hostfile and tune file, secrets masked."""
     cmd = argv(plan)
     shown = []

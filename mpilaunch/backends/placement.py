@@ -10,9 +10,13 @@ size: ``size``.
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from mpilaunch.config import mpiargs
+
+if TYPE_CHECKING:
+    from mpilaunch.config.hostfile import Host
+    from mpilaunch.config.launchconfig import LaunchConfig
 
 # mpirun options that decide the placement themselves (Open MPI 4/5 and Hydra spellings)
 PLACEMENT = ("host", "h", "rankfile", "rf", "npernode", "pernode", "ppr", "npersocket",
@@ -20,7 +24,7 @@ PLACEMENT = ("host", "h", "rankfile", "rf", "npernode", "pernode", "ppr", "npers
              "configfile", "mapall")
 
 
-def slots_in_order(hosts) -> List[int]:
+def slots_in_order(hosts: Sequence[Host]) -> List[int]:
     """The index in ``hosts`` of each slot, the hosts' slots filled in order: rank r runs on
     ``hosts[slots_in_order(hosts)[r]]`` where the plan is ``exact`` (the hostfile's order,
     ``--map-by slot``, Hydra's ``host:N``)."""
@@ -43,7 +47,7 @@ def mode(tokens: List[str], oversubscribed: bool) -> str:
     return "exact"
 
 
-def expect_spec(cfg) -> Optional[str]:
+def expect_spec(cfg: LaunchConfig) -> Optional[str]:
     """``N;MODE;host:count,...`` for ``--expect-ranks``; None when there is nothing to check."""
     if not cfg.hosts:
         return None

@@ -9,6 +9,10 @@ from typing import Callable, List, Optional
 
 from mpilaunch.rank import flags
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mpilaunch.config.launchconfig import LaunchConfig
+
 
 BOOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rank", "_boot.py")
 
@@ -22,7 +26,7 @@ def rank_interpreter(python: str, launcher_python: str) -> List[str]:
     return [python, "-m", "mpilaunch.rank"]
 
 
-def _rendered(flag: flags.Flag, value) -> List[str]:
+def _rendered(flag: flags.Flag, value: object) -> List[str]:
     """``flag`` with ``value`` as the adapter reads it (the table's kind says how)."""
     if flag.kind == flags.SWITCH:
         return [flag.name]
@@ -53,7 +57,7 @@ def write_flags(writer: str, get: Callable[[str], object]) -> List[str]:
     return out
 
 
-def rank_command(cfg, launcher_python: str = sys.executable) -> List[str]:
+def rank_command(cfg: LaunchConfig, launcher_python: str = sys.executable) -> List[str]:
     """The rank command: interpreter, the config's adapter flags with the attempt's
     (``cfg.rank_extra``, written by :func:`attempt_flags`) where the table puts them, then
     ``-- SCRIPT ARGS``."""
@@ -70,7 +74,7 @@ def rank_command(cfg, launcher_python: str = sys.executable) -> List[str]:
     if cfg.module:
         # --module, not "-m" as SCRIPT: that would be a file named -m in every rank's cwd
         cmd.append(cfg.module)
-    else:
+    elif cfg.script is not None:    # launchconfig.build gives a script or a module
         cmd.append(os.path.abspath(cfg.script) if not cfg.no_python else cfg.script)
     cmd.extend(cfg.script_args)
     return cmd

@@ -25,7 +25,7 @@ import re
 import signal
 import subprocess
 from collections import namedtuple
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Tuple
 
 from mpilaunch import contract, net
 from mpilaunch.backends import rankcmd
@@ -34,6 +34,9 @@ from mpilaunch.config import allocation, broadcast, mpiargs
 from mpilaunch.config.mpi import OMPI5
 from mpilaunch.errors import UsageError
 from mpilaunch.output.summary import Event
+
+if TYPE_CHECKING:
+    from mpilaunch.config.launchconfig import LaunchConfig
 
 PREFERRED = ("pmix", "pmi2")
 # mpirun options that describe placement/launch by mpirun itself: meaningless under srun.
@@ -57,7 +60,7 @@ class SrunPlan(namedtuple("SrunPlan", "srun plugin np hosts hosts_source rank_co
     __slots__ = ()
 
 
-class Srun(Backend):
+class Srun(Backend["SrunPlan"]):
     program = "srun"
     # restarts and the watchdog: measured with mpirun only; the graceful stop goes over the
     # control channel, which every backend has
@@ -67,7 +70,7 @@ class Srun(Backend):
     forwards = frozenset((signal.SIGUSR1, signal.SIGUSR2))
     span_check = False   # Slurm places the tasks, not a hostfile
 
-    def __init__(self, srun: str, plugin: str):
+    def __init__(self, srun: str, plugin: str) -> None:
         super().__init__(None)
         self.srun, self.plugin = srun, plugin
 
@@ -83,19 +86,19 @@ class Srun(Backend):
         srun = find_srun(env)
         return cls(srun, detect_plugin(srun, env))
 
-    def configure(self, cfg, env):
+    def configure(self, cfg: LaunchConfig, env: Mapping[str, str]) -> LaunchConfig:
         return rank0_side(cfg, env)
 
-    def plan(self, cfg, env, run_dir, euid):
+    def plan(self, cfg: LaunchConfig, env: Mapping[str, str], run_dir: str, euid: int) -> "SrunPlan":
         return make_plan(cfg, env, self.srun, self.plugin, run_dir)
 
-    def argv(self, plan) -> List[str]:
+    def argv(self, plan: "SrunPlan") -> List[str]:
         return argv(plan, plan.oversubscribe)
 
-    def show(self, plan, env) -> None:
+    def show(self, plan: "SrunPlan", env: Mapping[str, str]) -> None:
         show(plan, self.argv(plan))
 
-    def dropped(self, plan):
+    def dropped(self, plan: "SrunPlan") -> Sequence[str]:
         return ()
 
     def notices(self, text: str) -> list:
@@ -167,7 +170,8 @@ def translate(tokens: Sequence[str], source: str) -> Tuple[Dict[str, str], List[
     return env, unused
 
 
-def make_plan(cfg, env: Mapping[str, str], srun: str, plugin: str, run_dir: str) -> SrunPlan:
+def make_plan(cfg: LaunchConfig, env: Mapping[str, str], srun: str, plugin: str,
+              run_dir: str) -> SrunPlan:
     """LaunchConfig + environment -> SrunPlan (pure)."""
     extra: Dict[str, str] = {}
     unused: List[str] = []
@@ -207,7 +211,7 @@ def show(plan: SrunPlan, cmd: Sequence[str]) -> None:
         print("# not used under srun: " + " ".join(plan.unused))
 
 
-def rank0_side(cfg, env: Mapping[str, str]):
+def rank0_side(cfg: LaunchConfig, env: Mapping[str, str]) -> LaunchConfig:
     """Rank 0 runs on this node (task 0 is on the allocation's first node, where the batch
     script runs): pick the port here (unless --dry-run) and, across nodes, take rank 0's
     address from Slurm (the route towards the next node's NodeAddr, net.rank0_address).
