@@ -3,9 +3,10 @@
 Precedence: flag > variable > default. Every problem is a ``UsageError`` naming the flag or
 variable, raised before anything starts.
 """
+import argparse
 import os
 import sys
-from typing import Any, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from mpilaunch import contract, net
 from mpilaunch.config import allocation
@@ -104,12 +105,12 @@ class LaunchConfig(NamedTuple):
     console: Tuple[float, int] = (0.0, 0)   # --console_collapse (s), --console_budget (bytes/s)
 
 
-def _layer(args, env: Mapping[str, str], dest: str) -> Setting:
+def _layer(args: argparse.Namespace, env: Mapping[str, str], dest: str) -> Setting:
     """flag > variable > default, as the option table declares it."""
     return Setting(*options.setting(args, env, dest))
 
 
-def slots_per_host(args, env: Mapping[str, str]) -> int:
+def slots_per_host(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Slots of each ``VC_WORKER_HOSTS`` host: ``--local_worker_num`` > ``MA_NUM_GPUS`` >
     ``--nproc-per-node`` > 1. The one answer for ``mpilaunch`` and ``mpilaunch job``."""
     value, source = options.setting(args, env, "local_worker_num")
@@ -119,13 +120,13 @@ def slots_per_host(args, env: Mapping[str, str]) -> int:
     return contract.whole(value, source, 1, hf.MAX_SLOTS)
 
 
-def ssh_port(args, env: Mapping[str, str]) -> Optional[int]:
+def ssh_port(args: argparse.Namespace, env: Mapping[str, str]) -> Optional[int]:
     """``--ssh-port`` > ``SSHD_PORT`` > None (ssh's own default)."""
     value, source = options.setting(args, env, "ssh_port")
     return None if value is None else contract.port(value, source)
 
 
-def ssh_extra(args) -> Tuple[str, ...]:
+def ssh_extra(args: argparse.Namespace) -> Tuple[str, ...]:
     return tuple(mpiargs.split_arg_string(args.ssh_args, "--ssh-args")) if args.ssh_args else ()
 
 
@@ -135,7 +136,7 @@ def _is_pseudo_fs(path: str) -> bool:
     return any(real == top or real.startswith(top + "/") for top in ("/proc", "/sys"))
 
 
-def _resolve_hosts(args, env: Mapping[str, str]) -> Tuple[Tuple[hf.Host, ...], str, str]:
+def _resolve_hosts(args: argparse.Namespace, env: Mapping[str, str]) -> Tuple[Tuple[hf.Host, ...], str, str]:
     """-> (hosts, hosts_source: for messages, hosts_from: one of HOSTS_FROM)."""
     hostfile = _layer(args, env, "hostfile")
     if args.host is not None and hostfile.source == "--hostfile":
@@ -181,7 +182,7 @@ def _prefixes(setting: Setting) -> Tuple[str, ...]:
     return items
 
 
-def build(args, env: Mapping[str, str]) -> LaunchConfig:
+def build(args: argparse.Namespace, env: Mapping[str, str]) -> LaunchConfig:
     """argparse namespace + environment -> validated LaunchConfig (pure but for reading files)."""
     script, module = _program(args)
     hosts, hosts_source, hosts_from = _resolve_hosts(args, env)
@@ -240,7 +241,7 @@ def build(args, env: Mapping[str, str]) -> LaunchConfig:
     return cfg
 
 
-def _program(args) -> Tuple[Optional[str], Optional[str]]:
+def _program(args: argparse.Namespace) -> Tuple[Optional[str], Optional[str]]:
     """(the script, the -m module): one of them, checked."""
     module = getattr(args, "module", None)
     if module and args.no_python and not args.script:
@@ -255,7 +256,7 @@ def _program(args) -> Tuple[Optional[str], Optional[str]]:
     return script, module
 
 
-def _python(args) -> str:
+def _python(args: argparse.Namespace) -> str:
     """The ranks' Python: an absolute path."""
     python = args.python or sys.executable
     if not os.path.isabs(python):
@@ -263,7 +264,7 @@ def _python(args) -> str:
     return python
 
 
-def _np(args, env: Mapping[str, str], hosts, hosts_source: str) -> Tuple[int, str]:
+def _np(args: argparse.Namespace, env: Mapping[str, str], hosts: Sequence[hf.Host], hosts_source: str) -> Tuple[int, str]:
     """(the number of ranks, where it came from): the hosts' slots unless given, within them
     unless --oversubscribe."""
     slots = hf.total_slots(hosts)
@@ -283,7 +284,7 @@ def _np(args, env: Mapping[str, str], hosts, hosts_source: str) -> Tuple[int, st
     return np, np_source
 
 
-def _tune_file(args, env: Mapping[str, str]) -> Tuple[Optional[str], Optional[tuneimport.TuneImport]]:
+def _tune_file(args: argparse.Namespace, env: Mapping[str, str]) -> Tuple[Optional[str], Optional[tuneimport.TuneImport]]:
     """(the tune file to write, None when there is none or it is imported; what it imports)."""
     tune = _layer(args, env, "tune_file")
     tune_path = str(tune.value) if tune.value else None
@@ -301,7 +302,7 @@ def _tune_file(args, env: Mapping[str, str]) -> Tuple[Optional[str], Optional[tu
     return tune_path, None
 
 
-def _rendezvous(args, env: Mapping[str, str], hosts) -> Tuple[Optional[str], int, bool]:
+def _rendezvous(args: argparse.Namespace, env: Mapping[str, str], hosts: Sequence[hf.Host]) -> Tuple[Optional[str], int, bool]:
     """(master_addr, master_port, whether rank 0 checks the port)."""
     master_addr, (master_port, port_source) = torchrun.rendezvous(
         args, options.setting(args, env, "master_addr"), options.setting(args, env, "master_port"))
@@ -314,8 +315,8 @@ def _rendezvous(args, env: Mapping[str, str], hosts) -> Tuple[Optional[str], int
     return master_addr, master_port, port_check
 
 
-def _ssh(args, env: Mapping[str, str], hosts, hosts_source: str,
-         pieces) -> Tuple[Optional[int], Tuple[str, ...], str]:
+def _ssh(args: argparse.Namespace, env: Mapping[str, str], hosts: Sequence[hf.Host], hosts_source: str,
+         pieces: Sequence[mpiargs.Piece]) -> Tuple[Optional[int], Tuple[str, ...], str]:
     """(the ssh port, the ssh args, the launcher), the ssh options given once and valid for
     the hosts (a port per host: every ssh of the launch can use it)."""
     port, extra = ssh_port(args, env), ssh_extra(args)
@@ -328,7 +329,7 @@ def _ssh(args, env: Mapping[str, str], hosts, hosts_source: str,
     return port, extra, launcher
 
 
-def _launcher(args, env: Mapping[str, str]) -> str:
+def _launcher(args: argparse.Namespace, env: Mapping[str, str]) -> str:
     value, source = options.setting(args, env, "launcher")
     if value not in ("mpirun", "srun"):
         raise UsageError(f"{source}={value!r}: give mpirun or srun")
@@ -347,7 +348,7 @@ def _stdin(value: Optional[str]) -> Optional[str]:
     raise UsageError(f"--stdin={value!r}: give a rank (0 is mpirun's default), all or none")
 
 
-def _exec_port(port: int, source: str, hosts) -> Tuple[int, bool]:
+def _exec_port(port: int, source: str, hosts: Sequence[hf.Host]) -> Tuple[int, bool]:
     """``--exec``: an MPI program does its own rendezvous; the port is only what
     MASTER_PORT/MS_SCHED_PORT say. -> (port, check it on rank 0). A port the user gave is
     checked; ``0`` or the default becomes a port free on this machine when rank 0 runs here
@@ -365,7 +366,8 @@ def _exec_port(port: int, source: str, hosts) -> Tuple[int, bool]:
     return port, False
 
 
-def _scheduler(args, env: Mapping[str, str], script, module, hosts, port) -> Tuple[bool, str]:
+def _scheduler(args: argparse.Namespace, env: Mapping[str, str], script: Optional[str], module: Optional[str],
+               hosts: Sequence[hf.Host], port: int) -> Tuple[bool, str]:
     """(start MindSpore's scheduler on rank 0, why): ``--scheduler`` / ``--no-scheduler``,
     else only for MindSpore jobs (mpilaunch/config/programs.py). An MPI program (mpi4py, Horovod)
     without ``--exec`` runs supervised only where the adapter never calls MPI_Init itself

@@ -3,12 +3,28 @@
 ``--no-span-check`` and ``--host-discovery-script`` (what each does: docs/LONG_JOBS.md; the
 launcher's part: mpilaunch/attempts/). A setting the chosen backend cannot honour is refused by
 :func:`for_backend`, still before anything starts."""
+import argparse
 import os
-from typing import NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from mpilaunch import contract, net
 from mpilaunch.config import options, programs
 from mpilaunch.errors import UsageError
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from mpilaunch.config.hostfile import Host
+    from mpilaunch.config.launchconfig import LaunchConfig
+
+    class _Backend(Protocol):
+        """What :func:`for_backend` reads of a backend (backends/base.py's Backend)."""
+
+        resilience: Tuple[str, ...]
+        span_check: bool
+
+        @property
+        def name(self) -> str: ...
 
 MODES = ("in-place", "relaunch")
 # The graceful stop's grace when --term-grace is not given: a stop signal to mpilaunch gives
@@ -57,9 +73,9 @@ def script_path(raw: str, source: str = DISCOVERY_FLAG) -> str:
     return path
 
 
-def settings(args, env, cfg) -> Resilience:
+def settings(args: argparse.Namespace, env: Mapping[str, str], cfg: "LaunchConfig") -> Resilience:
     """The resilience options of ``args`` (the run command's) for the launch ``cfg`` describes."""
-    def seconds(dest):
+    def seconds(dest: str) -> Optional[float]:
         raw, source = options.setting(args, {}, dest)
         return None if raw is None else contract.seconds(raw, source, allow_zero=True)
 
@@ -92,7 +108,7 @@ def settings(args, env, cfg) -> Resilience:
     return lr
 
 
-def restart_mode(args, cfg, n: int) -> Tuple[str, str]:
+def restart_mode(args: argparse.Namespace, cfg: "LaunchConfig", n: int) -> Tuple[str, str]:
     """(``in-place`` or ``relaunch``, why). Asked for: as asked. By default in place wherever
     the adapters can restart a worker inside the running job; a relaunch where they cannot:
     ``--exec`` (no adapter), or an MPI program (a restarted MPI process cannot join the
@@ -116,7 +132,7 @@ def restart_mode(args, cfg, n: int) -> Tuple[str, str]:
     return mode, "default"
 
 
-def _min_hosts(args, n: int) -> Optional[int]:
+def _min_hosts(args: argparse.Namespace, n: int) -> Optional[int]:
     raw, source = options.setting(args, {}, "min_hosts")
     if raw is None:
         return None
@@ -126,7 +142,7 @@ def _min_hosts(args, n: int) -> Optional[int]:
     return m
 
 
-def _max_no_progress(args, n: int) -> int:
+def _max_no_progress(args: argparse.Namespace, n: int) -> int:
     raw, source = options.setting(args, {}, "max_no_progress_restarts")
     limit = contract.whole(raw, source, 0, 1000)
     if source != "default" and limit and not n:
@@ -134,7 +150,7 @@ def _max_no_progress(args, n: int) -> int:
     return limit if n else 0
 
 
-def for_hosts(lr: Resilience, hosts, hosts_source: str) -> Resilience:
+def for_hosts(lr: Resilience, hosts: Sequence["Host"], hosts_source: str) -> Resilience:
     """``lr`` for a launch on ``hosts`` (the user's, or a discovery script's first list):
     ``--min-hosts`` checked against them, rank 0's place decided from them."""
     if lr.min_hosts is not None and lr.min_hosts > len(hosts):
@@ -146,7 +162,7 @@ def for_hosts(lr: Resilience, hosts, hosts_source: str) -> Resilience:
 _WHY_NOT = {d: "measured with mpirun and mpiexec only" for d in ("max_restarts", "stall_timeout")}
 
 
-def for_backend(lr: Resilience, backend) -> Resilience:
+def for_backend(lr: Resilience, backend: "_Backend") -> Resilience:
     """A resilience setting the backend does not support: one line, before anything starts.
     -> ``lr``, with the span check off where the backend places no ranks by a hostfile."""
     asked = [d for d, on in (("max_restarts", lr.max_restarts), ("term_grace", lr.term_grace is not None),
