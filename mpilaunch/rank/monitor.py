@@ -235,6 +235,17 @@ def wait_of(collective: Optional[float], sync: float, futex: Optional[float]) ->
     return round(min(1.0, collective + min(sync, max(0.0, futex - collective))), 4)
 
 
+def to_tick(now: float, interval: float) -> float:
+    """Seconds from wall time ``now`` to the next multiple of ``interval`` (the next tick).
+    Every adapter samples over the same windows of the wall clock, whenever it started: the
+    launcher's round then compares the ranks over one stretch of the job, and a pause (a
+    checkpoint, the start of the steps) falls in the same round for every rank instead of
+    making a gap out of the adapters' different start times (hosts' clocks agree to NTP's
+    milliseconds)."""
+    left = interval - now % interval
+    return left if left > 1e-3 else interval
+
+
 class States:
     """The main thread's kernel state of each sampled worker, read from
     ``/proc/PID/task/PID/syscall`` at the stack sampler's rate: how often it is asleep on a
@@ -406,8 +417,10 @@ class Monitor(threading.Thread):
                                 f"only: {why}\n")
 
     def run(self) -> None:
-        if self.done.wait(self.interval):   # the first sample's imports wait for it: the
-            return                          # worker's start-up has the host's CPU to itself
+        # the first sample's imports wait for it: the worker's start-up has the host's CPU to
+        # itself; then every tick falls on the wall clock's multiples of the interval
+        if self.done.wait(self.interval + to_tick(time.time(), self.interval)):
+            return
         if self.py_spy is None:
             from mpilaunch.rank import watchdog    # its subprocess import: not on the start path
 
@@ -434,9 +447,9 @@ class Monitor(threading.Thread):
             self.end_spies()
 
     def pause(self) -> bool:
-        """Wait one interval, reading the recorded workers' thread states at py-spy's rate
-        meanwhile (:class:`States`); True when the monitor is told to stop."""
-        end = time.monotonic() + self.interval
+        """Wait until the next tick (:func:`to_tick`), reading the recorded workers' thread
+        states at py-spy's rate meanwhile (:class:`States`); True when told to stop."""
+        end = time.monotonic() + to_tick(time.time(), self.interval)
         while True:
             for spy in list(self.spies.values()):
                 self.states.sample(spy.pid)

@@ -1,14 +1,18 @@
-"""The straggler of an unchanged DistributedDataParallel script named (docs/MONITOR.md, "DDP and
-FSDP"): 4 ranks on gloo (tests/helpers/train_ddp.py), rank 1 reading each batch 40 ms slower.
+"""The straggler of an unchanged DistributedDataParallel or FSDP script named (docs/MONITOR.md,
+"DDP and FSDP"): 4 ranks on gloo (tests/helpers/train_ddp.py), rank 1 reading each batch slower.
 DDP all-reduces the gradients from autograd's hooks and waits for them in C++ under
 ``loss.backward()``: no collective's Python frame on any stack. The rank side counts a sample
 under backward as waiting by its main thread's state (asleep on a futex, read from /proc:
 rank/monitor.py); the launcher names rank 1 in ``top --once``, in a ``straggler`` event and in
-the job's end lines, with its frame; the same job balanced, for as many rounds, names no one."""
+the job's end lines, with its frame; the same DDP job balanced, for as many rounds, names no one.
+FSDP waits in torch.distributed's internal all_gather_single and reduce_scatter_single, which
+are no public collective's frame: the same futex rule counts them."""
 import os
 import re
 import socket
 import subprocess
+
+import pytest
 
 from helpers import REPO
 from helpers.launch import clean_env, mpilaunch_argv
@@ -17,13 +21,21 @@ from helpers.straggler import INTERVAL, Job, jobs, needs_py_spy, records  # noqa
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "helpers",
                       "train_ddp.py")
-ROUNDS = 5          # steady rounds the balanced job runs for: one more than the slow rank needs
+ROUNDS = 4          # rounds the balanced job runs for past its steps' first: as many as the slow one needs
 HOST = socket.gethostname()
 
 
-def _source(mode="ddp"):
+# FSDP on gloo: every rank also waits in its own all-gathers and reduce-scatters (four ranks on
+# two cores take turns in each), the slow one 0.2-0.5 of the time against the others' 0.7-0.8
+# when it reads 40 ms slower, scores about the line (0.32 once): 100 ms, as a slow disk would
+MODES = [("ddp", 0.04), ("fsdp", 0.1)]
+
+
+def _source(mode, slow_seconds):
     with open(SCRIPT, encoding="utf-8") as f:
-        return f.read().replace('MODE = "ddp"', f'MODE = "{mode}"')
+        text = f.read()
+    return text.replace('MODE = "ddp"', f'MODE = "{mode}"').replace(
+        "SLOW_SECONDS = 0.04", f"SLOW_SECONDS = {slow_seconds}")
 
 
 def _top_once(logs):
@@ -32,8 +44,9 @@ def _top_once(logs):
 
 
 @needs_py_spy
-def test_ddp_slow_reader_is_named_in_top_the_event_and_the_summary(tmp_path, jobs):
-    job = Job(tmp_path, _source(), slow=1, name="slow")
+@pytest.mark.parametrize("mode, slow_seconds", MODES)
+def test_the_slow_reader_is_named_in_top_the_event_and_the_summary(tmp_path, jobs, mode, slow_seconds):
+    job = Job(tmp_path, _source(mode, slow_seconds), slow=1, name="slow")
     jobs.append(job)
     t0 = job.training_since()
     named = wait_for(lambda: records(job.logs, "straggler") or job.proc.poll() is not None,
@@ -65,7 +78,9 @@ def test_ddp_slow_reader_is_named_in_top_the_event_and_the_summary(tmp_path, job
 
 @needs_py_spy
 def test_ddp_balanced_names_no_one(tmp_path, jobs):
-    job = Job(tmp_path, _source(), slow=-1, name="balanced")
+    # (FSDP's balanced job is left out for the CI's time: its highest score was 0.13 in 12
+    # steady rounds, docs/MONITOR.md, "DDP and FSDP")
+    job = Job(tmp_path, _source("ddp", 0.04), slow=-1, name="balanced")
     jobs.append(job)
     t0 = job.training_since()
     judged = lambda: [r for r in records(job.logs, "wait_share") if r["t"] > t0 + INTERVAL

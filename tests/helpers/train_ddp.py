@@ -1,7 +1,7 @@
 """A 4-rank training job as people write it (docs/MONITOR.md, "DDP and FSDP"): a small MLP
 under DistributedDataParallel (``MODE = "ddp"``) or FSDP2's ``fully_shard`` (``"fsdp"``) on
-gloo, no collective of the script's own in its steps. ``SLOW_RANK`` reads each batch 40 ms
-slower. Run as ``train.py OUT_DIR SLOW_RANK`` (-1: balanced): writes OUT_DIR/training once
+gloo, no collective of the script's own in its steps. ``SLOW_RANK`` reads each batch
+``SLOW_SECONDS`` (40 ms) slower. Run as ``train.py OUT_DIR SLOW_RANK`` (-1: balanced): writes OUT_DIR/training once
 every rank has made its first step and leaves at the next 25th step after OUT_DIR/stop
 appears (the one all_reduce of its own, every 25 steps, so every rank stops at the same one).
 Read by tests/e2e/test_straggler_ddp.py, which writes it as the job's script."""
@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 MODE = "ddp"
+SLOW_SECONDS = 0.04
 out, slow = sys.argv[1], int(sys.argv[2])
 rank = int(os.environ["RANK"])
 dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
@@ -35,7 +36,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
 def read_batch(step):
     if rank == slow:
-        time.sleep(0.04)
+        time.sleep(SLOW_SECONDS)
     g = torch.Generator().manual_seed(step * 97 + rank)
     return torch.randn(64, 256, generator=g)
 

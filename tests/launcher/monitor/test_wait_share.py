@@ -64,3 +64,11 @@ def test_the_thread_state_of_a_real_process_asleep_on_a_futex_and_in_a_sleep():
             os.unlink(ready)
     assert got == {"futex": 1.0, "sleep": 0.0}
     assert states.take(12345678) is None
+
+
+def test_every_adapter_ticks_on_the_wall_clocks_multiples_of_the_interval():
+    assert monitor.to_tick(1000.0, 5.0) == 5.0
+    assert monitor.to_tick(1001.5, 5.0) == 3.5
+    assert monitor.to_tick(1004.9996, 5.0) == 5.0    # at the tick (within 1 ms): the next one
+    # two adapters started 2.3 s apart tick at the same instants
+    assert 1003.2 + monitor.to_tick(1003.2, 5.0) == 1000.9 + monitor.to_tick(1000.9, 5.0) == 1005.0
