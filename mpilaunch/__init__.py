@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 _API = ("launch", "start", "Launch", "Result", "RootCause", "RankRecord")
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> object:
     if name in _API:
         from mpilaunch import api
 
@@ -21,5 +21,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'mpilaunch' has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> "list[str]":
     return sorted(list(globals()) + list(_API) + ["UsageError"])
