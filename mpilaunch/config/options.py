@@ -125,7 +125,7 @@ OPTIONS = (
        default=contract.DEFAULT_TAIL_SPEC, metavar="SPEC"),
     _o(("--console_collapse", "--console-collapse"), "console_collapse",
        "a line several ranks print shows once with their ranks; a line waits at most SECONDS "
-       "(0: off; docs/LOGS.md)", "rank", var="MPILAUNCH_CONSOLE_COLLAPSE", default="1", metavar="SECONDS"),
+       "(0: off; docs/LOGS.md)", "rank", var="MPILAUNCH_CONSOLE_COLLAPSE", default="2", metavar="SECONDS"),
     _o(("--console_budget", "--console-budget"), "console_budget",
        "above BYTES/s of ranks' lines, the console shows rank 0, failed ranks, lines alike "
        "(0: no cap; docs/LOGS.md)", "rank", var="MPILAUNCH_CONSOLE_BUDGET", default="262144", metavar="BYTES"),
@@ -178,7 +178,7 @@ OPTIONS = (
     # -- long jobs (mpilaunch/attempts/restart.py, mpilaunch/rank/resilience.py)
     _o(("--max_restarts", "--max-restarts"), "max_restarts",
        "restart the whole job after a failure, up to N times in all (logs: LOG_DIR/attempt<k>/)",
-       "long", default="0", metavar="N", commands=(RUN, JOB)),
+       "long", var="PET_MAX_RESTARTS", default="0", metavar="N", commands=(RUN, JOB)),
     _o(("--max_no_progress_restarts", "--max-no-progress-restarts"), "max_no_progress_restarts",
        "with --max_restarts: after N attempts in a row failed before any worker made progress "
        "(see docs/LONG_JOBS.md), do not restart again; 0: no limit", "long", default="3",
