@@ -17,8 +17,8 @@ the others wait for has a gap as large as the share of the step they spend waiti
   round; a rank that pauses once (a checkpoint, an evaluation, a GC pause) or every N steps
   (rank 0 saving every 500 steps, a logging burst) lifts the others' wait in the one or two
   rounds that hold the pause and not in the rounds between. ``PERSIST`` rounds in a row tell
-  them apart: a pause shorter than ``PERSIST - 1`` intervals, or recurring less often than
-  every round, is never named; a pause in every round is a drag.
+  them apart: a pause shorter than ``PERSIST - 1`` intervals that leaves a whole round free
+  before the next is never named; one in every round is a drag (it is one).
 * **the start-up is not judged**: a rank is judged from the round after the first one it is
   seen waiting in a collective in (``reached``; the board judges only rounds in which every
   rank has: ``board.py``).

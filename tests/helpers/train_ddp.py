@@ -1,7 +1,7 @@
 """A 4-rank training job as people write it (docs/MONITOR.md, "DDP and FSDP"): a small MLP
 under DistributedDataParallel (``MODE = "ddp"``) or FSDP2's ``fully_shard`` (``"fsdp"``) on
 gloo, no collective of the script's own in its steps. ``SLOW_RANK`` reads each batch
-``SLOW_SECONDS`` (40 ms) slower. Run as ``train.py OUT_DIR SLOW_RANK`` (-1: balanced): writes OUT_DIR/training once
+``SLOW_SECONDS`` (40 ms) slower; with ``CKPT_EVERY`` rank 0 saves a checkpoint that often. Run as ``train.py OUT_DIR SLOW_RANK`` (-1: balanced): writes OUT_DIR/training once
 every rank has made its first step and leaves at the next 25th step after OUT_DIR/stop
 appears (the one all_reduce of its own, every 25 steps, so every rank stops at the same one).
 Read by tests/e2e/test_straggler_ddp.py, which writes it as the job's script."""
@@ -15,6 +15,8 @@ import torch.distributed as dist
 
 MODE = "ddp"
 SLOW_SECONDS = 0.04
+CKPT_EVERY = 0          # s between rank 0's checkpoints (0: none); each takes CKPT_SECONDS
+CKPT_SECONDS = 3.5
 out, slow = sys.argv[1], int(sys.argv[2])
 rank = int(os.environ["RANK"])
 dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
@@ -41,9 +43,21 @@ def read_batch(step):
     return torch.randn(64, 256, generator=g)
 
 
+def save_checkpoint(step):
+    """Rank 0 saves the model while the others wait for it in their next backward (a slow
+    disk: CKPT_SECONDS in all)."""
+    t = time.time()
+    torch.save(model.state_dict(), os.path.join(out, "checkpoint.pt"))
+    time.sleep(max(0.0, CKPT_SECONDS - (time.time() - t)))
+
+
 def train():
     step, stop = 0, torch.zeros(1)
+    next_save = time.time() + CKPT_EVERY
     while True:
+        if CKPT_EVERY and rank == 0 and time.time() >= next_save:
+            save_checkpoint(step)
+            next_save = time.time() + CKPT_EVERY
         x = read_batch(step)
         loss = model(x).pow(2).mean()
         opt.zero_grad()
