@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, List, Optional
 from mpilaunch.config.resilience import Resilience
 from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
 from mpilaunch.attempts import progress
+from mpilaunch.attempts.phases import RestartPhases, with_note
 from mpilaunch.attempts.progress import RankFacts
 from mpilaunch.supervise.attempt import LINGER, Attempt, AttemptRecord, grace_lines
 from mpilaunch.output import events
@@ -92,6 +93,8 @@ class _Collector(Collector):
         self.attempt.facts.feed(event)   # did any worker make progress (progress.py)
         if event.cause == LIFE_CAUSE and event.event == "up" and event.rank is not None:
             self.attempt.rank_hosts[event.rank] = event.host   # where each rank runs
+        if event.cause == LIFE_CAUSE:   # an in-place restart's phases (phases.py)
+            self.attempt.phase_event(event)
         if event.event == RESTART_EVENT:    # an attempt restarted in place
             self.attempt.in_place_event(event)
         elif event.cause == "stall":
@@ -130,6 +133,7 @@ class ResilientAttempt(Attempt):
         self.fallback = ""      # why it was not restarted in place (finish, fallback_reason)
         # the in-place failure that ended the job: --max_no_progress_restarts in a row
         self.no_progress: Optional[AttemptRecord] = None
+        self.phases = RestartPhases(np)   # where each in-place restart's time went
 
     def linger(self) -> float:
         """Adapters saving after the starter ended wait for them up to the grace."""
@@ -177,6 +181,7 @@ class ResilientAttempt(Attempt):
         """Rank 0's adapter restarted attempt ``index`` in place (rank/inplace/): it is
         recorded like a relaunched attempt (its status and root cause), and this one becomes
         the next."""
+        timed = None
         with self.lock:
             if self.no_progress is not None:
                 return          # the job is ending
@@ -193,6 +198,9 @@ class ResilientAttempt(Attempt):
                 self.index += 1
                 self.silent, self.done = {}, set()
                 self.facts = RankFacts()
+                timed = self.phases.failure(self.index, event.t)
+        if self.no_progress is None and timed is not None:
+            self._timed(timed)
         if self.no_progress is not None:
             if self.job is not None:
                 self.job.end()   # the attempt the adapters have just started
@@ -203,6 +211,21 @@ class ResilientAttempt(Attempt):
         print(f"mpilaunch: attempt {done.index} failed ({done.cause}); restarted in place: "
               f"attempt {self.index} of at most {self.lr.max_restarts + 1}", file=sys.stderr,
               flush=True)
+
+    def phase_event(self, event: Any) -> None:
+        with self.lock:
+            timed = self.phases.feed(event)
+        if timed is not None:
+            self._timed(timed)
+
+    def _timed(self, timed: Dict[str, Any]) -> None:
+        """An in-place restart's phases are known: in its attempt line and the record."""
+        with self.lock:
+            self.in_place = with_note(self.in_place, timed, self.np)
+        # the attempt it started (its lines may come before the record moves on to it)
+        events.emit(events.Kind.RESTART_PHASES, attempt=timed["attempt"],
+                    from_attempt=timed["attempt"] - 1,
+                    total=timed["total"], phases=timed["phases"], spare=timed["spare"])
 
     # -- stall watchdog
     def stall_event(self, event: Any) -> None:
@@ -233,6 +256,10 @@ class ResilientAttempt(Attempt):
 
     def finish(self, status: int, collector: Collector, stopped_by: Optional[int]) -> None:
         super().finish(status, collector, stopped_by)
+        with self.lock:
+            unfinished = self.phases.unfinished()
+        for timed in unfinished:
+            self._timed(timed)
         self.lost = collector.lost_hosts()
         for dead in collector.dead:   # an adapter's death, by the launcher's clock
             if self.facts.first_failure is None or dead.t < self.facts.first_failure:

@@ -60,6 +60,7 @@ class Kind:
     ATTEMPT_END = "attempt_end"
     SUMMARY = "summary"
     RESTART = "restart"
+    RESTART_PHASES = "restart_phases"
     NO_PROGRESS = "no_progress"
     HOST_CHECK = "host_check"
     SHRINK = "shrink"

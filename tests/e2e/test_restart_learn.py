@@ -87,5 +87,17 @@ def test_restarted_ddp_workers_find_what_the_last_ones_imported(tmp_path):
         assert len(missing) <= len(lib) // 50, (rank, len(lib), missing[:20])
         # never the user's: the script's own module
         assert "mymodel" in imported and "mymodel" not in seen, rank
+    # where the restart's time went: its attempt line and the event record
+    line = [ln for ln in err.splitlines() if ln.startswith("  attempt 0: ")]
+    assert len(line) == 1 and re.search(
+        r"; restarted in place in [0-9.]+ s \(detection [0-9.]+, teardown [0-9.]+, start "
+        r"[0-9.]+, to first output [0-9.]+; a spare on 2 of 2 ranks\)", line[0]), err
+    record = [json.loads(ln) for ln in (tmp_path / "logs" / "events.jsonl").read_text().splitlines()]
+    timed = [r for r in record if r["kind"] == "restart_phases"]
+    assert len(timed) == 1 and timed[0]["from_attempt"] == 0 and timed[0]["attempt"] == 1
+    assert timed[0]["spare"] == {"ready": 2}
+    assert all(timed[0]["phases"][p] is not None for p in ("detection", "teardown", "start",
+                                                           "first_output"))
+    assert abs(sum(timed[0]["phases"].values()) - timed[0]["total"]) < 0.01
     left = [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
     assert left == [], [p.pid for p in left]

@@ -100,6 +100,7 @@ for step in range(start + 1, start + 4):
     opt.zero_grad()
     model(x).pow(2).mean().backward()
     opt.step()
+    print(f"step {step}", flush=True)     # the first one ends the restart's last phase
     if rank == 0:
         torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(), "step": step},
                    ckpt + ".tmp")

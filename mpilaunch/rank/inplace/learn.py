@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 from mpilaunch.rank import status
 from mpilaunch.rank.supervisor import TEARDOWN_SIGNALS
 
+# "0" in the workers' environment: the spare imports only its preload list, the worker is
+# never asked what it imported, and starts as ``PYTHON SCRIPT``
+LEARN_VAR = "MPILAUNCH_SPARE_LEARN"
+# the lifecycle line each rank sends at a restart, by what became of its spare (loop.py;
+# the launcher's attempts/phases.py reads them)
+SPARE_LIFE = {"ready": "spare-ready", "waited for": "spare-waited",
+              "discarded on a busy machine": "spare-busy", "not ready in time": "spare-late"}
 FIRST_INTERVAL = 1.0     # s after the worker's start of the first question
 MAX_INTERVAL = 300.0     # the intervals double up to this
 ANSWER_TIMEOUT = 30.0    # a worker holding the GIL that long is not asked again this attempt

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 from mpilaunch.contract import attempt_log_dir
 from mpilaunch.rank import status
 from mpilaunch.rank.inplace.coordinate import Client, Coordinator
-from mpilaunch.rank.inplace.learn import Known, Learner
+from mpilaunch.rank.inplace.learn import LEARN_VAR, SPARE_LIFE, Known, Learner
 from mpilaunch.rank.inplace.prestart import (Spare, machine_has_room, run_argv, spare_modules,
                                              start_spare)
 from mpilaunch.rank.supervisor import RESTART, TEARDOWN_SIGNALS, Supervisor
@@ -119,6 +119,8 @@ class InPlaceSupervisor(Supervisor):
         if child.spec.role == "worker" and spare is not None:
             self.spare = None
             how = self._spare_state(spare)
+            # where the restart's time went (the launcher's attempt lines: attempts/restart.py)
+            status.life(self.rank, self.host, "worker", SPARE_LIFE[how])
             if child.spec.env.get(DEBUG_SPARE_VAR):   # tests and bench/: which way it went
                 status.write_stderr(f"mpilaunch.rank: rank {self.rank}: spare {how}\n")
             if how not in ("ready", "waited for"):
@@ -139,8 +141,7 @@ class InPlaceSupervisor(Supervisor):
             super()._run_child(child)
 
     def _run_fresh(self, child) -> None:
-        """A new worker interpreter; when it is to say what it imports, through spare.py
-        (``--run``: the script runs at once, a thread answers on a socket of its own)."""
+        """A new worker; one that says what it imports runs through spare.py ``--run``."""
         if not self.learn:
             super()._run_child(child)
             return
@@ -236,6 +237,7 @@ class Restarts:
         lr = opts.resilience
         self.inbox, self.opts, self.argv, self.specs_for = inbox, opts, argv, specs_for
         self.k, self.last = lr.restart_count or 0, lr.max_restarts or 0
+        self.rank, self.host = rank, hostname
         self.status = 0          # the rank's, once next() said there is no next attempt
         self.spare: Optional[Spare] = None   # the next attempt's worker, already started (prestart.py)
         self.known = Known()                 # what this rank's workers imported (learn.py)
@@ -260,6 +262,8 @@ class Restarts:
         """The coordinator's word, to where the adapter waits; a restart first wakes the next
         attempt's spare and, on rank 0, has it listen on the new rendezvous port (prestart.py)."""
         spare, client = self.spare, self.client
+        if ev[0] == "restart":    # the restart's phases: told (attempts/restart.py)
+            status.life(self.rank, self.host, "worker", "restart", code=ev[1])
         if ev[0] == "restart" and spare is not None and client is not None and client.latest:
             spare.wake()
             spare.listen(client.latest[1])
@@ -272,6 +276,7 @@ class Restarts:
     def supervisor(self, specs, rank: int, hostname: str, **kw) -> InPlaceSupervisor:
         worker = next((s for s in specs if s.role == "worker"), None)
         learn = (self.restartable() and worker is not None
+                 and worker.env.get(LEARN_VAR) != "0"
                  and bool(spare_modules(worker, self.argv, self.opts)))
         sup = InPlaceSupervisor(specs, rank, hostname, quiet=self.restartable(), spare=self.spare,
                                 learn=learn, **kw)
@@ -320,6 +325,8 @@ class Restarts:
                 self.status = end
                 return None
         assert self.client is not None and self.client.latest is not None   # a restart came
+        # the last attempt's children are gone: the restart's teardown is over here
+        status.life(self.rank, self.host, "worker", "stopped", code=self.k)
         self.k, port = self.client.latest
         return self.specs_for(self.k, port)
 
