@@ -102,6 +102,7 @@ class LaunchConfig(NamedTuple):
     deep: Optional[DeepSettings] = None   # None: no deep check
     run_id: Optional[str] = None        # TORCHELASTIC_RUN_ID of every torch worker
     monitor_interval: float = 0.0       # the adapters' sample interval (s, 0 = off)
+    torchrun: Optional[str] = None      # torchrun's per-worker flags, for the adapters (torchrun.rank_spec)
     console: Tuple[float, int] = (0.0, 0)   # --console_collapse (s), --console_budget (bytes/s)
 
 
@@ -184,6 +185,7 @@ def _prefixes(setting: Setting) -> Tuple[str, ...]:
 
 def build(args: argparse.Namespace, env: Mapping[str, str]) -> LaunchConfig:
     """argparse namespace + environment -> validated LaunchConfig (pure but for reading files)."""
+    torchrun.prepare(args, env, options.BY_DEST)   # torchrun's PET_* variables; its refusals
     script, module = _program(args)
     hosts, hosts_source, hosts_from = _resolve_hosts(args, env)
     np, np_source = _np(args, env, hosts, hosts_source)
@@ -226,6 +228,7 @@ def build(args: argparse.Namespace, env: Mapping[str, str]) -> LaunchConfig:
         # only a torch worker reads it (not MindSpore's, not an --exec program)
         run_id=(torchrun.run_id(options.setting(args, env, "rdzv_id"))
                 if not scheduler and not args.exec_mode else None),
+        torchrun=torchrun.rank_spec(args, env) if not args.exec_mode else None,
     )
     level = preflight.preflight_level(args, env) if hasattr(args, "preflight") else "ssh"
     deep = (preflight.deep_settings(args, env)

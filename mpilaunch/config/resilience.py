@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from mpilaunch import contract, net
-from mpilaunch.config import options, programs
+from mpilaunch.config import options, programs, torchrun
 from mpilaunch.errors import UsageError
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def settings(args: argparse.Namespace, env: Mapping[str, str], cfg: "LaunchConfi
         raw, source = options.setting(args, {}, dest)
         return None if raw is None else contract.seconds(raw, source, allow_zero=True)
 
-    raw, source = options.setting(args, {}, "max_restarts")
+    raw, source = options.setting(args, env, "max_restarts")   # PET_MAX_RESTARTS: torchrun's
     n = contract.whole(raw, source, 0, 1000)
     mode, why = restart_mode(args, cfg, n)
     raw, source = options.setting(args, env, "host_discovery_script")
@@ -94,7 +94,7 @@ def settings(args: argparse.Namespace, env: Mapping[str, str], cfg: "LaunchConfi
                  not getattr(args, "no_span_check", False), cfg.log_dir,
                  str(getattr(args, "master_port", None) or "0").strip() != "0",  # 0: pick
                  net.rank0_is_here(cfg.hosts), mode == "in-place" and n > 0,
-                 _min_hosts(args, n), script, _max_no_progress(args, n), why, stop_grace)
+                 _min_hosts(args, env, n), script, _max_no_progress(args, n), why, stop_grace)
     if lr.stall_timeout == 0:
         raise UsageError(f"{options.BY_DEST['stall_timeout'].name}=0: give a number of seconds > 0")
     if cfg.exec_mode and lr.in_place:
@@ -132,10 +132,11 @@ def restart_mode(args: argparse.Namespace, cfg: "LaunchConfig", n: int) -> Tuple
     return mode, "default"
 
 
-def _min_hosts(args: argparse.Namespace, n: int) -> Optional[int]:
+def _min_hosts(args: argparse.Namespace, env: Mapping[str, str], n: int) -> Optional[int]:
     raw, source = options.setting(args, {}, "min_hosts")
     if raw is None:
-        return None
+        # torchrun's --nnodes MIN:MAX: the hosts given, and with restarts down to MIN of them
+        return torchrun.min_hosts(options.setting(args, env, "nnodes")) if n else None
     m = contract.whole(raw, source, 1)
     if not n:
         raise UsageError(f"{source} needs --max_restarts N: the hosts left run the next attempt")

@@ -13,9 +13,9 @@ flags become statements about the whole job, checked before anything starts):
   ``VC_WORKER_HOSTS`` / Volcano hosts and no ``--local_worker_num`` / ``MA_NUM_GPUS``, N is
   the slots per host; otherwise every host must have exactly N slots. ``auto``, ``cpu``,
   ``gpu``: the slots mpilaunch sees, unchecked.
-* ``--nnodes N`` (or ``N:N``): the number of hosts; ``MIN:MAX`` with MIN < MAX (elastic
-  membership) is refused: the hosts of an attempt are fixed (``--min-hosts`` shrinks between
-  attempts).
+* ``--nnodes N`` (or ``N:N``): the number of hosts; ``MIN:MAX``: the hosts given, at least MIN
+  and at most MAX of them, and with ``--max-restarts`` the job goes on down to MIN hosts after
+  a host is lost (``--min-hosts MIN``); the hosts of one attempt are fixed.
 * ``-np`` with either: must equal hosts x N.
 * ``--standalone``: one host; a free port unless ``--master_port`` is given (torchrun's
   ``localhost:0``).
@@ -29,17 +29,30 @@ flags become statements about the whole job, checked before anything starts):
   here once per launch (every attempt keeps it).
 * ``--run-path``: accepted (the script runs in its own interpreter either way).
 * ``--node-rank``, ``--master-addr``, ``--master-port``, ``--max-restarts``, ``--no-python``,
-  ``-m``: rows of the option table with their meaning already.
+  ``-m`` / ``--module``, ``--log-dir``: rows of the option table with their meaning already.
+* Per worker, carried to the adapters by ``--torchrun`` (rank/plan.py): ``--role`` (ROLE_NAME),
+  ``--signals-to-handle`` (TORCHELASTIC_SIGNALS_TO_HANDLE), ``--redirects`` (those local ranks'
+  streams stay out of the console, their logs keep them), ``--local-ranks-filter`` (the local
+  ranks on the console; the logs keep every rank), ``--virtual-local-rank``. ``--tee``: every
+  stream is teed here already (checked, nothing to do).
+* ``--shutdown-timeout S``: ``--term-grace S``; ``--numa-binding node``: ``--bind_numa True``;
+  ``--rdzv-conf``, ``--local-addr``, ``--start-method``: checked, no effect (one launch starts
+  every rank at once, each an exec'd process of its adapter, at the host list's address).
+* Refused in one line, why and what to use: ``--logs-specs``, ``--duplicate-stdout-filters``,
+  ``--duplicate-stderr-filters``, ``--event-log-handler`` other than ``null`` (REFUSED).
+* Every flag from ``PET_<NAME>`` (:func:`apply_pet`), and a walk of torch's own parser
+  (TORCHRUN_DESTS, tests/launcher/config/test_torchrun_flags.py) holds the whole list.
 """
 from __future__ import annotations
 
 import os
-from typing import Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
 
-GROUP = ("torchrun", "torchrun's flags (Kubeflow Trainer's PET_* variables in brackets)")
+GROUP = ("torchrun", "torchrun's flags (each also read from PET_<NAME>, as torchrun reads it: "
+                    "flag > variable > default)")
 RDZV_BACKENDS = ("static", "c10d")
 # torchrun's --nproc-per-node words that are not a number: the slots mpilaunch sees
 NPROC_WORDS = ("auto", "cpu", "gpu")
@@ -75,7 +88,284 @@ def option_rows(make, commands) -> tuple:
         make(("--run-path", "--run_path"), "run_path",
              "accepted: the script runs in its own interpreter either way", g, kind="switch",
              commands=commands),
+        make(("--rdzv-conf", "--rdzv_conf"), "rdzv_conf",
+             "KEY=VALUE,...: keys checked (its timeouts are numbers); no effect: one launch "
+             "starts every rank, nothing waits for hosts to join", g, metavar="CONF",
+             commands=commands),
+        make(("-t", "--tee"), "tee", "0-3 or LOCAL_RANK:N,...: accepted: every worker's stdout and "
+             "stderr go to its log and (the ranks the filters keep) to the console", g,
+             metavar="N", commands=commands),
+        make(("-r", "--redirects"), "redirects",
+             "0-3 or LOCAL_RANK:N,...: the stream(s) (1 stdout, 2 stderr, 3 both) of those "
+             "local ranks go to their logs only, not to the console", g, metavar="N",
+             commands=commands),
+        make(("--local-ranks-filter", "--local_ranks_filter"), "local_ranks_filter",
+             "local ranks whose output reaches the console (on every host); every log keeps "
+             "everything", g, shown="every local rank", metavar="LIST", commands=commands),
+        make(("--role",), "role", "ROLE_NAME of every worker", g, default=TORCHRUN_ROLE,
+             metavar="NAME", commands=commands),
+        make(("--signals-to-handle", "--signals_to_handle"), "signals_to_handle",
+             "TORCHELASTIC_SIGNALS_TO_HANDLE of every worker (names checked); mpilaunch's own "
+             "stop signals are SIGTERM, SIGINT, SIGHUP and it passes SIGUSR1/SIGUSR2 on "
+             "(docs/SIGNALS.md)", g, shown=",".join(SIGNALS_DEFAULT), metavar="LIST",
+             commands=commands),
+        make(("--start-method", "--start_method"), "start_method",
+             "spawn, fork or forkserver: accepted; every worker is a process of its own, "
+             "exec'd by its rank's adapter (what spawn gives)", g, default="spawn",
+             metavar="METHOD", commands=commands),
+        make(("--numa-binding", "--numa_binding"), "numa_binding",
+             "node: each worker's CPUs and memory on its NUMA node (--bind_numa True); other "
+             "modes refused (--bind_core, --bind_numa)", g, shown="no binding", metavar="MODE",
+             commands=commands),
+        make(("--virtual-local-rank", "--virtual_local_rank"), "virtual_local_rank",
+             "LOCAL_RANK=0 in every worker and CUDA_VISIBLE_DEVICES its one device", g,
+             kind="switch", commands=commands),
+        make(("--local-addr", "--local_addr"), "local_addr",
+             "accepted: every host is reached at its address in the host list", g,
+             shown="the host list's", metavar="ADDR", commands=commands),
+        make(("--shutdown-timeout", "--shutdown_timeout"), "shutdown_timeout",
+             "seconds between the workers' SIGTERM and SIGKILL on a stop: --term-grace", g,
+             shown="--term-grace's", metavar="SECONDS", commands=commands),
+        make(("--event-log-handler", "--event_log_handler"), "event_log_handler",
+             "null only: mpilaunch records the job's events in LOG_DIR/events.jsonl "
+             "(a torch plugin handler refused)", g, default="null", metavar="NAME",
+             commands=commands),
+        make(("--logs-specs", "--logs_specs"), "logs_specs", REFUSED["logs_specs"], g,
+             kind="hidden", commands=commands),
+        make(("--duplicate-stdout-filters", "--duplicate_stdout_filters"),
+             "duplicate_stdout_filters", REFUSED["duplicate_stdout_filters"], g, kind="hidden",
+             commands=commands),
+        make(("--duplicate-stderr-filters", "--duplicate_stderr_filters"),
+             "duplicate_stderr_filters", REFUSED["duplicate_stderr_filters"], g, kind="hidden",
+             commands=commands),
     )
+
+
+TORCHRUN_ROLE = "default"
+SIGNALS_DEFAULT = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+START_METHODS = ("spawn", "fork", "forkserver")
+RDZV_CONF_KEYS = ("timeout", "join_timeout", "read_timeout", "last_call_timeout", "close_timeout",
+                  "heartbeat_timeout", "keep_alive_interval", "keep_alive_max_attempt", "is_host",
+                  "use_libuv", "store_type", "local_addr")
+# torchrun's flags that have no meaning here: the refusal of each (exit 2, nothing started)
+REFUSED = {
+    "logs_specs": "a torchrun plugin (an entry point of torchrun.logs_specs) mpilaunch does not "
+                  "load: every worker logs to LOG_DIR/worker_<rank>.log; --log-dir, --redirects, "
+                  "--tee and --local-ranks-filter choose the rest",
+    "duplicate_stdout_filters": "copies matching console lines to a file of torchrun's: every "
+                                "worker's whole output is in LOG_DIR/worker_<rank>.log already; "
+                                "grep it",
+    "duplicate_stderr_filters": "copies matching console lines to a file of torchrun's: every "
+                                "worker's whole output is in LOG_DIR/worker_<rank>.log already; "
+                                "grep it",
+}
+# every torchrun flag, by torch's dest: the dest of its row in the option table (its meaning
+# there, or its refusal: REFUSED); None: decided by a row of another part (--monitor-interval:
+# the monitor's, which reads its own variable); tests/launcher/config/test_torchrun_flags.py walks
+# torch's own parser against it, so a new torchrun flag fails until it is decided
+TORCHRUN_DESTS = {
+    "nnodes": "nnodes", "nproc_per_node": "nproc_per_node", "rdzv_backend": "rdzv_backend",
+    "rdzv_endpoint": "rdzv_endpoint", "rdzv_id": "rdzv_id", "rdzv_conf": "rdzv_conf",
+    "standalone": "standalone", "max_restarts": "max_restarts",
+    "monitor_interval": None, "start_method": "start_method",
+    "event_log_handler": "event_log_handler", "role": "role", "module": "module",
+    "no_python": "no_python", "run_path": "run_path", "log_dir": "log_dir",
+    "redirects": "redirects", "tee": "tee", "local_ranks_filter": "local_ranks_filter",
+    "duplicate_stdout_filters": "duplicate_stdout_filters",
+    "duplicate_stderr_filters": "duplicate_stderr_filters", "node_rank": "node_rank",
+    "master_addr": "master_addr", "master_port": "master_port", "local_addr": "local_addr",
+    "logs_specs": "logs_specs", "numa_binding": "numa_binding",
+    "signals_to_handle": "signals_to_handle", "shutdown_timeout": "shutdown_timeout",
+    "virtual_local_rank": "virtual_local_rank",
+}
+# switches torchrun reads from PET_<NAME> as 0/1
+PET_SWITCHES = ("standalone", "module", "no_python", "run_path", "virtual_local_rank")
+
+
+def pet_name(dest: str) -> str:
+    """The variable torchrun reads a flag from: ``PET_`` + its dest in capitals."""
+    return "PET_" + dest.upper()
+
+
+def apply_pet(args: Any, env: Mapping[str, str], rows: Mapping[str, Any]) -> List[Tuple[str, str]]:
+    """torchrun reads every flag from ``PET_<NAME>`` (flag > variable > default): each flag not
+    given whose row has no variable of its own (``rows``: dest -> Opt) takes its variable, in
+    ``args`` (a switch: 1/0, as torchrun reads it). -> the (variable, dest) pairs taken."""
+    taken: List[Tuple[str, str]] = []
+    for torch_dest, dest in TORCHRUN_DESTS.items():
+        name = pet_name(torch_dest)
+        if dest is None or name not in env or not hasattr(args, dest):
+            continue
+        row = rows.get(dest)
+        if row is None or row.var:
+            continue
+        raw = str(env[name]).strip()
+        if torch_dest in PET_SWITCHES:
+            if getattr(args, dest, False) or not raw:
+                continue
+            if raw not in ("0", "1"):
+                raise UsageError(f"{name}={raw!r}: give 1 or 0")
+            if raw == "1":
+                if torch_dest == "module":   # torchrun's switch: the script is a module name
+                    if getattr(args, "module", None) is None and getattr(args, "script", None):
+                        args.module, args.script = args.script, None
+                else:
+                    setattr(args, dest, True)
+                taken.append((name, dest))
+        elif getattr(args, dest, None) is None and raw:
+            setattr(args, dest, raw)
+            taken.append((name, dest))
+    return taken
+
+
+def refuse(args: Any) -> None:
+    """The torchrun flags that mean nothing here: one line saying why and what to use."""
+    for dest, why in REFUSED.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            flag = "--" + dest.replace("_", "-")
+            raise UsageError(f"{flag}={value!r}: {why}")
+    handler = getattr(args, "event_log_handler", None)
+    if handler is not None and handler.strip() != "null":
+        raise UsageError(f"--event-log-handler={handler!r}: a torch events plugin handler "
+                         "mpilaunch does not load; its own record of the job's events is "
+                         "LOG_DIR/events.jsonl (docs/EVENTS.md); give null or leave it out")
+    method = getattr(args, "start_method", None)
+    if method is not None and method.strip() not in START_METHODS:
+        raise UsageError(f"--start-method={method!r}: give one of {', '.join(START_METHODS)}")
+    if getattr(args, "rdzv_conf", None) is not None:
+        rdzv_conf(args.rdzv_conf)
+
+
+def prepare(args: Any, env: Mapping[str, str], rows: Mapping[str, Any]) -> None:
+    """Before the launch configuration is built from ``args``: torchrun's variables taken
+    (:func:`apply_pet`), the flags without a meaning refused, ``--shutdown-timeout`` as
+    ``--term-grace`` and ``--numa-binding node`` as ``--bind_numa True``."""
+    apply_pet(args, env, rows)
+    refuse(args)
+    term_grace(args)
+    bind = numa_binding(getattr(args, "numa_binding", None))
+    if bind is not None and getattr(args, "bind_numa", None) is None:
+        args.bind_numa = bind
+
+
+def rdzv_conf(text: str) -> Dict[str, str]:
+    """``KEY=VALUE,...`` -> a dict, each key one torch's rendezvous reads and each timeout a
+    number; nothing of it changes the launch (one launch starts every rank at once)."""
+    out: Dict[str, str] = {}
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or key not in RDZV_CONF_KEYS:
+            raise UsageError(f"--rdzv-conf={text!r}: {item!r} is not KEY=VALUE with a key of "
+                             f"torch's rendezvous ({', '.join(RDZV_CONF_KEYS)})")
+        if key.endswith(("timeout", "interval", "attempt")):
+            try:
+                if float(value) <= 0:
+                    raise ValueError(value)
+            except ValueError:
+                raise UsageError(f"--rdzv-conf={text!r}: {key}={value!r}: give a number > 0") from None
+        out[key] = value.strip()
+    return out
+
+
+def stream_spec(value: Optional[str], flag: str) -> Optional[str]:
+    """torchrun's ``--redirects`` / ``--tee``: ``N`` (0-3: none, stdout, stderr, both) for
+    every local rank, or ``LOCAL_RANK:N,...`` -> the canonical text (``N`` or
+    ``L:N,...``, sorted), or None when not given."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if ":" not in text:
+        return str(_stream(text, flag, text))
+    pairs: Dict[int, int] = {}
+    for item in (p.strip() for p in text.split(",") if p.strip()):
+        local, colon, n = item.partition(":")
+        if not colon:
+            raise UsageError(f"{flag}={value!r}: give N (0-3) or LOCAL_RANK:N,... such as 0:1,1:2")
+        pairs[contract.whole(local, flag, 0)] = _stream(n, flag, value)
+    return ",".join(f"{k}:{v}" for k, v in sorted(pairs.items()))
+
+
+def _stream(text: str, flag: str, value: str) -> int:
+    n = text.strip()
+    if n not in ("0", "1", "2", "3"):
+        raise UsageError(f"{flag}={value!r}: give 0 (none), 1 (stdout), 2 (stderr), 3 (both), "
+                         "or LOCAL_RANK:N,... such as 0:1,1:2")
+    return int(n)
+
+
+def ranks_filter(value: Optional[str]) -> Optional[str]:
+    """``--local-ranks-filter 0,1`` -> the canonical ``0,1`` (None: every local rank)."""
+    if value is None or not value.strip():
+        return None
+    ranks = sorted({contract.whole(r, "--local-ranks-filter", 0)
+                    for r in value.split(",") if r.strip()})
+    if not ranks:
+        raise UsageError(f"--local-ranks-filter={value!r}: give local ranks such as 0 or 0,1")
+    return ",".join(str(r) for r in ranks)
+
+
+def signals(value: Optional[str]) -> Optional[str]:
+    if value is None or not value.strip():
+        return None
+    names = [n.strip().upper() for n in value.split(",") if n.strip()]
+    import signal as _sig
+
+    bad = [n for n in names if not n.startswith("SIG") or not hasattr(_sig, n)]
+    if bad or not names:
+        raise UsageError(f"--signals-to-handle={value!r}: {bad[0] if bad else value} is not a "
+                         "signal name; give names such as SIGTERM,SIGUSR1")
+    return ",".join(names)
+
+
+def numa_binding(value: Optional[str]) -> Optional[str]:
+    """``--numa-binding node`` -> ``True`` for --bind_numa; another mode: refused."""
+    if value is None or not value.strip():
+        return None
+    if value.strip() == "node":
+        return "True"
+    raise UsageError(f"--numa-binding={value!r}: only node is a binding mpilaunch has (each "
+                     "worker's CPUs and memory on its NUMA node: --bind_numa True); for CPUs "
+                     "give --bind_core, for other NUMA layouts --bind_numa's JSON")
+
+
+def term_grace(args: Any) -> None:
+    """``--shutdown-timeout S`` is ``--term-grace S`` (both given: they must agree)."""
+    value = getattr(args, "shutdown_timeout", None)
+    if value is None:
+        return
+    given = getattr(args, "term_grace", None)
+    if given is not None and str(given).strip() != str(value).strip():
+        raise UsageError(f"--shutdown-timeout={value} and --term-grace={given} disagree; give one")
+    args.term_grace = value
+
+
+def rank_spec(args: Any, env: Mapping[str, str]) -> Optional[str]:
+    """What the ranks do with torchrun's per-worker flags, for the adapters' ``--torchrun``:
+    ``role=NAME;signals=LIST;redirects=SPEC;filter=LIST;vlr=1`` (only what was given), or
+    None."""
+    parts = []
+    role = getattr(args, "role", None)
+    if role is not None and role.strip() and role.strip() != TORCHRUN_ROLE:
+        if any(c in role for c in ";=\n") or not role.strip().isprintable():
+            raise UsageError(f"--role={role!r}: give a name without ';', '=' or control characters")
+        parts.append(f"role={role.strip()}")
+    sig = signals(getattr(args, "signals_to_handle", None))
+    if sig is not None:
+        parts.append(f"signals={sig}")
+    stream_spec(getattr(args, "tee", None), "--tee")      # checked: every stream is teed here
+    red = stream_spec(getattr(args, "redirects", None), "--redirects")
+    if red is not None and red != "0":
+        parts.append(f"redirects={red}")
+    keep = ranks_filter(getattr(args, "local_ranks_filter", None))
+    if keep is not None:
+        parts.append(f"filter={keep}")
+    if getattr(args, "virtual_local_rank", False):
+        parts.append("vlr=1")
+    return ";".join(parts) or None
 
 
 def _value(setting) -> Tuple[Optional[str], str]:
@@ -91,20 +381,30 @@ def nproc(setting) -> Optional[int]:
     return contract.whole(value, source, 1, fix="give a number of ranks per host, or auto")
 
 
-def nnodes(setting) -> Optional[int]:
+def node_range(setting) -> Optional[Tuple[int, int]]:
+    """``--nnodes N`` or ``MIN:MAX`` -> (MIN, MAX), or None when not given."""
     value, source = _value(setting)
     if value is None:
         return None
     low, colon, high = value.partition(":")
-    if colon:
-        lo = contract.whole(low, source, 1, fix="give the number of hosts, such as 2")
-        hi = contract.whole(high, source, 1, fix="give the number of hosts, such as 2")
-        if lo != hi:
-            raise UsageError(f"{source}={value!r}: elastic membership (MIN:MAX) is not "
-                             "supported: the hosts of an attempt are fixed; give one number "
-                             "(--min-hosts shrinks the job between attempts)")
-        return lo
-    return contract.whole(value, source, 1, fix="give the number of hosts, such as 2")
+    lo = contract.whole(low, source, 1, fix="give the number of hosts, such as 2 or 1:4")
+    hi = contract.whole(high, source, 1, fix="give the number of hosts, such as 2 or 1:4") if colon else lo
+    if hi < lo:
+        raise UsageError(f"{source}={value!r}: MIN is above MAX; give MIN:MAX such as 1:4")
+    return lo, hi
+
+
+def nnodes(setting) -> Optional[int]:
+    """``--nnodes N`` (or ``N:N``) -> N; a range MIN:MAX -> None (checked by check_hosts)."""
+    span = node_range(setting)
+    return None if span is None or span[0] != span[1] else span[0]
+
+
+def min_hosts(setting) -> Optional[int]:
+    """MIN of ``--nnodes MIN:MAX`` with MIN < MAX (the job goes on down to MIN hosts, as
+    ``--min-hosts`` does), else None."""
+    span = node_range(setting)
+    return span[0] if span is not None and span[0] < span[1] else None
 
 
 def endpoint(value: Optional[str], source: str = "--rdzv-endpoint") -> Tuple[Optional[str], Optional[int]]:
@@ -145,10 +445,12 @@ def check_hosts(nproc_setting, nnodes_setting, np_setting, hosts, hosts_source: 
                          "hosts; leave --standalone out")
     if standalone and n is not None and n != 1:
         raise UsageError(f"--standalone runs on one host, but {nnodes_setting[1]}={n}")
-    if n is not None and n != count:
+    span = node_range(nnodes_setting)
+    if span is not None and not span[0] <= count <= span[1]:
         where = (f"{hosts_source} lists {count} host(s)" if hosts_source != "localhost" else
                  "no host list was given (this machine only: -H, --hostfile or an allocation)")
-        raise UsageError(f"{nnodes_setting[1]}={n} but {where}; make them agree")
+        want = str(span[0]) if n is not None else f"{span[0]}:{span[1]} (MIN:MAX hosts)"
+        raise UsageError(f"{nnodes_setting[1]}={want} but {where}; make them agree")
     if per_node is not None:
         odd = next((h for h in hosts if h.slots != per_node), None)
         if odd is not None:

@@ -84,8 +84,9 @@ def _fast(argv: List[str]):
 class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr master_port "
                          "no_scheduler cluster_time_out bind visible_devices scheduler_grace "
                          "exec_ no_python python command module port_check resilience "
-                         "numa sim_level sim_rank_id sim_world rank_table_file run_id monitor",
-                         defaults=(None, None, None, None, None, None, None, 0.0))):
+                         "numa sim_level sim_rank_id sim_world rank_table_file run_id monitor "
+                         "torchrun",
+                         defaults=(None, None, None, None, None, None, None, 0.0, None))):
     """The adapter's validated options (a namedtuple: docs/ARCHITECTURE.md, start-up).
 
     tail: parsed ``--tail-worker-log`` (None = every rank, else a frozenset of ranks);
@@ -97,7 +98,7 @@ class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr ma
     numa: ``--bind-numa`` as given (checked; rank/binding/numabind.py reads it again in the child);
     sim_level, sim_rank_id, sim_world: int or None; rank_table_file: str or None; run_id: the
     job's id (``--run-id``) or None; monitor: ``--monitor-interval`` in seconds, 0 = off
-    (rank/monitor.py)."""
+    (rank/monitor.py); torchrun: ``--torchrun`` parsed (:class:`Torchrun`) or None."""
 
     __slots__ = ()
 
@@ -139,6 +140,7 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
     return Options(
         numa=ns.bind_numa, sim_level=sim[0], sim_rank_id=sim[1], sim_world=sim[2],
         rank_table_file=ns.rank_table_file, run_id=ns.run_id,
+        torchrun=None if ns.torchrun is None else parse_torchrun(ns.torchrun),
         monitor=contract.seconds(ns.monitor_interval, "--monitor-interval", allow_zero=True),
         log_dir=ns.log_dir, worker_log_name=ns.worker_log_name, tail=tail,
         master_addr=ns.master_addr.strip() if ns.master_addr else None,
@@ -147,6 +149,44 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
         scheduler_grace=grace, exec_=ns.exec_, no_python=ns.no_python, python=ns.python,
         command=command, module=ns.module, port_check=not ns.no_port_check,
         resilience=_resilience(ns))
+
+
+class Torchrun(namedtuple("Torchrun", "role signals redirects filter vlr")):
+    """torchrun's per-worker flags (``--torchrun``): role: ROLE_NAME or None; signals:
+    TORCHELASTIC_SIGNALS_TO_HANDLE or None; redirects: {local rank: N} (-1: every local rank)
+    where N (1 stdout, 2 stderr, 3 both) stays out of the console; filter: the local ranks on
+    the console (None: every one); vlr: --virtual-local-rank."""
+
+    __slots__ = ()
+
+    def hidden(self, local_rank: int) -> int:
+        """The streams of ``local_rank``'s worker kept off the console: 0, 1, 2 or 3."""
+        if self.filter is not None and local_rank not in self.filter:
+            return 3
+        return self.redirects.get(local_rank, self.redirects.get(-1, 0))
+
+
+def parse_torchrun(text: str) -> Torchrun:
+    """``role=NAME;signals=LIST;redirects=N|L:N,...;filter=L,...;vlr=1`` (any of them)."""
+    got = {}
+    for part in text.split(";"):
+        key, eq, value = part.partition("=")
+        if not eq or key not in Torchrun._fields or key in got:
+            raise UsageError(f"--torchrun={text!r}: {part!r} is not one of "
+                             "role=, signals=, redirects=, filter=, vlr=")
+        got[key] = value
+    redirects = {}
+    for item in got.get("redirects", "").split(","):
+        if not item:
+            continue
+        local, colon, n = item.rpartition(":")
+        redirects[contract.whole(local, "--torchrun redirects", 0) if colon else -1] = \
+            contract.whole(n, "--torchrun redirects", 0, 3)
+    keep = got.get("filter")
+    return Torchrun(got.get("role") or None, got.get("signals") or None, redirects,
+                    None if keep is None else frozenset(contract.whole(r, "--torchrun filter", 0)
+                                                         for r in keep.split(",")),
+                    got.get("vlr") == "1")
 
 
 def _resilience(ns):

@@ -42,10 +42,12 @@ from mpilaunch.rank import logs   # affinity: imported where --bind-core/--bind-
 from mpilaunch.rank.frameworkenv import FrameworkOpts, device_id, framework_env
 
 
-class ChildSpec(namedtuple("ChildSpec", "role argv env log_path tail_prefix cpus inherit_stdin pass_fds",
-                           defaults=(None, None, False, ()))):
+class ChildSpec(namedtuple("ChildSpec", "role argv env log_path tail_prefix cpus inherit_stdin pass_fds "
+                           "hidden", defaults=(None, None, False, (), 0))):
     """What to start: role "worker" | "scheduler"; env: the complete environment;
     tail_prefix: bytes -> relay the output to stdout with this prefix on each line;
+    hidden: with a tail_prefix, the stream kept off the console (1 stdout, 2 stderr; torchrun's
+    --redirects): it goes to the log alone;
     cpus: affinity list (None = do not bind); inherit_stdin: else /dev/null;
     pass_fds: descriptors the child keeps open (the MPI launcher's, identity.launcher_fds)."""
 
@@ -137,6 +139,10 @@ def children(opts, info, sched_addr: str, sched_port: int, user_env: Mapping[str
     worker_env = framework_env(info, sched_addr, sched_port, fw, user_env)
     if gloo_ifname and needs_gloo_ifname(info, user_env):
         worker_env["GLOO_SOCKET_IFNAME"] = gloo_ifname
+    tr = opts.torchrun
+    hidden = 0 if tr is None else tr.hidden(info.local_rank)
+    if tr is not None and "ROLE_NAME" in worker_env:   # a torch worker (torchrun's variables)
+        torchrun_env(tr, worker_env, info.local_rank)
     worker_cpus = sched_cpus = None
     if opts.bind is not None:
         from mpilaunch.rank.binding import affinity
@@ -155,10 +161,25 @@ def children(opts, info, sched_addr: str, sched_port: int, user_env: Mapping[str
     specs.append(ChildSpec(
         role="worker", argv=numa_argv(opts, argv, "worker", info, device, bool(worker_cpus)),
         env=worker_env, log_path=worker_log,
-        tail_prefix=(f"[rank{info.rank}] ".encode() if logs.is_tailed(opts.tail, info.rank)
-                     else None),
-        cpus=worker_cpus, inherit_stdin=True))
+        tail_prefix=(f"[rank{info.rank}] ".encode()
+                     if logs.is_tailed(opts.tail, info.rank) and hidden != 3 else None),
+        cpus=worker_cpus, inherit_stdin=True, hidden=hidden if hidden in (1, 2) else 0))
     return specs
+
+
+def torchrun_env(tr, env: dict, local_rank: int) -> None:
+    """torchrun's per-worker flags in a torch worker's environment (``--torchrun``): --role,
+    --signals-to-handle, --virtual-local-rank (LOCAL_RANK 0, CUDA_VISIBLE_DEVICES the worker's
+    one device: the local rank's entry of the list it had, else its DEVICE_ID)."""
+    if tr.role is not None:
+        env["ROLE_NAME"] = tr.role
+    if tr.signals is not None:
+        env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = tr.signals
+    if tr.vlr:
+        listed = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = (listed[local_rank] if local_rank < len(listed)
+                                       else env.get("DEVICE_ID", str(local_rank)))
+        env["LOCAL_RANK"] = "0"
 
 
 def exec_check(opts, info) -> None:

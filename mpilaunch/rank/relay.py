@@ -52,9 +52,13 @@ def grow_pipe(fd: int, size: int) -> None:
 
 
 def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
-          partial_delay: float = 0.1, pipe_size: int = PIPE_SIZE, on_first=None) -> None:
+          partial_delay: float = 0.1, pipe_size: int = PIPE_SIZE, on_first=None,
+          log_lines: bool = False) -> None:
     """Copy ``read_fd`` to ``log_fd`` verbatim and to ``out_fd`` with ``prefix`` on each line;
     ``on_first()`` once the first chunk is in the log (the event record's first output).
+    ``log_lines``: the log is also written by the worker's other stream directly (torchrun's
+    ``--redirects 1`` or ``2``): whole lines only go to it (a partial one after the same quiet
+    ``partial_delay``), so neither stream cuts a line of the other.
 
     Per chunk (up to 1 MiB): one ``write`` to the log, one ``bytes.replace`` and one
     ``writev`` to the console; only complete lines go to the console, so lines from
@@ -64,15 +68,20 @@ def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
     at_line_start = True
     pending = b""
     console = True
+    held = b""      # log_lines: the partial last line not yet in the log
     grow_pipe(out_fd, pipe_size)
     try:
         while True:
-            if pending:
+            if pending or held:
                 ready, _, _ = select.select([read_fd], [], [], partial_delay)
                 if not ready:          # quiet: show the partial line (a prompt, a progress bar)
-                    if console:
-                        console = _write_all(out_fd, prefix if at_line_start else b"", pending)
-                    at_line_start, pending = False, b""
+                    if held:
+                        _write_all(log_fd, held)
+                        held = b""
+                    if pending:
+                        if console:
+                            console = _write_all(out_fd, prefix if at_line_start else b"", pending)
+                        at_line_start, pending = False, b""
                     continue
             try:
                 chunk = os.read(read_fd, READ_CHUNK)
@@ -80,7 +89,14 @@ def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
                 continue
             if not chunk:
                 break
-            _write_all(log_fd, chunk)
+            if log_lines:
+                whole = held + chunk
+                end = whole.rfind(b"\n") + 1
+                held = whole[end:]
+                if end:
+                    _write_all(log_fd, memoryview(whole)[:end])
+            else:
+                _write_all(log_fd, chunk)
             if on_first is not None:
                 on_first()
                 on_first = None
@@ -99,6 +115,8 @@ def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
             console = _write_all(out_fd, head, pending, memoryview(body)[:end])
             pending = chunk[cut + 1:]
             at_line_start = True
+        if held:
+            _write_all(log_fd, held)
         if console and (pending or not at_line_start):   # end the rank's last line
             _write_all(out_fd, prefix if at_line_start and pending else b"", pending, b"\n")
     finally:

@@ -96,11 +96,11 @@ def _fork():
     return os.fork()
 
 
-def start(argv, env, stdin=None, stdout=None, pass_fds=(), preexec=None) -> Child:
+def start(argv, env, stdin=None, stdout=None, pass_fds=(), preexec=None, stderr=None) -> Child:
     """fork + exec of ``argv`` with ``env`` (``argv[0]`` looked up in ``env``'s PATH as
     ``execvpe`` does, but before the fork).
     ``stdin``: None (inherit) or :data:`DEVNULL`; ``stdout``: an fd for the child's stdout and
-    stderr, or None (inherit both); ``pass_fds``: fds the child keeps (inheritable); every
+    stderr (``stderr``: an fd of its own for stderr), or None (inherit both); ``pass_fds``: fds the child keeps (inheritable); every
     other fd above 2 is closed. OSError (with the exec's errno) when it could not start."""
     argv = list(argv)
     tries = _candidates(argv[0], env)
@@ -116,7 +116,7 @@ def start(argv, env, stdin=None, stdout=None, pass_fds=(), preexec=None) -> Chil
         code = 0
         try:
             os.close(err_r)
-            _prepare_child(stdin, stdout, keep, err_w, preexec)
+            _prepare_child(stdin, stdout, keep, err_w, preexec, stderr)
             code = _exec(tries, argv, env)
         except OSError as exc:
             code = exc.errno or 0
@@ -140,7 +140,7 @@ def start(argv, env, stdin=None, stdout=None, pass_fds=(), preexec=None) -> Chil
     return Child(pid, argv)
 
 
-def _prepare_child(stdin, stdout, keep, err_w: int, preexec) -> None:
+def _prepare_child(stdin, stdout, keep, err_w: int, preexec, stderr=None) -> None:
     """In the child, before the exec: signals as Popen leaves them, the pre-exec hook, the
     standard streams, and every fd closed but ``keep`` (and ``err_w``, closed by the exec)."""
     for sig in _RESTORED:   # as Popen's restore_signals: Python ignores SIGPIPE/SIGXFSZ
@@ -155,7 +155,7 @@ def _prepare_child(stdin, stdout, keep, err_w: int, preexec) -> None:
     if stdout is not None:
         if stdout != 1:
             os.dup2(stdout, 1)
-        os.dup2(1, 2)
+        os.dup2(1 if stderr is None else stderr, 2)
     for fd in keep:
         os.set_inheritable(fd, True)
     for fd in _open_fds():

@@ -131,11 +131,18 @@ class Supervisor:
                     self.events.put(("exit", spec.role))
                     return
                 try:
+                    # torchrun's --redirects 1 or 2: that stream to the log alone, the other
+                    # through the relay (both reach the log, whose fd appends)
+                    out = write_fd if write_fd is not None else log_fd
+                    err = None if write_fd is None or not spec.hidden else (
+                        log_fd if spec.hidden == 2 else write_fd)
+                    if spec.hidden == 1 and write_fd is not None:
+                        out = log_fd
                     child.proc = spawn.start(
                         spec.argv, spec.env,
                         stdin=None if spec.inherit_stdin else spawn.DEVNULL,
-                        stdout=write_fd if write_fd is not None else log_fd,
-                        pass_fds=spec.pass_fds, preexec=self.child_preexec(spec.cpus))
+                        stdout=out, pass_fds=spec.pass_fds,
+                        preexec=self.child_preexec(spec.cpus), stderr=err)
                 except OSError as exc:
                     child.start_error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
                     child.status = 126 if exc.errno in (errno.EACCES, errno.ENOEXEC) else 127
@@ -158,7 +165,7 @@ class Supervisor:
         if read_fd is not None:
             child.relay = threading.Thread(
                 target=relay, args=(read_fd, log_fd, spec.tail_prefix, self.stdout_fd, 0.1,
-                                   self.pipe_size, first),
+                                   self.pipe_size, first, bool(spec.hidden)),
                 name=f"relay-{spec.role}", daemon=True)
             child.relay.start()
         rc = child.proc.wait()

@@ -29,7 +29,7 @@ def full_config(no_python=False):
         no_python=no_python, module="pkg.mod", script=None, script_args=("--lr", "0.1"),
         bind_numa='{"device0":[0]}', sim_level=1, sim_rank_id=3, sim_world=8,
         rank_table_file="/rt.json", rank_extra=tuple(rankcmd.attempt_flags(*ATTEMPT)),
-        run_id="job-1", monitor_interval=4.0)
+        run_id="job-1", monitor_interval=4.0, torchrun="role=r;filter=0")
 
 
 # what the adapter must read from full_config(no_python) (vars of the parsed namespace)
@@ -44,7 +44,7 @@ def expected(no_python):
         "module": True,
         "scheduler_grace": "300", "bind_numa": '{"device0":[0]}', "sim_level": "1",
         "sim_rank_id": "3", "sim_world": "8", "rank_table_file": "/rt.json", "run_id": "job-1",
-        "monitor_interval": "4", "command": []}
+        "monitor_interval": "4", "torchrun": "role=r;filter=0", "command": []}
 
 
 def adapter_argv(cfg):

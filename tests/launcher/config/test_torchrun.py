@@ -15,7 +15,8 @@ def build(argv, env, tmp_path):
 @pytest.mark.parametrize("argv, env, message", [
     (["--nnodes", "2"], {}, "--nnodes=2 but no host list was given (this machine only: -H, --hostfile or an allocation); make them agree"),
     ([], {"PET_NNODES": "3", "PET_NPROC_PER_NODE": "2"}, "PET_NNODES=3 but -H lists 2 host(s); make them agree"),
-    (["--nnodes", "1:4"], {}, "--nnodes='1:4': elastic membership (MIN:MAX) is not supported: the hosts of an attempt are fixed; give one number (--min-hosts shrinks the job between attempts)"),
+    (["--nnodes", "3:4"], {}, "--nnodes=3:4 (MIN:MAX hosts) but -H lists 2 host(s); make them agree"),
+    (["--nnodes", "4:2"], {}, "--nnodes='4:2': MIN is above MAX; give MIN:MAX such as 1:4"),
     (["--nproc-per-node", "4"], {}, "--nproc-per-node=4 but -H gives a 2 slot(s); make them agree (or leave --nproc-per-node out)"),
     (["--nproc_per_node", "2", "-np", "3"], {}, "--np=3 but --nproc-per-node=2 on 2 host(s) makes 4 ranks; make them agree"),
     (["--nproc-per-node", "x"], {}, "--nproc-per-node='x': not a whole number; give a number of ranks per host, or auto"),
