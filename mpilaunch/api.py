@@ -157,9 +157,9 @@ def _result(path: "str | None", log_dir: "str | None", returncode: int) -> Resul
     if att.root:
         r = att.root
         root = RootCause(r.get("rank"), r.get("host"), r.get("role"), r.get("code"),
-                         r.get("signal"), r.get("log"), r.get("message"), att.cause)
+                         r.get("signal"), r.get("log"), r.get("message"), att.cause or "")
     elif status != 0 and att.cause:
-        root = RootCause(None, (att.lost_hosts or [None])[0], None, None, att.stopped_by,
+        root = RootCause(None, att.lost_hosts[0] if att.lost_hosts else None, None, None, att.stopped_by,
                          None, None, att.cause)
     ranks = [RankRecord(row.rank, row.host, row.role, row.pid, row.status, row.signal, row.cause,
                         row.by, row.log, row.started, row.exit)

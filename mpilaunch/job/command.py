@@ -6,7 +6,8 @@ job (:mod:`mpilaunch.job.worker0`); every other host waits (:mod:`mpilaunch.job.
 from __future__ import annotations
 
 import os
-from typing import List, Sequence
+import argparse
+from typing import List, Sequence, Tuple
 
 from mpilaunch import contract, run
 from mpilaunch.config import options
@@ -19,7 +20,7 @@ from mpilaunch.job.worker0 import run_worker0
 JOB_OPTIONS = frozenset(f for o in options.OPTIONS if o.commands == (options.JOB,) for f in o.flags)
 
 
-def split_argv(argv: Sequence[str]):
+def split_argv(argv: Sequence[str]) -> Tuple[argparse.Namespace, List[str]]:
     """-> (parsed namespace incl. job options, launcher argv without the job options).
 
     The script and its arguments are left exactly as given (job options after the script

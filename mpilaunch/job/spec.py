@@ -3,6 +3,7 @@
 so ``mpilaunch job`` and ``mpilaunch`` never disagree about a variable. Pure."""
 from __future__ import annotations
 
+import argparse
 import hashlib
 import sys
 from collections import namedtuple
@@ -57,7 +58,7 @@ def job_key(hosts: Sequence[str], ssh_port: Optional[int], job_id: str = "",
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def job_spec(env: Mapping[str, str], args) -> Optional[JobSpec]:
+def job_spec(env: Mapping[str, str], args: argparse.Namespace) -> Optional[JobSpec]:
     """The platform's description of the job, or None when no platform variables are set."""
     raw_hosts = env.get("VC_WORKER_HOSTS", "")
     raw_index = env.get("VC_TASK_INDEX")

@@ -9,6 +9,7 @@ signal), tell every other host the job's exit status.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
@@ -118,7 +119,7 @@ class _Interrupted(Exception):
         self.signum = signum
 
 
-def _raise_interrupted(signum, _frame):
+def _raise_interrupted(signum: int, _frame: object) -> None:
     raise _Interrupted(signum)
 
 
@@ -135,7 +136,7 @@ def _log_capped(lines: List[str]) -> None:
         log(f"  ... and {len(lines) - MAX_LINES_PER_CHECK} more")
 
 
-def run_worker0(spec: JobSpec, args, launcher_argv: List[str], env: Mapping[str, str], wait_s: float) -> int:
+def run_worker0(spec: JobSpec, args: argparse.Namespace, launcher_argv: List[str], env: Mapping[str, str], wait_s: float) -> int:
     python = sys.executable
     log(f"job: worker-0 of {len(spec.hosts)} host(s) ({spec.worker0}), {spec.slots} slot(s) per host")
     run_dir = tempfile.mkdtemp(prefix="mpilaunch-job-")

@@ -7,6 +7,7 @@ import json
 import os
 import statistics
 from collections import namedtuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from mpilaunch.errors import UsageError
 
@@ -17,25 +18,38 @@ PHASE_NAMES = {WAITING: "waiting for host", ADAPTER: "adapter start", RUNNING: "
 NOT_SEEN = "(never reported)"
 
 Phase = namedtuple("Phase", "name start end")
+Rec = Dict[str, Any]    # one record of the events file, as read back
 
 
 class Row:
     """One process of a rank (its worker, or rank 0's scheduler): what the record says of it."""
 
-    def __init__(self, rank, role, host):
+    def __init__(self, rank: Optional[int], role: str, host: str) -> None:
         self.rank, self.role, self.host = rank, role, host
-        self.up = self.up_host_t = self.adapter_pid = None
-        self.started = self.pid = self.output = None
-        self.exit = self.exit_host_t = self.status = self.signal = None
-        self.cause = self.by = self.log = self.message = None
-        self.exception = None   # what it died of, as its rank found it (rank/exception.py)
-        self.tail = []
-        self.phases = []
+        # times (s since the epoch): the launcher's clock, but *_host_t: the rank's host's
+        self.up: Optional[float] = None
+        self.up_host_t: Optional[float] = None
+        self.started: Optional[float] = None
+        self.output: Optional[float] = None
+        self.exit: Optional[float] = None
+        self.exit_host_t: Optional[float] = None
+        self.adapter_pid: Optional[int] = None
+        self.pid: Optional[int] = None
+        # how it ended, as its process_exit record says (docs/EVENTS.md)
+        self.status: Optional[int] = None
+        self.signal: Optional[int] = None
+        self.cause: Optional[str] = None
+        self.by: Optional[str] = None
+        self.log: Optional[str] = None
+        self.message: Optional[str] = None
+        self.exception: Optional[Rec] = None   # what it died of, as its rank found it (rank/exception.py)
+        self.tail: List[str] = []
+        self.phases: List[Phase] = []
         self.root = False
         self.suspect = False    # the odd rank out of a stacks verdict
 
     @property
-    def skew(self):
+    def skew(self) -> Optional[float]:
         """The host's clock minus the launcher's at "adapter up" (the relay's delay included)."""
         if self.up_host_t is None or self.up is None:
             return None
@@ -43,33 +57,44 @@ class Row:
 
 
 class Attempt:
-    def __init__(self, index):
+    def __init__(self, index: int) -> None:
         self.index = index
-        self.start = self.starter_start = self.starter_exit = None
-        self.teardown_start = self.teardown_end = self.teardown_reason = None
-        self.program, self.starter_pid, self.returncode = "mpirun", None, None
-        self.status = self.cause = self.root = self.stopped_by = None
-        self.lost_hosts = []
-        self.log_dir, self.np = None, 0
-        self.rows = {}          # (rank, role) -> Row
-        self.summary = None
-        self.notes = []         # the watchdog's and graceful stops' status lines
-        self.stacks = []        # mpilaunch stacks / the stall's dumps: their verdicts (docs/HANGS.md)
-        self.waits = []         # (t, every rank's wait share): the monitor's rounds (docs/MONITOR.md)
-        self.stragglers = []    # straggler records: named, recovered
+        self.start: Optional[float] = None
+        self.starter_start: Optional[float] = None
+        self.starter_exit: Optional[float] = None
+        self.teardown_start: Optional[float] = None
+        self.teardown_end: Optional[float] = None
+        self.teardown_reason: Optional[str] = None
+        self.program: str = "mpirun"
+        self.starter_pid: Optional[int] = None
+        self.returncode: Optional[int] = None
+        self.status: Optional[int] = None
+        self.cause: Optional[str] = None
+        self.root: Optional[Rec] = None         # the root cause's process, as attempt_end names it
+        self.stopped_by: Optional[int] = None
+        self.lost_hosts: List[str] = []
+        self.log_dir: Optional[str] = None
+        self.np = 0
+        self.rows: Dict[Tuple[Optional[int], str], Row] = {}    # (rank, role) -> Row
+        self.summary: Optional[str] = None
+        self.notes: List[Rec] = []      # the watchdog's and graceful stops' status lines
+        self.stacks: List[Rec] = []     # mpilaunch stacks / the stall's dumps: their verdicts (docs/HANGS.md)
+        # (t, every rank's wait share): the monitor's rounds (docs/MONITOR.md)
+        self.waits: List[Tuple[Optional[float], List[Any]]] = []
+        self.stragglers: List[Rec] = []     # straggler records: named, recovered
 
     @property
-    def end(self):
+    def end(self) -> Optional[float]:
         times = [t for t in (self.teardown_end, self.starter_exit) if t is not None]
         times += [r.exit for r in self.rows.values() if r.exit is not None]
         return max(times) if times else self.start
 
-    def ranks(self):
+    def ranks(self) -> List[Row]:
         """The rank rows (workers), by rank."""
         return sorted((r for r in self.rows.values() if r.role != "scheduler"),
                       key=lambda r: (r.rank is None, r.rank))
 
-    def by_host(self):
+    def by_host(self) -> List[Tuple[str, List[Row]]]:
         """[(host, rows)] in the order of each host's lowest rank; a scheduler row right after
         its rank's worker."""
         hosts: "dict[str, list[Row]]" = {}
@@ -78,12 +103,14 @@ class Attempt:
             hosts.setdefault(row.host, []).append(row)
         return list(hosts.items())
 
-    def slowest(self):
+    def slowest(self) -> Optional[Dict[str, Any]]:
         """(row, seconds) of the rank whose worker started last after the starter, the median
         of all, and (host, seconds) of the host whose last rank started last."""
         ref = self.starter_start if self.starter_start is not None else self.start
+        if ref is None:     # no attempt_start record: nothing to measure from
+            return None
         started = [(r, r.started - ref) for r in self.ranks() if r.started is not None]
-        if not started or ref is None:
+        if not started:
             return None
         row, worst = max(started, key=lambda x: x[1])
         per_host: "dict[str, float]" = {}
@@ -95,30 +122,30 @@ class Attempt:
 
 
 class Job:
-    def __init__(self, path):
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.start = None
-        self.meta = {}
-        self.hosts = {}
-        self.preflight = []        # preflight_host records
-        self.preflight_span = None
-        self.attempts = []
-        self.status = None
-        self.error = None
+        self.start: Optional[float] = None
+        self.meta: Rec = {}             # the launcher_start record
+        self.hosts: Rec = {}            # the hosts record
+        self.preflight: List[Rec] = []  # preflight_host records
+        self.preflight_span: Optional[List[Optional[float]]] = None
+        self.attempts: List[Attempt] = []
+        self.status: Optional[int] = None
+        self.error: Optional[str] = None
         self.finished = False
-        self.schema = None
+        self.schema: Optional[int] = None
 
-    def attempt(self, index):
+    def attempt(self, index: int) -> Attempt:
         while len(self.attempts) <= index:
             self.attempts.append(Attempt(len(self.attempts)))
         return self.attempts[index]
 
     @property
-    def last(self):
+    def last(self) -> Optional[Attempt]:
         return self.attempts[-1] if self.attempts else None
 
 
-def read(path: str):
+def read(path: str) -> List[Dict[str, Any]]:
     """The records of an events file, in the order written (a torn last line is skipped)."""
     records = []
     try:
@@ -143,7 +170,7 @@ def load(log_dir_or_file: str) -> Job:
     return build(read(path), path)
 
 
-def _row(att, rec, role=None):
+def _row(att: Attempt, rec: Dict[str, Any], role: Optional[str] = None) -> Row:
     role = role or rec.get("role") or "worker"
     if role == "adapter":
         role = "worker"
@@ -156,7 +183,7 @@ def _row(att, rec, role=None):
     return row
 
 
-def _apply(job, rec):
+def _apply(job: Job, rec: Dict[str, Any]) -> None:
     kind, t = rec["kind"], rec.get("t")
     att = job.attempt(rec.get("attempt") or 0)
     if kind == "launcher_start":
@@ -172,7 +199,7 @@ def _apply(job, rec):
     elif kind == "attempt_start":
         att.start, att.log_dir, att.np = t, rec.get("log_dir"), rec.get("np") or 0
     elif kind == "starter_start":
-        att.starter_start, att.program, att.starter_pid = t, rec.get("program"), rec.get("pid")
+        att.starter_start, att.program, att.starter_pid = t, rec.get("program") or "mpirun", rec.get("pid")
     elif kind == "starter_exit":
         att.starter_exit, att.returncode = t, rec.get("returncode")
     elif kind == "teardown_start":
@@ -214,13 +241,13 @@ def _apply(job, rec):
         job.status, job.error, job.finished = rec.get("status"), rec.get("error"), True
 
 
-def _phases(att, row):
+def _phases(att: Attempt, row: Row) -> List[Phase]:
     begin = att.starter_start if att.starter_start is not None else att.start
     end = row.exit if row.exit is not None else (att.starter_exit or att.end)
     cut = att.teardown_start
     marks = [(WAITING, begin), (ADAPTER, row.up), (RUNNING, row.started)]
     marks = [(name, t) for name, t in marks if t is not None]
-    out = []
+    out: List[Phase] = []
     for i, (name, t) in enumerate(marks):
         stop = marks[i + 1][1] if i + 1 < len(marks) else end
         if stop is None or t is None:
@@ -240,15 +267,15 @@ def _phases(att, row):
     return merged
 
 
-def build(records, path="events.jsonl") -> Job:
+def build(records: Iterable[Dict[str, Any]], path: str = "events.jsonl") -> Job:
     job = Job(path)
     for rec in records:
         _apply(job, rec)
     for att in job.attempts:
         np = att.np or (job.hosts.get("np") if job.hosts else 0) or 0
-        for rank in range(np):            # every planned rank has a row, reported or not
-            if (rank, "worker") not in att.rows:
-                att.rows[(rank, "worker")] = Row(rank, "worker", NOT_SEEN)
+        for planned in range(np):         # every planned rank has a row, reported or not
+            if (planned, "worker") not in att.rows:
+                att.rows[(planned, "worker")] = Row(planned, "worker", NOT_SEEN)
         root = att.root or {}
         for (rank, role), row in att.rows.items():
             worker = att.rows.get((rank, "worker"))
