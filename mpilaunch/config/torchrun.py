@@ -70,8 +70,9 @@ def option_rows(make, commands) -> tuple:
              "ranks on each host: without a host list this machine's slots; else every host "
              "must have N slots (auto, cpu, gpu: the slots as they are)", g,
              var="PET_NPROC_PER_NODE", shown="the slots of each host", metavar="N", commands=commands),
-        make(("--nnodes",), "nnodes", "number of hosts, checked against the hosts "
-             "(N or N:N; elastic MIN:MAX is refused)", g, var="PET_NNODES",
+        make(("--nnodes",), "nnodes", "number of hosts, checked against the hosts (N, or "
+             "MIN:MAX: the hosts given, and with --max-restarts down to MIN, as --min-hosts)", g,
+             var="PET_NNODES",
              shown="the hosts'", metavar="N", commands=commands),
         make(("--standalone",), "standalone",
              "one host, a free port unless --master_port is given", g, kind="switch",

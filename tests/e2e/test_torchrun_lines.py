@@ -34,7 +34,7 @@ def project_lines(port):
         # nanoGPT's README: one node
         ("nanoGPT", ["--standalone", "--nproc_per_node=2"],
          [SHOW, "config/train_gpt2.py"]),
-        # Megatron-LM's DISTRIBUTED_ARGS (examples/gpt3/train_gpt3_175b_distributed.sh)
+        # Megatron-LM's DISTRIBUTED_ARGS (its GPT-3 example's training script)
         ("Megatron-LM", ["--nproc_per_node", "2", "--nnodes", "1", "--master_addr", "localhost",
                          "--master_port", port],
          [SHOW, "--tensor-model-parallel-size", "1", "--micro-batch-size", "1"]),
