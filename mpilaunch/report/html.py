@@ -8,6 +8,7 @@ cause's row ``data-root="1"`` with a marker, so a browser test can read the page
 from __future__ import annotations
 
 import html
+from typing import List, Optional, Sequence, Tuple
 
 from mpilaunch.output.exctext import exception_lines, exception_text
 from mpilaunch.report import model as M
@@ -37,42 +38,42 @@ pre.summary{background:#f6f6f6;border:1px solid #ddd;padding:8px;white-space:pre
 """
 
 
-def _e(text) -> str:
+def _e(text: object) -> str:
     return html.escape("" if text is None else str(text), quote=True)
 
 
 class Scale:
-    def __init__(self, t0, t1):
+    def __init__(self, t0: float, t1: float) -> None:
         self.t0 = t0
         self.span = max(t1 - t0, 1e-3)
 
-    def x(self, t) -> float:
+    def x(self, t: float) -> float:
         return LABEL + PLOT * min(max((t - self.t0) / self.span, 0.0), 1.0)
 
-    def ticks(self):
+    def ticks(self) -> List[Tuple[float, float]]:
         step = next(s for s in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120,
                                 300, 600, 1800, 3600, 7200, 1e9) if self.span / s <= 10)
         n = int(self.span / step) + 1
         return [(i * step, self.x(self.t0 + i * step)) for i in range(n)]
 
 
-def _fmt(seconds) -> str:
+def _fmt(seconds: Optional[float]) -> str:
     return "?" if seconds is None else f"{seconds:.3f} s"
 
 
-def _bar(scale, ph, y, title, cls="ph") -> str:
+def _bar(scale: Scale, ph: M.Phase, y: float, title: str, cls: str = "ph") -> str:
     x0, x1 = scale.x(ph.start), scale.x(ph.end)
     return (f'<rect class="{cls} {ph.name}" x="{x0:.1f}" y="{y}" width="{max(x1 - x0, 1.0):.1f}" '
             f'height="{BAR_H}" fill="{COLORS.get(ph.name, "#999")}"><title>{_e(title)}</title></rect>')
 
 
-def _row_label(row) -> str:
+def _row_label(row: M.Row) -> str:
     if row.rank is None:
         return f"? {row.role}"
     return f"rank {row.rank}" + (" scheduler" if row.role == "scheduler" else "")
 
 
-def _row_svg(scale, row, y, t0) -> str:
+def _row_svg(scale: Scale, row: M.Row, y: float, t0: float) -> str:
     parts = []
     for ph in row.phases:
         title = (f"{_row_label(row)}: {M.PHASE_NAMES.get(ph.name, ph.name)} "
@@ -102,7 +103,7 @@ def _row_svg(scale, row, y, t0) -> str:
             f'{_e(row.host)}: {_e(_describe(row))}{_e(skew)}</title>{label}{"".join(parts)}</g>')
 
 
-def _how(row) -> str:
+def _how(row: M.Row) -> str:
     if row.status is None:
         return "" if row.exit is None else "?"
     if row.signal:
@@ -110,7 +111,7 @@ def _how(row) -> str:
     return f"exit {row.status}"
 
 
-def _describe(row) -> str:
+def _describe(row: M.Row) -> str:
     if row.exit is None:
         return "no exit reported" if row.started else "never started"
     what = f"exit status {row.status}"
@@ -123,7 +124,7 @@ def _describe(row) -> str:
     return what
 
 
-def _exception(att) -> str:
+def _exception(att: M.Attempt) -> str:
     """The root cause's exception, when its rank found one: the summary's words, then where
     the raising frame is in full (the summary names its file only)."""
     root = att.root or {}
@@ -136,7 +137,7 @@ def _exception(att) -> str:
             f'root cause\'s exception: <b>{_e(exception_text(exc))}</b>{_e(where)}{more}</p>')
 
 
-def _axis(scale, y, t0) -> str:
+def _axis(scale: Scale, y: float, t0: float) -> str:
     out = [f'<line class="axis" x1="{LABEL}" x2="{LABEL + PLOT}" y1="{y}" y2="{y}"/>']
     for sec, x in scale.ticks():
         out.append(f'<line class="axis" x1="{x:.1f}" x2="{x:.1f}" y1="{y}" y2="{y + 4}"/>'
@@ -149,7 +150,8 @@ def _svg(body: str, height: int, cls: str) -> str:
             f'height="{height}" viewBox="0 0 {WIDTH} {height}">{body}</svg>')
 
 
-def _host_block(att, scale, host, rows, t0, fold) -> str:
+def _host_block(att: M.Attempt, scale: Scale, host: str, rows: Sequence[M.Row], t0: float,
+                fold: bool) -> str:
     body = "".join(_row_svg(scale, row, i * ROW_H, t0) for i, row in enumerate(rows))
     has_root = any(r.root for r in rows)
     lost = host in att.lost_hosts
@@ -169,7 +171,7 @@ def _host_block(att, scale, host, rows, t0, fold) -> str:
             f'{_svg(body, len(rows) * ROW_H, "rows")}</details>')
 
 
-def _aggregate(scale, rows, t0) -> str:
+def _aggregate(scale: Scale, rows: Sequence[M.Row], t0: float) -> str:
     """A folded host's rows in one: each phase from its earliest start to its latest end."""
     out = []
     for name in M.PHASES:
@@ -181,7 +183,7 @@ def _aggregate(scale, rows, t0) -> str:
     return f'<text x="4" y="13">{len(rows)} rows folded</text>' + "".join(out)
 
 
-def _launcher_rows(job, att, scale, t0) -> str:
+def _launcher_rows(job: M.Job, att: M.Attempt, scale: Scale, t0: float) -> str:
     rows = []
     if att.index == 0 and job.start is not None:
         first = job.preflight_span[0] if job.preflight_span else att.starter_start
@@ -210,7 +212,7 @@ def _launcher_rows(job, att, scale, t0) -> str:
     return f'<div class="lane">{_svg("".join(body), max(len(rows), 1) * ROW_H, "launcher")}</div>'
 
 
-def _attempt(job, att) -> str:
+def _attempt(job: M.Job, att: M.Attempt) -> str:
     t0 = job.start if att.index == 0 and job.start is not None else (att.start or att.starter_start)
     if t0 is None:
         return ""
@@ -230,7 +232,7 @@ def _attempt(job, att) -> str:
                    f'<b>{_e(slow["host"])}</b> ({slow["host_seconds"]:.3f} s, of '
                    f'{slow["hosts"]} host(s))</p>')
     out += [p for p in (_exception(att),) if p]
-    if att.teardown_reason:
+    if att.teardown_reason and att.teardown_start is not None:
         out.append(f'<p class="facts">teardown started {att.teardown_start - t0:.3f} s: '
                    f'{_e(att.teardown_reason)}</p>')
     for rec in att.stacks:      # mpilaunch stacks, or the stall's: the odd rank out
@@ -249,7 +251,7 @@ def _attempt(job, att) -> str:
     return "\n".join(out)
 
 
-def render(job) -> str:
+def render(job: M.Job) -> str:
     meta, hosts = job.meta, job.hosts or {}
     status = job.status if job.finished else None
     head = ("job running (no final status yet)" if not job.finished else

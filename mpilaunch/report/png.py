@@ -2,14 +2,17 @@
 extra (``pip install 'mpilaunch[report]'``); the HTML report needs nothing."""
 from __future__ import annotations
 
+from typing import List, Optional, Tuple
+
 from mpilaunch.errors import UsageError
 from mpilaunch.report import model as M
 from mpilaunch.report.html import COLORS, FOLD_HOST_ROWS, FOLD_RANKS
 
 
-def _rows(att):
-    """[(label, phases, root)], one per rank process; hosts folded as in the HTML report."""
-    out = []
+def _rows(att: M.Attempt) -> List[Tuple[str, List[M.Phase], Optional[float]]]:
+    """[(label, phases, the root cause's exit time or None)], one per rank process; hosts
+    folded as in the HTML report."""
+    out: List[Tuple[str, List[M.Phase], Optional[float]]] = []
     if att.starter_start is not None:
         out.append((att.program or "starter", [M.Phase("launcher", att.starter_start,
                                                        att.starter_exit or att.end)], None))
@@ -22,7 +25,7 @@ def _rows(att):
                 label = f"{host} rank {r.rank}" + (" sched" if r.role == "scheduler" else "")
                 out.append((label, r.phases, r.exit if r.root else None))
         else:
-            phs = []
+            phs: List[M.Phase] = []
             for name in M.PHASES:
                 mine = [p for r in rows for p in r.phases if p.name == name]
                 if mine:
@@ -31,7 +34,7 @@ def _rows(att):
     return out
 
 
-def render(job, path: str) -> None:
+def render(job: M.Job, path: str) -> None:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -48,7 +51,7 @@ def render(job, path: str) -> None:
     fig, axes = plt.subplots(len(rows), 1, figsize=(11, max(height, 2.5)), squeeze=False,
                              gridspec_kw={"height_ratios": [max(len(r), 1) for _, r in rows]})
     for ax, (att, rs) in zip(axes[:, 0], rows):
-        t0 = job.start if att.index == 0 and job.start is not None else att.start
+        t0 = job.start if att.index == 0 and job.start is not None else att.start or 0.0
         for i, (label, phases, root_t) in enumerate(rs):
             y = len(rs) - 1 - i
             ax.broken_barh([(p.start - t0, max(p.end - p.start, 1e-4)) for p in phases], (y - 0.35, 0.7),
