@@ -15,7 +15,27 @@ if TYPE_CHECKING:
     from typing import Protocol
 
     from mpilaunch.config.hostfile import Host
-    from mpilaunch.config.launchconfig import LaunchConfig
+
+    class LaunchConfig(Protocol):
+        """What the resilience settings read of the launch (config/launchconfig.py's
+        LaunchConfig, which holds them: importing it here would be a cycle)."""
+
+        @property
+        def log_dir(self) -> str: ...
+        @property
+        def hosts(self) -> Tuple[Host, ...]: ...
+        @property
+        def hosts_source(self) -> str: ...
+        @property
+        def exec_mode(self) -> bool: ...
+        @property
+        def script(self) -> Optional[str]: ...
+        @property
+        def module(self) -> Optional[str]: ...
+        @property
+        def script_args(self) -> Tuple[str, ...]: ...
+        @property
+        def no_python(self) -> bool: ...
 
     class _Backend(Protocol):
         """What :func:`for_backend` reads of a backend (backends/base.py's Backend)."""
