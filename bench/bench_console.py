@@ -22,7 +22,12 @@
    line and the peak memory it holds (tracemalloc, a second pass), and the same for a stream
    of lines all different (nothing to collapse: its worst case).
 
-    python3 bench/bench_console.py [--np 48] [--runs 3] [--barrier] [--out FILE.json]
+5. **Across namespace test hosts** (``--hosts H --slots S``, root only): section 1's two
+   mpilaunch variants with S ranks on each of H hosts (tests/helpers/hosts), the launcher in
+   host 1.
+
+    python3 bench/bench_console.py [--np 48] [--runs 3] [--barrier] [--plain-rounds R]
+                                   [--hosts H --slots S] [--out FILE.json]
 
 Prints a table and writes the figures as JSON; the load average at the start and the end
 (bench/common.py).
@@ -207,22 +212,69 @@ def plain_section(rounds: int) -> dict:
                    "rounds": len(v)} for name, v in out.items()}
 
 
+HOSTS_PREFIX = "mlc"     # the namespace hosts of section 5 (tests/helpers/hosts), removed after
+
+
+def hosts_section(n_hosts: int, slots: int, runs: int) -> dict:
+    """Section 1's mpilaunch variants (on, off) with ``slots`` ranks on each of ``n_hosts``
+    namespace test hosts, the launcher inside host 1 (as worker-0 runs it)."""
+    sys.path.insert(0, os.path.join(common.REPO, "tests"))
+    from helpers.hosts import hostset
+
+    why = hostset.missing_prereqs()
+    if why:
+        return {"skipped": why}
+    desc = hostset.up(n_hosts, HOSTS_PREFIX, None, os.getpid(), verify=True, quiet=True)
+    work = tempfile.mkdtemp(prefix="bench-console-hosts-")
+    out: "dict[str, list[dict]]" = {}
+    try:
+        h1 = desc["hosts"][0]
+        inside = ["nsenter", "-t", str(h1["sshd_pid"]), "-u", "--", "ip", "netns", "exec", h1["netns"]]
+        hf = os.path.join(work, "hostfile")
+        with open(hf, "w") as f:
+            f.writelines(f"{h['addr']} slots={slots}\n" for h in desc["hosts"])
+        script = os.path.join(work, "dump.py")
+        with open(script, "w") as f:
+            f.write(WORKER)
+        for r in range(runs):
+            for name, flags in (("mpilaunch", []),
+                                ("mpilaunch, collapse+budget off", ["--console_collapse", "0", "--console_budget", "0"])):
+                argv = inside + [sys.executable, "-c", PROBE, "--hostfile", hf, "--ssh-args", f"-F {desc['ssh_config']}",
+                                 "--no-scheduler", "--master_port", "0", "--log_dir", os.path.join(work, f"l{r}{len(flags)}"),
+                                 *flags, script, "-"]
+                fig = figures(run_one(argv, common.base_env()))
+                out.setdefault(name, []).append(fig)
+                print(f"  hosts round {r} {name}: {fig['lines']} lines {fig['bytes']} B, cpu {fig['cpu']}, "
+                      f"rc {fig['rc']}", flush=True)
+    finally:
+        hostset.down(HOSTS_PREFIX, force=True)
+    return {"hosts": n_hosts, "slots": slots,
+            **{name: {k: (statistics.median([f[k] for f in figs if f[k] is not None])
+                          if any(f[k] is not None for f in figs) else None) for k in figs[0]}
+               for name, figs in out.items()}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--np", type=int, default=48)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--barrier", action="store_true")
     ap.add_argument("--plain-rounds", type=int, default=0, help="section 4's rounds (0: skip)")
+    ap.add_argument("--hosts", type=int, default=0, help="section 5: namespace test hosts (0: skip)")
+    ap.add_argument("--slots", type=int, default=4, help="section 5: ranks on each host")
     ap.add_argument("--out")
     args = ap.parse_args()
     load0 = common.loadavg()
     result = {"np": args.np, "runs": args.runs, "barrier": args.barrier, "load_start": load0}
     result["collapser_1024"] = collapser_section()
     print(json.dumps(result["collapser_1024"], indent=1))
+    if args.hosts:
+        result["hosts"] = hosts_section(args.hosts, args.slots, max(1, args.runs))
+        print(json.dumps(result["hosts"], indent=1))
     if args.plain_rounds:
         result["plain"] = plain_section(args.plain_rounds)
         print(json.dumps(result["plain"]))
-    result["console"] = console_section(args.np, args.runs, args.barrier) if args.runs else {}
+    result["console"] = console_section(args.np, args.runs, args.barrier) if args.runs and args.np else {}
     result["load_end"] = common.loadavg()
     print(f"\n{'variant':34} {'lines':>7} {'bytes':>9} {'wall s':>7} {'cpu s':>6} {'delay med/max s':>16} "
           f"{'skew med/max s':>15}")

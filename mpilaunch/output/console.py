@@ -221,6 +221,20 @@ class CollapseRelay(threading.Thread):
                 self.write(self.budget.fail(rank))
 
     def run(self) -> None:
+        try:
+            self._relay()
+        except Exception:   # never stop draining the starter's stdout (the ranks would block on it)
+            import traceback
+
+            self.write(b"mpilaunch: console: collapsing stopped (a bug; please report it): "
+                       + traceback.format_exc().encode("utf-8", "replace").replace(b"\n", b" | ") + b"\n")
+            while True:
+                data = os.read(self.fd, 1 << 20)
+                if not data:
+                    return
+                self.write(data)
+
+    def _relay(self) -> None:
         partial, partial_t = b"", 0.0
         col = self.collapser
         while True:
@@ -270,18 +284,3 @@ class CollapseRelay(threading.Thread):
 def expected_ranks(np: int, tailed: "frozenset[int] | None") -> int:
     """How many ranks print to the console: every rank, or those ``--tail_worker_log`` names."""
     return np if tailed is None else len([r for r in tailed if 0 <= r < np])
-
-
-def writer(fd: int) -> Callable[[bytes], None]:
-    """os.write all of it to ``fd``; a closed or broken fd drops the rest (the logs have it)."""
-    broken = [False]
-
-    def write(data: bytes) -> None:
-        while data and not broken[0]:
-            try:
-                data = data[os.write(fd, data):]
-            except InterruptedError:
-                continue
-            except OSError:
-                broken[0] = True
-    return write

@@ -118,3 +118,23 @@ def test_the_relay_keeps_a_progress_bars_carriage_returns_and_shows_a_prompt():
     os.close(w)
     relay.join(10)
     assert b"".join(got) == b"[rank0] 10%\r20%\r30%\n[rank1] name? bob\n"
+
+
+def test_the_relay_drains_the_stream_whatever_goes_wrong_in_the_collapsing(monkeypatch):
+    def broken(self, line, now):
+        raise ValueError("planted")
+    monkeypatch.setattr(Collapser, "add", broken)
+    r, w = os.pipe()
+    got = []
+    relay = console.CollapseRelay(os.fdopen(r, "rb"), got.append, lambda s: None, window=0.2, expected=2)
+    relay.start()
+    os.write(w, b"[rank0] a\n")
+    while not got:
+        assert relay.is_alive()
+        threading.Event().wait(0.02)
+    os.write(w, b"[rank1] b\n" * 1000)
+    os.close(w)
+    relay.join(10)
+    out = b"".join(got)
+    assert out.startswith(b"mpilaunch: console: collapsing stopped (a bug; please report it): Traceback")
+    assert b"ValueError: planted" in out and out.endswith(b"[rank1] b\n" * 1000)
