@@ -127,8 +127,8 @@ def main(argv: Sequence[str]) -> int:
         hosts = hostsource.source(disc)
     rankcheck.check(cfg)   # rank-side values and the interpreter, before anything starts
     backend = backends.select(cfg, env)
-    assert cfg.resilience is not None   # the run command's options have them (launchconfig.build)
-    lr = resilience.for_backend(cfg.resilience, backend)   # restarts, grace, watchdog, span
+    # restarts, grace, watchdog, span: as this backend can honour them, in the one config
+    cfg = cfg._replace(resilience=resilience.for_backend(resilience.of(cfg), backend))
     if cfg.master_port == 0 and not cfg.dry_run and net.rank0_is_here(cfg.hosts):
         # rank 0 runs here: pick (and so prove) the port now; then no rank needs the MPI
         # agreement (MPI_Init in every adapter, +0.35 s) only to learn it
@@ -136,17 +136,16 @@ def main(argv: Sequence[str]) -> int:
     cfg = backend.configure(cfg, env)
     metrics = _metrics(args, env, cfg.dry_run)   # listening before anything starts
     if cfg.dry_run:
-        first = nextattempt.attempt_cfg(cfg, lr, 0)
+        first = nextattempt.attempt_cfg(cfg, 0)
         plan = backend.plan(first, env, "<run-dir>", os.geteuid())
         print(f"# {options.version_text()}")
         backend.show(plan, env)
         print(f"# hosts: {first.hosts_source}")
         return 0
-    events.start(cfg, lr, backend, env)   # LOG_DIR/events.jsonl, from here on (docs/EVENTS.md)
+    events.start(cfg, resilience.of(cfg), backend, env)   # LOG_DIR/events.jsonl, from here on (docs/EVENTS.md)
     # rank 0's address as the user gave it (or not): attempt 0's may be filled in from its
     # first host, which a later attempt may not have (nextattempt.attempt_cfg)
-    job = loop.JobContext(backend, env, cfg, base=cfg, lr=lr,
-                          hosts=hosts,
+    job = loop.JobContext(backend, env, cfg, hosts=hosts,
                           first_checks=_launch_checks(args, backend, env),
                           verbose=bool(args.verbose), metrics=metrics)
     return loop.run_job(job)

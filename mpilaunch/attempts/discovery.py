@@ -222,12 +222,13 @@ def setup(args: Any, cfg: Any, env: Mapping[str, str]) -> Tuple[Optional[Discove
     return disc, first._replace(resilience=resilience.for_hosts(lr, first.hosts, first.hosts_source))
 
 
-def between(disc: Discovery, step: "Between") -> Optional[Tuple[Any, Any, str]]:
-    """Before attempt ``step.k`` (k > 0): -> (cfg, lr, note) of that attempt, or None: no host
+def between(disc: Discovery, step: "Between") -> Optional[Tuple[Any, str]]:
+    """Before attempt ``step.k`` (k > 0): -> (cfg, note) of that attempt, or None: no host
     left (or fewer than ``--min-hosts``), the job ends. Says on stderr, in the note (for the
     last attempt's line of the summary) and in the event record which hosts the attempt runs
     on when they changed."""
-    cfg, base, lr, att, k = step.cfg, step.base, step.lr, step.last, step.k
+    cfg, att, k = step.cfg, step.last, step.k
+    lr = resilience.of(cfg)
 
     def warn(text: str) -> None:
         print(f"mpilaunch: host discovery: {text}", file=sys.stderr, flush=True)
@@ -252,5 +253,5 @@ def between(disc: Discovery, step: "Between") -> Optional[Tuple[Any, Any, str]]:
     events.emit(events.Kind.DISCOVERY, next_attempt=k, hosts=[{"name": h.name, "slots": h.slots}
                                                     for h in hosts], np=np, left_out=out,
                 preflighted=disc.last_checked)
-    new = cfg._replace(hosts=hosts, np=np, master_addr=base.master_addr)
-    return new, lr._replace(rank0_here=net.rank0_is_here(hosts)), note
+    return cfg._replace(hosts=hosts, np=np, master_addr=step.master_addr,
+                        resilience=lr._replace(rank0_here=net.rank0_is_here(hosts))), note

@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from mpilaunch import net
-from mpilaunch.config import allocation
+from mpilaunch.config import allocation, resilience
 from mpilaunch.config import hostfile as hf
 from mpilaunch.attempts import shrink
 from mpilaunch.output import events
@@ -142,13 +142,14 @@ def involved(cfg: Any, att: Any) -> List[int]:
 
 def before_relaunch(health: HostHealth, step: "Between", warn: Callable[[str], None],
                     check: Callable[[Any, List[hf.Host]], Dict[str, str]] = preflight
-                    ) -> Optional[Tuple[Any, Any, Dict[str, str]]]:
+                    ) -> Optional[Tuple[Any, Dict[str, str]]]:
     """Before attempt ``step.k`` (a relaunch onto the config's own hosts): the hosts the last
     attempt's failure involved are checked (``check(cfg, hosts)`` -> failing host -> why); the
     lost ones and the failing ones are charged to ``health``. -> None (nothing to change: the
-    next attempt runs as it would have), or (cfg, lr, {dropped host: why}) for the hosts left
+    next attempt runs as it would have), or (cfg, {dropped host: why}) for the hosts left
     (``--min-hosts``), or raises :class:`Ended`."""
-    cfg, base, lr, att, k = step.cfg, step.base, step.lr, step.last, step.k
+    cfg, att, k = step.cfg, step.last, step.k
+    lr = resilience.of(cfg)
     hosts = tuple(cfg.hosts)
     # inside a Slurm allocation daemons start through Slurm, not ssh: no ssh check (run.py)
     if net.all_here(hosts) or allocation.from_slurm(getattr(cfg, "hosts_from", "")):
@@ -193,9 +194,9 @@ def before_relaunch(health: HostHealth, step: "Between", warn: Callable[[str], N
         warn(f"host {name} failed its check before attempt {k}: {why}")
     slots = sum(h.slots for h in left)
     np = slots if cfg.np >= sum(h.slots for h in hosts) else min(cfg.np, slots)
-    new = cfg._replace(hosts=left, np=np, master_addr=base.master_addr)
     dropped = {hf.label(hosts[i]): out.get(i, "lost") for i in sorted(gone)}
-    return new, lr._replace(rank0_here=net.rank0_is_here(left)), dropped
+    return cfg._replace(hosts=left, np=np, master_addr=step.master_addr,
+                        resilience=lr._replace(rank0_here=net.rank0_is_here(left))), dropped
 
 
 def say(text: str) -> None:

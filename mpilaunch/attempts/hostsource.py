@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Tuple
 
-from mpilaunch.config.resilience import Resilience
 from mpilaunch.attempts.nextattempt import Between
 
 if TYPE_CHECKING:   # annotations only: a plain launch imports neither (its first attempt checks nothing)
@@ -21,12 +20,11 @@ if TYPE_CHECKING:   # annotations only: a plain launch imports neither (its firs
 
 
 class NextHosts(NamedTuple):
-    """The next attempt's config and resilience settings (its hosts, world size, whether rank 0
-    runs here); ``note``: what the last attempt's line of the summary adds; ``dropped``: the
+    """The next attempt's config (its hosts, world size, and in its resilience settings whether
+    rank 0 runs here); ``note``: what the last attempt's line of the summary adds; ``dropped``: the
     hosts left out for good (``--min-hosts``), said once the relaunch is announced."""
 
     cfg: Any
-    lr: Resilience
     note: str = ""
     dropped: Tuple[str, ...] = ()
 
@@ -77,9 +75,9 @@ class FixedHosts(HostSource):
             raise HostsEnded(end.status, f"{end}: exit status {end.status}") from None
         smaller = checked or shrink.shrink(step)
         if smaller is None:
-            return NextHosts(step.cfg, step.lr)
-        cfg, lr, dropped = smaller
-        return NextHosts(cfg, lr, dropped=tuple(dropped))
+            return NextHosts(step.cfg)
+        cfg, dropped = smaller
+        return NextHosts(cfg, dropped=tuple(dropped))
 
 
 class DiscoveredHosts(HostSource):
@@ -93,8 +91,8 @@ class DiscoveredHosts(HostSource):
         found = discovery.between(self.disc, step)
         if found is None:    # no host left: the job ends with the last attempt's status
             raise HostsEnded(None)
-        cfg, lr, note = found
-        return NextHosts(cfg, lr, note=note)
+        cfg, note = found
+        return NextHosts(cfg, note=note)
 
 
 def source(disc: Optional[discovery.Discovery]) -> HostSource:

@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from mpilaunch import contract, rundir
-from mpilaunch.config.resilience import Resilience, resilience_on
+from mpilaunch.config.resilience import Resilience, of, resilience_on
 from mpilaunch.supervise import starter
 from mpilaunch.supervise.attempt import Attempt, AttemptRecord
 from mpilaunch.supervise.stopping import BetweenAttempts
@@ -65,8 +65,6 @@ class JobContext(NamedTuple):
     backend: Any
     env: Mapping[str, str]
     cfg: Any
-    base: Any
-    lr: Resilience
     hosts: Optional["HostSource"] = None
     first_checks: Callable[[Any, str], Any] = _no_checks
     verbose: bool = False
@@ -90,26 +88,26 @@ def run_job(job: JobContext) -> int:
 
 def _loop(job: JobContext) -> int:
     records: List[AttemptRecord] = []
-    cfg, lr, k = nextattempt.attempt_cfg(job.cfg, job.lr, 0), job.lr, 0
+    cfg, k = nextattempt.attempt_cfg(job.cfg, 0), 0
     hosts = job.hosts
     while True:
-        last, cfg = run_one(job, cfg, lr, k)
+        last, cfg = run_one(job, cfg, k)
         records += [*last.in_place, last]
-        state, status = judge(records, lr), last.status
+        state, status = judge(records, of(cfg)), last.status
         if state is State.RELAUNCH:     # unless no host is left, or a stop comes meanwhile
             if hosts is None:   # one source for every relaunch: it keeps the hosts' failures
                 from mpilaunch.attempts.hostsource import FixedHosts
 
                 hosts = FixedHosts()
-            step = Between(cfg, job.base, lr, last, last.index + 1)
+            step = Between(cfg, job.cfg.master_addr, last, last.index + 1)
             state, status, records[-1], nxt = relaunch(step, hosts)
             if nxt is not None:
-                cfg, lr, k = nxt.cfg, nxt.lr, step.k
+                cfg, k = nxt.cfg, step.k
                 continue
         elif state is State.NO_PROGRESS:
-            records[-1] = no_progress_stop(records, lr) or last
+            records[-1] = no_progress_stop(records, of(cfg)) or last
         # SUCCEEDED, STOPPED, USAGE_ERROR, BUDGET_SPENT, NO_PROGRESS, NO_HOSTS: the job ends
-        return job_end(records, lr, status, job.board)
+        return job_end(records, of(cfg), status, job.board)
 
 
 def judge(records: Sequence[AttemptRecord], lr: Resilience) -> State:
@@ -131,7 +129,7 @@ def judge(records: Sequence[AttemptRecord], lr: Resilience) -> State:
     return State.RELAUNCH
 
 
-def run_one(job: JobContext, cfg: Any, lr: Resilience, k: int) -> Tuple[AttemptRecord, Any]:
+def run_one(job: JobContext, cfg: Any, k: int) -> Tuple[AttemptRecord, Any]:
     """Attempt ``k`` (``cfg``: its config): planned in a run dir of its own, run to its end ->
     (its record, its config: attempt 0's as the launch's checks left it)."""
     run_dir = rundir.new()
@@ -147,6 +145,7 @@ def run_one(job: JobContext, cfg: Any, lr: Resilience, k: int) -> Tuple[AttemptR
     if k == 0 and job.verbose:
         _say_plan(job.backend, plan)
     # with restarts or hosts to follow: it learns the lost hosts and the workers' progress
+    lr = of(cfg)
     att = Attempt(k, lr.stop_grace)   # the graceful stop of a stop signal to mpilaunch
     if resilience_on(lr) or lr.discovery_script is not None or lr.max_restarts:
         from mpilaunch.attempts import restart
@@ -173,7 +172,7 @@ def relaunch(step: Between, hosts: "HostSource"
     from mpilaunch.attempts import restart
     from mpilaunch.attempts.hostsource import HostsEnded
 
-    last, k, lr = step.last, step.k, step.lr
+    last, k, lr = step.last, step.k, of(step.cfg)
     try:
         nxt = hosts.next(step)
     except HostsEnded as end:
@@ -189,7 +188,7 @@ def relaunch(step: Between, hosts: "HostSource"
           + (f" (not in place: {last.fallback})" if last.fallback else ""),
           file=sys.stderr, flush=True)
     last = last._replace(note=last.note + restart.relaunch_note(last) + nxt.note + _dropped(nxt, k))
-    signum, cfg = _wait(nxt.cfg, nxt.lr, k)
+    signum, cfg = _wait(nxt.cfg, k)
     if signum:
         print(f"mpilaunch: {signal.Signals(signum).name} received between attempts: "
               "not restarting", file=sys.stderr, flush=True)
@@ -203,20 +202,21 @@ def _dropped(nxt: "NextHosts", k: int) -> str:
         return ""
     cfg, dropped = nxt.cfg, list(nxt.dropped)
     events.emit(events.Kind.SHRINK, dropped=dropped, hosts=len(cfg.hosts), np=cfg.np)
-    print(f"mpilaunch: host {', '.join(dropped)} dropped (--min-hosts {nxt.lr.min_hosts}): "
+    print(f"mpilaunch: host {', '.join(dropped)} dropped (--min-hosts {of(cfg).min_hosts}): "
           f"attempt {k} runs on {len(cfg.hosts)} host(s), world size {cfg.np}",
           file=sys.stderr, flush=True)
     return (f"; dropped host {', '.join(dropped)}: attempt {k} on {len(cfg.hosts)} host(s), "
             f"world size {cfg.np}")
 
 
-def _wait(cfg: Any, lr: Resilience, k: int) -> Tuple[Optional[int], Any]:
+def _wait(cfg: Any, k: int) -> Tuple[Optional[int], Any]:
     """The restart delay, attempt ``k``'s config, the user's port let go of -> (the stop
     signal that came meanwhile or None, that config)."""
     stop = BetweenAttempts()
+    lr = of(cfg)
     try:
         stop.sleep(lr.restart_delay)
-        cfg = nextattempt.attempt_cfg(cfg, lr, k)
+        cfg = nextattempt.attempt_cfg(cfg, k)
         if lr.port_given and lr.rank0_here and not stop.signum:
             nextattempt.wait_port_free(cfg.master_port, lambda: stop.signum)
     finally:

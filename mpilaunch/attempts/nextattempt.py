@@ -4,12 +4,12 @@ check, in-place coordination); and, when the user gave the port, the wait until 
 has let go of it."""
 import os
 import time
-from typing import Any, Callable, Dict, NamedTuple
+from typing import Any, Callable, Dict, NamedTuple, Optional
 
 from mpilaunch import contract, net
 from mpilaunch.backends import placement, rankcmd
 from mpilaunch.config import allocation
-from mpilaunch.config.resilience import Resilience
+from mpilaunch.config import resilience
 from mpilaunch.errors import UsageError
 from mpilaunch.supervise.attempt import AttemptRecord
 
@@ -18,19 +18,19 @@ PORT_WAIT = 60.0
 
 class Between(NamedTuple):
     """What the choice of attempt ``k``'s hosts reads, between attempt ``k - 1`` and it
-    (health.before_relaunch, shrink.shrink, discovery.between): ``cfg`` and ``lr``, the last
-    attempt's; ``base``, the user's config (its ``master_addr``: a new set of hosts decides
+    (health.before_relaunch, shrink.shrink, discovery.between): ``cfg``, the last attempt's
+    (its resilience settings in it); ``master_addr``, the user's (a new set of hosts decides
     rank 0's address again unless the user gave it); ``last``, how the last attempt ended."""
 
     cfg: Any
-    base: Any
-    lr: Resilience
+    master_addr: Optional[str]
     last: AttemptRecord
     k: int
 
 
-def attempt_cfg(cfg: Any, lr: Resilience, k: int) -> Any:
+def attempt_cfg(cfg: Any, k: int) -> Any:
     """The config of attempt ``k``: its log dir, port and adapter flags."""
+    lr = resilience.of(cfg)
     changes: Dict[str, Any] = {}
     if lr.max_restarts:
         changes["log_dir"] = contract.attempt_log_dir(lr.log_dir, k)

@@ -16,19 +16,20 @@ from typing import TYPE_CHECKING, Any, List, Optional, Set, Tuple
 
 from mpilaunch import net
 from mpilaunch.backends import placement
+from mpilaunch.config import resilience
 
 if TYPE_CHECKING:
     from mpilaunch.attempts.nextattempt import Between
 
 
-def shrink(step: "Between") -> Optional[Tuple[Any, Any, List[str]]]:
+def shrink(step: "Between") -> Optional[Tuple[Any, List[str]]]:
     """After an attempt that lost hosts (``step.last.lost``: the starter's names for them),
-    with ``--min-hosts M``: -> (cfg, lr, dropped names) for the next attempt on the hosts
-    left, or None (off, no host lost, a name not matched, or fewer than M left: the next
-    attempt uses every host, as without the option). ``step.base``: the user's config (its
-    ``master_addr``). The world size becomes the slots left (or stays the user's ``-np`` when
-    they hold it)."""
-    cfg, base, lr, att = step.cfg, step.base, step.lr, step.last
+    with ``--min-hosts M``: -> (cfg, dropped names) for the next attempt on the hosts left, or
+    None (off, no host lost, a name not matched, or fewer than M left: the next attempt uses
+    every host, as without the option). ``step.master_addr``: the user's. The world size
+    becomes the slots left (or stays the user's ``-np`` when they hold it)."""
+    cfg, att = step.cfg, step.last
+    lr = resilience.of(cfg)
     if lr.min_hosts is None or not att.lost:
         return None
     gone = lost_indices(cfg, att)
@@ -40,8 +41,8 @@ def shrink(step: "Between") -> Optional[Tuple[Any, Any, List[str]]]:
     slots = sum(h.slots for h in left)
     np = slots if cfg.np >= sum(h.slots for h in cfg.hosts) else min(cfg.np, slots)
     dropped = [cfg.hosts[i].name for i in sorted(gone)]
-    new = cfg._replace(hosts=left, np=np, master_addr=base.master_addr)
-    return new, lr._replace(rank0_here=net.rank0_is_here(left)), dropped
+    return cfg._replace(hosts=left, np=np, master_addr=step.master_addr,
+                        resilience=lr._replace(rank0_here=net.rank0_is_here(left))), dropped
 
 
 def host_of_rank(cfg: Any, rank: int) -> Optional[int]:

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
         def script_args(self) -> Tuple[str, ...]: ...
         @property
         def no_python(self) -> bool: ...
+        @property
+        def resilience(self) -> Optional[Resilience]: ...
 
     class _Backend(Protocol):
         """What :func:`for_backend` reads of a backend (backends/base.py's Backend)."""
@@ -82,6 +84,16 @@ class Resilience(NamedTuple):
     # then SIGKILL): --term-grace, else DEFAULT_TERM_GRACE; None: the starter's own stop
     # (--term-grace 0, --exec, a backend without the graceful stop)
     stop_grace: Optional[float] = None
+
+
+def of(cfg: "LaunchConfig") -> Resilience:
+    """The run command's settings, as the launch holds them (``cfg.resilience``: set by
+    launchconfig.build for the run command, adjusted to the backend by run.py; check and job
+    have none)."""
+    lr = cfg.resilience
+    if lr is None:
+        raise TypeError("this launch config has no resilience settings (not the run command's)")
+    return lr
 
 
 def script_path(raw: str, source: str = DISCOVERY_FLAG) -> str:

@@ -146,9 +146,9 @@ def test_attempt_flags_and_log_dirs():
     lr = Resilience(2, 0.0, 3.0, None, False, "/logs", True, True)
 
     import collections
-    C = collections.namedtuple("C", "log_dir master_port exec_mode rank_extra hosts")
-    cfg = C("/logs", 8118, False, (), (Host("a", 2),))
-    got = nextattempt.attempt_cfg(cfg, lr, 1)
+    C = collections.namedtuple("C", "log_dir master_port exec_mode rank_extra hosts resilience")
+    cfg = C("/logs", 8118, False, (), (Host("a", 2),), lr)
+    got = nextattempt.attempt_cfg(cfg, 1)
     assert got.log_dir == "/logs/attempt1" and got.master_port == 8118   # the user's port kept
     assert list(got.rank_extra) == ["--restart-count", "1", "--max-restarts", "2", "--term-grace", "3"]
     assert placement.mode(["--map-by", "slot"], False) == "exact"

@@ -30,7 +30,7 @@ def _cfg(*argv, env=None):
 
 def _attempt0(*argv):
     args, cfg = _cfg(*argv)
-    return nextattempt.attempt_cfg(cfg, cfg.resilience, 0)
+    return nextattempt.attempt_cfg(cfg, 0)
 
 
 def test_rank0_address_for_a_launcher_outside_the_hostfile():

@@ -18,7 +18,7 @@ from mpilaunch.supervise.attempt import AttemptRecord
 from mpilaunch.errors import UsageError
 from mpilaunch.config.hostfile import Host
 
-C = collections.namedtuple("C", "hosts np master_addr hosts_source")
+C = collections.namedtuple("C", "hosts np master_addr hosts_source resilience", defaults=(None,))
 A, B, D = Host("10.0.0.1", 2), Host("10.0.0.2", 2), Host("10.0.0.3", 2)
 
 
@@ -198,10 +198,9 @@ def test_between_a_replacement_host(capsys):
     d = disc(["10.0.0.1:2\n10.0.0.2:2\n", "10.0.0.1:2\n10.0.0.3:2\n"])
     cfg = d.first(C((A,), 2, "10.0.0.1", "hostfile"))
     att = Att(["10.0.0.2"])
-    new, new_lr, note = discovery.between(d, Between(cfg, cfg._replace(master_addr=None), lr(),
-                                                     att, 1))
+    new, note = discovery.between(d, Between(cfg._replace(resilience=lr()), None, att, 1))
     assert new.hosts == (A, D) and new.np == 4 and new.master_addr is None
-    assert new_lr.rank0_here is False
+    assert new.resilience.rank0_here is False
     assert note == ("; host discovery: attempt 1 on 10.0.0.1, 10.0.0.3 (was 10.0.0.1, "
                         "10.0.0.2), world size 4")
     assert capsys.readouterr().err == ("mpilaunch: host discovery: attempt 1 runs on 10.0.0.1, "
@@ -211,7 +210,7 @@ def test_between_a_replacement_host(capsys):
 def test_between_the_same_hosts_say_nothing(capsys):
     d = disc(["10.0.0.1:2\n10.0.0.2:2\n"] * 2)
     cfg = d.first(C((A,), 2, None, "hostfile"))
-    new, _, note = discovery.between(d, Between(cfg, cfg, lr(), Att([]), 1))
+    new, note = discovery.between(d, Between(cfg._replace(resilience=lr()), cfg.master_addr, Att([]), 1))
     assert new.hosts == (A, B) and capsys.readouterr().err == "" and note == ""
 
 
@@ -223,7 +222,7 @@ def test_between_the_same_hosts_say_nothing(capsys):
 def test_between_too_few_hosts_end_the_job(output, m, said, capsys):
     d = disc(["10.0.0.1:2\n10.0.0.2:2\n", output])
     cfg = d.first(C((A,), 2, None, "hostfile"))
-    assert discovery.between(d, Between(cfg, cfg, lr(m), Att(["10.0.0.2"]), 1)) is None
+    assert discovery.between(d, Between(cfg._replace(resilience=lr(m)), cfg.master_addr, Att(["10.0.0.2"]), 1)) is None
     assert capsys.readouterr().err == f"mpilaunch: host discovery: {said}\n"
 
 

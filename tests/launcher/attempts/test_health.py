@@ -11,7 +11,7 @@ from mpilaunch.attempts import loop, health
 from mpilaunch.attempts.nextattempt import Between
 from mpilaunch.supervise.attempt import AttemptRecord
 
-C = collections.namedtuple("C", "hosts np master_addr hosts_source")
+C = collections.namedtuple("C", "hosts np master_addr hosts_source resilience", defaults=(None,))
 HOSTS = (Host("10.0.0.1", 1), Host("10.0.0.2", 1), Host("10.0.0.3", 1))
 
 
@@ -60,11 +60,11 @@ def test_discovery_keeps_its_record_in_the_same_health_record():
 def test_a_signalled_ranks_host_failing_its_check_is_dropped_with_min_hosts():
     cfg = C(HOSTS, 3, None, "hostfile")
     checks, said = Checks({"10.0.0.3": "ssh port: connection refused"}), []
-    step = Between(cfg, cfg, lr(2), Att(signalled=[2]), 1)
-    new, new_lr, dropped = health.before_relaunch(health.HostHealth(), step, said.append, checks)
+    step = Between(cfg._replace(resilience=lr(2)), cfg.master_addr, Att(signalled=[2]), 1)
+    new, dropped = health.before_relaunch(health.HostHealth(), step, said.append, checks)
     assert checks.asked == [["10.0.0.3"]]
     assert dropped == {"10.0.0.3": "ssh port: connection refused"}
-    assert new.hosts == HOSTS[:2] and new.np == 2 and new_lr.min_hosts == 2
+    assert new.hosts == HOSTS[:2] and new.np == 2 and new.resilience.min_hosts == 2
     assert said == ["host 10.0.0.3 failed its check before attempt 1: ssh port: connection "
                     "refused"]
 
@@ -73,7 +73,7 @@ def test_without_min_hosts_the_job_ends_naming_the_host():
     cfg = C(HOSTS, 3, None, "hostfile")
     with pytest.raises(health.Ended) as end:
         health.before_relaunch(health.HostHealth(),
-                               Between(cfg, cfg, lr(None), Att(signalled=[1]), 1),
+                               Between(cfg._replace(resilience=lr(None)), cfg.master_addr, Att(signalled=[1]), 1),
                 lambda text: None, Checks({"10.0.0.2": "ssh port: refused"}))
     assert str(end.value) == ("host 10.0.0.2 failed its check before attempt 1: ssh port: "
                               "refused; not restarting onto it (give --min-hosts to go on "
@@ -85,7 +85,7 @@ def test_too_few_left_ends_the_job_too():
     cfg = C(HOSTS, 3, None, "hostfile")
     with pytest.raises(health.Ended) as end:
         health.before_relaunch(health.HostHealth(),
-                               Between(cfg, cfg, lr(3), Att(lost=["10.0.0.1"]), 2),
+                               Between(cfg._replace(resilience=lr(3)), cfg.master_addr, Att(lost=["10.0.0.1"]), 2),
                 lambda text: None, Checks({"10.0.0.1": "resolve: no address"}))
     # lost, then failing its check: two failures (as discovery counts them), it cools down
     assert str(end.value) == ("host 10.0.0.1 failed its check before attempt 2: resolve: no "
@@ -97,7 +97,7 @@ def test_too_few_left_ends_the_job_too():
 def test_a_host_that_passes_or_no_host_involved_changes_nothing(att):
     cfg = C(HOSTS, 3, None, "hostfile")
     checks = Checks()
-    assert health.before_relaunch(health.HostHealth(), Between(cfg, cfg, lr(None), att, 1),
+    assert health.before_relaunch(health.HostHealth(), Between(cfg._replace(resilience=lr(None)), cfg.master_addr, att, 1),
             lambda text: None, checks) is None
     assert checks.asked == ([["10.0.0.1"]] if att.signalled else [])
 
@@ -106,10 +106,10 @@ def test_a_host_lost_twice_sits_out_even_when_it_passes_its_check():
     cfg = C(HOSTS, 3, None, "hostfile")
     hh, said = health.HostHealth(lambda: 0.0), []
     att = Att(lost=["10.0.0.2"])
-    assert health.before_relaunch(hh, Between(cfg, cfg, lr(None), att, 1),
+    assert health.before_relaunch(hh, Between(cfg._replace(resilience=lr(None)), cfg.master_addr, att, 1),
             said.append, Checks()) is None
     with pytest.raises(health.Ended) as end:
-        health.before_relaunch(hh, Between(cfg, cfg, lr(None), att, 2), said.append, Checks())
+        health.before_relaunch(hh, Between(cfg._replace(resilience=lr(None)), cfg.master_addr, att, 2), said.append, Checks())
     assert str(end.value) == ("host 10.0.0.2 failed its check before attempt 2: failed 2 times, "
                               "cooling down (300 s left); not restarting onto it (give "
                               "--min-hosts to go on without it)")
@@ -120,7 +120,7 @@ def test_a_local_job_is_never_checked():
     local = (Host("localhost", 2), Host("127.0.0.1", 1))
     cfg = C(local, 3, None, "-H")
     checks = Checks({"localhost": "x"})
-    step = Between(cfg, cfg, lr(None), Att(lost=["localhost"], signalled=[0]), 1)
+    step = Between(cfg._replace(resilience=lr(None)), cfg.master_addr, Att(lost=["localhost"], signalled=[0]), 1)
     assert health.before_relaunch(health.HostHealth(), step, lambda t: None, checks) is None
     assert checks.asked == []
 
@@ -138,10 +138,11 @@ def test_the_summary_says_why_the_status_is_not_the_last_attempts():
 
 
 def test_a_slurm_allocation_is_not_checked_over_ssh():
-    S = collections.namedtuple("S", "hosts np master_addr hosts_source hosts_from")
+    S = collections.namedtuple("S", "hosts np master_addr hosts_source hosts_from resilience",
+                               defaults=(None,))
     cfg = S(HOSTS, 3, None, "Slurm", "slurm")
     checks = Checks({"10.0.0.3": "x"})
     assert health.before_relaunch(health.HostHealth(),
-                                  Between(cfg, cfg, lr(None), Att(signalled=[2]), 1),
+                                  Between(cfg._replace(resilience=lr(None)), cfg.master_addr, Att(signalled=[2]), 1),
             lambda t: None, checks) is None
     assert checks.asked == []

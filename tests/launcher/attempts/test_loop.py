@@ -15,7 +15,8 @@ from mpilaunch.supervise.stopping import BetweenAttempts
 from helpers.toy import Toy, report, wait_then
 
 C = collections.namedtuple("C", "hosts np master_addr master_port hosts_source hosts_from "
-                                "exec_mode log_dir rank_extra keep_tune_file preflight")
+                                "exec_mode log_dir rank_extra keep_tune_file preflight resilience console",
+                            defaults=(None, (0.0, 0)))
 HERE = (Host("localhost", 2),)
 FAILS = [[1, 3, "self"], [0, 143, "terminated"]]    # rank 1 exits 3, rank 0 is torn down
 ENDS = [[0, 0, "self"], [1, 0, "self"]]              # both workers exit 0 (progress)
@@ -31,10 +32,9 @@ def lr(tmp_path, budget, no_progress=0, delay=0.0):
 
 
 def run(tmp_path, toy, budget, hosts=HERE, check=None, **more):
-    c = cfg(tmp_path, hosts)
+    c = cfg(tmp_path, hosts)._replace(resilience=lr(tmp_path, budget, **more))
     source = FixedHosts(check=check) if check else FixedHosts()
-    return loop.run_job(JobContext(toy, dict(os.environ), c, c, lr(tmp_path, budget, **more),
-                                       source))
+    return loop.run_job(JobContext(toy, dict(os.environ), c, source))
 
 
 def summary(err):

@@ -12,7 +12,7 @@ from mpilaunch.supervise.attempt import AttemptRecord
 from mpilaunch.errors import UsageError
 from mpilaunch.config.hostfile import Host
 
-C = collections.namedtuple("C", "hosts np master_addr hosts_source")
+C = collections.namedtuple("C", "hosts np master_addr hosts_source resilience", defaults=(None,))
 HOSTS = (Host("10.0.0.1", 2), Host("10.0.0.2", 2), Host("10.0.0.3", 2))
 
 
@@ -26,24 +26,24 @@ def lr(m):
 
 def test_the_lost_host_is_dropped_and_the_world_is_the_slots_left():
     cfg = C(HOSTS, 6, "10.0.0.1", "hostfile")
-    step = Between(cfg, cfg._replace(master_addr=None), lr(2), Att(["10.0.0.3"]), 1)
-    new, new_lr, dropped = shrink.shrink(step)
+    step = Between(cfg._replace(resilience=lr(2)), None, Att(["10.0.0.3"]), 1)
+    new, dropped = shrink.shrink(step)
     assert dropped == ["10.0.0.3"]
     assert new.hosts == HOSTS[:2] and new.np == 4
     assert new.master_addr is None          # the user's (none): decided again for the hosts left
-    assert new_lr.min_hosts == 2
+    assert new.resilience.min_hosts == 2
 
 
 def test_a_host_named_by_its_daemon_is_found_through_its_ranks():
     cfg = C(HOSTS, 6, None, "hostfile")
     att = Att(["node1"], {0: "node0", 1: "node0", 2: "node1", 3: "node1", 4: "node2"})
-    new, _, dropped = shrink.shrink(Between(cfg, cfg, lr(2), att, 1))
+    new, dropped = shrink.shrink(Between(cfg._replace(resilience=lr(2)), cfg.master_addr, att, 1))
     assert dropped == ["10.0.0.2"] and new.hosts == (HOSTS[0], HOSTS[2]) and new.np == 4
 
 
 def test_a_smaller_np_of_the_users_is_kept_when_the_hosts_left_hold_it():
     cfg = C(HOSTS, 3, None, "hostfile")
-    new, _, _ = shrink.shrink(Between(cfg, cfg, lr(1), Att(["10.0.0.1"]), 1))
+    new, _ = shrink.shrink(Between(cfg._replace(resilience=lr(1)), cfg.master_addr, Att(["10.0.0.1"]), 1))
     assert new.hosts == HOSTS[1:] and new.np == 3
 
 
@@ -55,7 +55,7 @@ def test_a_smaller_np_of_the_users_is_kept_when_the_hosts_left_hold_it():
 ])
 def test_no_shrink(m, lost):
     cfg = C(HOSTS, 6, None, "hostfile")
-    assert shrink.shrink(Between(cfg, cfg, lr(m), Att(lost), 1)) is None
+    assert shrink.shrink(Between(cfg._replace(resilience=lr(m)), cfg.master_addr, Att(lost), 1)) is None
 
 
 def test_refusals():
