@@ -30,6 +30,12 @@ def pointer(log_dir: str):
                          "there: the job has ended, or it was started with another --log_dir)") from None
     if not lines or len(lines) < 2 or not lines[1].isdigit():
         raise UsageError(f"{os.path.join(log_dir, server.POINTER)}: not an mpilaunch pointer file")
+    # a log dir on a shared file system is seen from every host, the launcher's socket and pid
+    # only from its own: elsewhere, say where the job runs rather than that it has ended
+    host = lines[2] if len(lines) > 2 else ""
+    if host and host != os.uname().nodename:
+        raise UsageError(f"the job writing to {log_dir} runs its launcher on host {host} "
+                         f"(mpilaunch pid {lines[1]}), not on this one: run this command there")
     return lines[0], int(lines[1])
 
 

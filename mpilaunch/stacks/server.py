@@ -15,7 +15,7 @@ nothing asked of the ranks.
 from __future__ import annotations
 
 # _socket, as the control channel (supervise/control.py): socket.py's import (its enums, array)
-# was ~1.3 ms of the launcher's CPU in every launch, spent while the ranks start on the same cores
+# costs the launcher's CPU in every launch while the ranks start (docs/ARCHITECTURE.md, start-up)
 import _socket
 import os
 import threading
@@ -29,7 +29,7 @@ from mpilaunch.output.jsonline import dumps
 if TYPE_CHECKING:       # annotations only: nothing more is imported at run time
     from mpilaunch.backends.base import Plan
 
-POINTER = ".mpilaunch-stacks"
+POINTER = ".mpilaunch-stacks"     # the socket's path, the launcher's pid and its host, a line each
 SOCKET = "stacks.sock"
 EXEC = "exec"       # the pointer of a job whose ranks run --exec: no adapter to ask
 ASK_TIMEOUT = 60.0
@@ -64,7 +64,7 @@ def stamp() -> str:
 def gather(control: Any, np: int, log_dir: str, native: bool = False,
            timeout: float = ASK_TIMEOUT) -> dict:
     """Ask every adapter, write the files, judge: the answer's fields."""
-    from mpilaunch.stacks import verdict   # 3-8 ms of regular expressions: only when asked
+    from mpilaunch.stacks import verdict   # its patterns only when asked (docs/ARCHITECTURE.md, start-up)
 
     t0 = time.monotonic()
     answers, asked = control.stacks(timeout, native)
@@ -103,7 +103,7 @@ class Server:
             os.umask(old)
         os.chmod(self.path, 0o600)
         self.sock.listen(8)
-        self.text = f"{self.path}\n{os.getpid()}\n"
+        self.text = f"{self.path}\n{os.getpid()}\n{os.uname().nodename}\n"
         self.pointers = [p for p in (write_pointer(d, self.text) for d in log_dirs) if p]
         self.closed = False
         self.thread = threading.Thread(target=self._serve, name="stacks-server", daemon=True)
@@ -172,7 +172,7 @@ def open_for(run_dir: str, plan: Plan, control: Any,
     if not dirs:
         return None
     if control is None:
-        text = f"{EXEC}\n{os.getpid()}\n"
+        text = f"{EXEC}\n{os.getpid()}\n{os.uname().nodename}\n"
         return [p for p in (write_pointer(d, text) for d in dirs) if p]
     try:
         return Server(run_dir, dirs, control, plan.np, board)
