@@ -1,5 +1,5 @@
 """What ``mpilaunch logs LOG_DIR`` reads and how it orders it (pure but for :func:`scan`,
-:func:`read_lines` and :func:`job_ended`, which read files).
+:func:`read_lines` and :func:`launcher_gone`, which read files and /proc).
 
 A job's log dir holds ``events.jsonl`` (docs/EVENTS.md) and one ``worker_<rank>.log`` per
 rank, in the log dir itself or, with restarts, in ``attempt<k>/`` (contract.attempt_log_dir).
@@ -47,7 +47,7 @@ class Line(NamedTuple):
 class Job(NamedTuple):
     log_dir: str
     logs: List[RankLog]
-    ended: bool       # the record has the job's end
+    ended: bool       # the record has the job's end (or its launcher here died without it)
 
 
 def parse_ranks(raw: str, name: str = "--rank") -> "frozenset[int]":
@@ -75,16 +75,19 @@ def parse_duration(raw: str, name: str = "--since") -> float:
     return value * (scale or 1.0)
 
 
-def ranks_and_hosts(records: Iterable[dict]) -> "Tuple[Dict[Tuple[int, int], str], Dict[Tuple[int, int], float], bool]":
-    """From the event record: {(attempt, rank): host}, {(attempt, rank): its worker's start}
-    and whether the job has ended."""
+def ranks_and_hosts(records: Iterable[dict]) -> "Tuple[Dict[Tuple[int, int], str], Dict[Tuple[int, int], float], bool, Optional[Tuple[int, str]]]":
+    """From the event record: {(attempt, rank): host}, {(attempt, rank): its worker's start},
+    whether the job has ended, and the launcher's (pid, host) (None: not recorded)."""
     hosts: Dict[Tuple[int, int], str] = {}
     starts: Dict[Tuple[int, int], float] = {}
     ended = False
+    launcher = None
     for rec in records:
         kind = rec.get("kind")
         if kind == "job_end":
             ended = True
+        elif kind == "launcher_start" and isinstance(rec.get("pid"), int) and isinstance(rec.get("host"), str):
+            launcher = (rec["pid"], rec["host"])
         rank, attempt = rec.get("rank"), rec.get("attempt", 0)
         if not isinstance(rank, int) or not isinstance(attempt, int):
             continue
@@ -95,7 +98,21 @@ def ranks_and_hosts(records: Iterable[dict]) -> "Tuple[Dict[Tuple[int, int], str
                 and isinstance(rec.get("t"), (int, float)):
             if kind == "first_output" or (attempt, rank) not in starts:
                 starts[(attempt, rank)] = float(rec["t"])
-    return hosts, starts, ended
+    return hosts, starts, ended, launcher
+
+
+def launcher_gone(launcher: Optional[Tuple[int, str]]) -> bool:
+    """The launcher that writes the record has died without its job_end (SIGKILL): it ran on
+    this host and its pid is gone. Another host's launcher is never judged gone."""
+    if launcher is None or launcher[1] != os.uname().nodename:
+        return False
+    try:
+        os.kill(launcher[0], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def read_records(log_dir: str) -> List[dict]:
@@ -141,7 +158,7 @@ def scan(log_dir: str) -> Job:
     if not os.path.isdir(log_dir):
         raise UsageError(f"LOG_DIR {log_dir!r}: no such directory; give the --log_dir of a job")
     names = _listdir(log_dir)
-    hosts, starts, ended = ranks_and_hosts(read_records(log_dir))
+    hosts, starts, ended, launcher = ranks_and_hosts(read_records(log_dir))
     logs = []
     for k, d in attempt_dirs(log_dir, names):
         for rank, name in worker_logs(_listdir(d)):
@@ -150,7 +167,7 @@ def scan(log_dir: str) -> Job:
     if EVENTS not in names and not logs:
         raise UsageError(f"LOG_DIR {log_dir!r}: not an mpilaunch job's log dir (no {EVENTS}, no "
                          "worker_<rank>.log); give the --log_dir of a job")
-    return Job(log_dir, logs, ended)
+    return Job(log_dir, logs, ended or launcher_gone(launcher))
 
 
 def _any_host(hosts: Dict[Tuple[int, int], str], rank: int) -> Optional[str]:

@@ -40,11 +40,22 @@ def test_the_record_names_hosts_first_outputs_and_the_end():
                {"kind": "first_output", "attempt": 0, "rank": 1, "host": "h1", "role": "worker", "t": 3.0},
                {"kind": "process_start", "attempt": 1, "rank": 1, "host": "h2", "role": "scheduler", "t": 9.0},
                {"kind": "job_end", "attempt": 1}]
-    hosts, starts, ended = logview.ranks_and_hosts(records)
+    hosts, starts, ended, launcher = logview.ranks_and_hosts(
+        [{"kind": "launcher_start", "attempt": 0, "pid": 42, "host": "h0"}] + records)
     assert hosts == {(0, 1): "h1", (0, 0): "h0", (1, 1): "h2"}
     assert starts == {(0, 1): 3.0, (0, 0): 2.5}
-    assert ended is True
-    assert logview.ranks_and_hosts(records[:-1])[2] is False
+    assert (ended, launcher) == (True, (42, "h0"))
+    assert logview.ranks_and_hosts(records[:-1])[2:] == (False, None)
+
+
+def test_a_launcher_here_that_died_without_its_end_ends_the_job():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    here = os.uname().nodename
+    assert logview.launcher_gone((dead.pid, here)) is True
+    assert logview.launcher_gone((os.getpid(), here)) is False
+    assert logview.launcher_gone((dead.pid, here + "-elsewhere")) is False   # not judged from here
+    assert logview.launcher_gone(None) is False
 
 
 def test_attempt_dirs_and_worker_logs_by_number():
