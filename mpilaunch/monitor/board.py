@@ -77,6 +77,10 @@ class Board:
         self.collector: Any = None      # output.summary.Collector of the running attempt
         self.control: Any = None        # supervise.control.Control of the running attempt
         self.seen: List[straggler.Seen] = []
+        # CPU seconds of a rank's earlier processes (restarts in place, earlier attempts), so
+        # that its CPU counter only ever grows over the job, as Prometheus's counters do
+        self.cpu_before: Dict[Tuple[int, str], float] = {}
+        self.cpu_last: Dict[Tuple[int, str], Tuple[int, float]] = {}    # (pid, cpu_s)
         self._clear()
 
     def _clear(self) -> None:
@@ -127,6 +131,10 @@ class Board:
         else:                           # a new process (restarted in place): no CPU % yet
             self.previous.pop(key, None)
         self.latest[key] = (sample, now, self.wall())
+        last = self.cpu_last.get(key)
+        if last is not None and last[0] != sample.pid:
+            self.cpu_before[key] = self.cpu_before.get(key, 0.0) + last[1]
+        self.cpu_last[key] = (sample.pid, sample.cpu_s)
         if sample.role != "worker":
             return None, None
         self.pending[sample.rank] = sample
@@ -235,7 +243,8 @@ class Board:
         if role == "worker" and s.sampler == "py-spy" and s.stack_samples and (
                 wait is None or self.blind):
             wait, note = None, "cannot tell"
-        return RankView(rank, s.host, role, state, s.cpu_s, pct, s.rss, age, wait,
+        cpu = round(self.cpu_before.get((rank, role), 0.0) + s.cpu_s, 3)
+        return RankView(rank, s.host, role, state, cpu, pct, s.rss, age, wait,
                         s.hot_frame, role == "worker" and rank in self.stragglers,
                         score.score if score is not None else None, up, note)
 

@@ -3,8 +3,8 @@ text format at ``http://ADDR:PORT/metrics``, one set of series per rank and role
 ``rank``, ``host``, ``role``, and the job's attempt and restarts (docs/MONITOR.md lists them).
 
 Served by the well-kept ``prometheus-client`` (its exposition and its threaded HTTP server),
-imported only when the flag is given: about 30 ms of imports a plain launch does not pay
-(docs/MONITOR.md, "Cost"). Every scrape reads the board's view at that moment; nothing is kept
+imported only when the flag is given: imports a plain launch does not pay (docs/MONITOR.md,
+"Cost"). Every scrape reads the board's view at that moment; nothing is kept
 here. The exporter lives across the job's attempts (``attempts/loop.py``): between two, the
 last attempt's ranks are served down.
 """
@@ -28,13 +28,15 @@ def families(view: JobView) -> List[Any]:
         return GaugeMetricFamily(name, doc, labels=LABELS, unit=unit)
 
     up = gauge("mpilaunch_up", "1 while the rank's process runs and its adapter is connected")
-    cpu = CounterMetricFamily("mpilaunch_cpu_seconds", "CPU time (user+system) of the process "
-                              "and its children, this attempt", labels=LABELS)
+    cpu = CounterMetricFamily("mpilaunch_cpu_seconds", "CPU time (user+system) of the rank's "
+                              "processes and their children over the job (restarts add to it)",
+                              labels=LABELS)
     rss = gauge("mpilaunch_rss_bytes", "resident memory of the process and its children")
     out = gauge("mpilaunch_last_output_timestamp_seconds",
                 "when the process last wrote an output line (Unix time)")
-    wait = gauge("mpilaunch_wait_share", "share of the last interval's stack samples waiting "
-                 "in a collective (0-1)")
+    # Prometheus names a 0-1 share ``_ratio`` (its naming conventions)
+    wait = gauge("mpilaunch_wait_ratio", "share of the last interval's stack samples waiting "
+                 "for the other ranks (0-1)")
     lag = gauge("mpilaunch_straggler", "1 while the rank holds the job back (the straggler rule)")
     score = gauge("mpilaunch_straggler_score", "the straggler rule's score of the rank")
     for r in view.ranks:

@@ -50,7 +50,7 @@ class RankView:
     host: str
     role: str
     state: str                    # "running", "exited 0", "exited 3", "signal 9", "starting"
-    cpu_s: float
+    cpu_s: float                  # CPU seconds of every process it has run this job (never down)
     cpu_pct: Optional[float]      # over the last interval; None before two samples
     rss: int
     output_age: Optional[float]   # seconds since its last output; None: no output yet

@@ -227,3 +227,15 @@ def test_a_round_where_no_rank_waits_anywhere_reads_cannot_tell():
     b.feed(sample(1, clock.t + 0.5, None))
     assert (b.view().ranks[1].wait_share, b.view().ranks[1].wait_note) == (None, "cannot tell")
     assert changes == []
+
+
+def test_a_ranks_cpu_counter_only_grows_across_restarts_and_attempts():
+    b, clock, _, _ = board(np=1, warm=False)
+    b.feed(sample(0, clock.t, None, cpu=5.0, pid=100))
+    b.feed(sample(0, clock.t + 1, None, cpu=7.0, pid=100))
+    assert b.view().ranks[0].cpu_s == 7.0
+    b.feed(sample(0, clock.t + 2, None, cpu=0.5, pid=200))    # restarted in place: a new process
+    assert b.view().ranks[0].cpu_s == 7.5
+    b.attempt_started(1, 1, Collector(OMPI), None)
+    b.feed(sample(0, clock.t + 3, None, cpu=1.0, pid=300))    # the next attempt's
+    assert b.view().ranks[0].cpu_s == 8.5

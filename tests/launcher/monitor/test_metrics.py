@@ -28,7 +28,7 @@ mpilaunch_up{host="h1",rank="0",role="worker"} 1.0
 mpilaunch_up{host="h1",rank="0",role="scheduler"} 1.0
 mpilaunch_up{host="h2",rank="1",role="worker"} 0.0
 mpilaunch_up{host="h3",rank="2",role="worker"} 1.0
-# HELP mpilaunch_cpu_seconds_total CPU time (user+system) of the process and its children, this attempt
+# HELP mpilaunch_cpu_seconds_total CPU time (user+system) of the rank's processes and their children over the job (restarts add to it)
 # TYPE mpilaunch_cpu_seconds_total counter
 mpilaunch_cpu_seconds_total{host="h1",rank="0",role="worker"} 12.5
 mpilaunch_cpu_seconds_total{host="h1",rank="0",role="scheduler"} 1.0
@@ -42,10 +42,10 @@ mpilaunch_rss_bytes{host="h2",rank="1",role="worker"} 3.2505856e+08
 # TYPE mpilaunch_last_output_timestamp_seconds gauge
 mpilaunch_last_output_timestamp_seconds{host="h1",rank="0",role="worker"} 998.5
 mpilaunch_last_output_timestamp_seconds{host="h2",rank="1",role="worker"} 999.75
-# HELP mpilaunch_wait_share share of the last interval's stack samples waiting in a collective (0-1)
-# TYPE mpilaunch_wait_share gauge
-mpilaunch_wait_share{host="h1",rank="0",role="worker"} 0.64
-mpilaunch_wait_share{host="h2",rank="1",role="worker"} 0.02
+# HELP mpilaunch_wait_ratio share of the last interval's stack samples waiting for the other ranks (0-1)
+# TYPE mpilaunch_wait_ratio gauge
+mpilaunch_wait_ratio{host="h1",rank="0",role="worker"} 0.64
+mpilaunch_wait_ratio{host="h2",rank="1",role="worker"} 0.02
 # HELP mpilaunch_straggler 1 while the rank holds the job back (the straggler rule)
 # TYPE mpilaunch_straggler gauge
 mpilaunch_straggler{host="h1",rank="0",role="worker"} 0.0
