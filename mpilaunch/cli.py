@@ -30,8 +30,8 @@ def entry() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     # A launch's start-up (imports, the plan) keeps what it allocates: there is no garbage
-    # cycle to collect before mpirun runs, and the collector's ~30 passes over the imported
-    # modules cost every launch ~5 ms. The starter turns it back on once mpirun runs
+    # cycle to collect before mpirun runs, and the collector's passes over the imported
+    # modules cost every launch its share (docs/ARCHITECTURE.md, start-up). The starter turns it back on once mpirun runs
     # (supervise/starter.py); the other commands at once.
     collecting = gc.isenabled()
     gc.disable()

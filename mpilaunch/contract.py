@@ -16,7 +16,7 @@ starts.
   launcher's summary after a failure.
 * **Attempt dirs**: where attempt k of a restarted job logs (:func:`attempt_log_dir`).
 * **Programs on PATH**: :func:`which` (``shutil.which`` without shutil, which imports ``bz2``,
-  ``lzma`` and ``zlib``: ~2 ms of every launch and every rank).
+  ``lzma`` and ``zlib`` into every launch and every rank: docs/ARCHITECTURE.md, start-up).
 * **Value validators** with one message style, ``NAME=value: why; how to fix``
   (:func:`whole`, :func:`seconds`, :func:`port`, :func:`master_port`).
 """

@@ -265,8 +265,8 @@ _LISTENER: Any = None   # the class below, made once by the first listener()
 
 
 def listener(family: int) -> Any:
-    """A stream socket with socket.py's ``accept()`` through ``_socket``: socket.py's import (its
-    enums, array: ~1.3 ms of CPU) is then not in every launch (supervise/control.py, stacks/)."""
+    """A stream socket with socket.py's ``accept()`` through ``_socket``: socket.py's import is
+    then not in every launch (docs/ARCHITECTURE.md, start-up; supervise/control.py, stacks/)."""
     global _LISTENER
     import _socket
     if _LISTENER is None:

@@ -6,8 +6,8 @@ Used by the launcher (mpirun is told to stop if mpilaunch is killed) and by the 
 load libraries.
 
 ``prctl`` is bound through ``_ctypes`` itself, as ``ctypes.CDLL`` does it, without the
-``ctypes`` package (its import, with ``struct`` and its type classes, is ~3 ms of CPU that
-every rank's adapter would pay); ``ctypes`` is the fallback if that binding fails.
+``ctypes`` package (its import, with ``struct`` and its type classes, every rank's adapter
+would pay: docs/ARCHITECTURE.md, start-up); ``ctypes`` is the fallback if that binding fails.
 """
 TYPE_CHECKING = False   # no typing at run time: every rank imports this module
 if TYPE_CHECKING:
@@ -53,8 +53,8 @@ def set_parent_death_signal(sig: int) -> None:
 
 def exit_now(code: int) -> None:
     """Flush Python's stdout/stderr and exit with ``code`` without the interpreter's
-    finalisation, which frees every module and object one by one (~9-11 ms of CPU measured,
-    in the launcher after the job's end and in every rank: docs/ARCHITECTURE.md, start-up).
+    finalisation, which frees every module and object one by one (in the launcher after the
+    job's end and in every rank: docs/ARCHITECTURE.md, start-up).
     For a process whose threads are daemons, which registers no atexit hook and writes its own
     files unbuffered (the launcher, the rank adapter)."""
     import os

@@ -9,9 +9,10 @@ started. Every later launch (and ``mpilaunch check``) removes the run dirs of th
 launcher is gone, with the ``ompi.<pid>`` dir of their mpirun if that process is gone too.
 Nothing else is touched: only directories named by an owner file we wrote.
 
-Neither ``tempfile`` nor ``shutil``: they import ``random``, ``bz2``, ``lzma`` and ``zlib``, ~3.5 ms
-of every launch's start for a directory name, the temp dir's place and a removal
-(:func:`temp_dir`, :func:`make`, :func:`remove_tree` do the part of them a run dir needs).
+Neither ``tempfile`` nor ``shutil``: they import ``random``, ``bz2``, ``lzma`` and ``zlib`` into
+every launch's start (docs/ARCHITECTURE.md, start-up) for a directory name, the temp dir's
+place and a removal (:func:`temp_dir`, :func:`make`, :func:`remove_tree` do the part of them a
+run dir needs).
 """
 from __future__ import annotations
 

@@ -4,9 +4,8 @@ and a ``straggler`` record and one status line per change (docs/EVENTS.md, docs/
 at the job's end the stragglers it had, one line each.
 
 The board is made when it is first needed (:class:`LazyBoard`): the first sample, ``top``, a
-scrape of /metrics. Its modules (and the dataclasses they are made of, with inspect) cost ~10 ms
-of CPU, which a launch would otherwise spend while its ranks start (docs/ARCHITECTURE.md,
-start-up); a job shorter than one monitor interval never loads them."""
+scrape of /metrics. Its modules (and the dataclasses they are made of, with inspect) cost CPU
+a launch would otherwise spend while its ranks start (docs/ARCHITECTURE.md, start-up); a job shorter than one monitor interval never loads them."""
 from __future__ import annotations
 
 import sys

@@ -44,8 +44,8 @@ SSH_CLOSED = ("closed by remote host", r"Connection to (\S+) closed by remote ho
 def find_all(words: Tuple[str, str], text: str) -> Iterator["re.Match[str]"]:
     """``re.finditer`` of ``words`` (a literal every match holds, the pattern) in ``text``. The
     starters' messages are read this way, not with patterns compiled at import: those cost every
-    launch ~0.1 ms each before its starter started, and a launch whose starter never says the
-    literal compiles none (docs/ARCHITECTURE.md, start-up)."""
+    launch before its starter started, and a launch whose starter never says the literal
+    compiles none (docs/ARCHITECTURE.md, start-up)."""
     literal, pattern = words
     return re.finditer(pattern, text) if literal in text else iter(())
 

@@ -69,8 +69,8 @@ DESCRIPTIONS = {
 
 class Formatter(argparse.RawDescriptionHelpFormatter):
     """argparse's, with the width found as ``shutil.get_terminal_size`` finds it but without
-    importing shutil (bz2, lzma, zlib: ~2 ms of every launch; argparse makes a formatter for
-    every option it adds)."""
+    importing shutil (bz2, lzma, zlib in every launch: docs/ARCHITECTURE.md, start-up; argparse
+    makes a formatter for every option it adds)."""
 
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
                  width: Optional[int] = None) -> None:

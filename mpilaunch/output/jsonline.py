@@ -3,7 +3,7 @@ the event record's lines (output/events.py) and the ranks' status lines (output/
 
 A plain launch writes records before the starter's Popen and reads status lines while the
 ranks start on the same cores; ``json``'s import (its decoder, scanner, encoder and their
-patterns, ~1 ms of CPU) would cost every launch that (docs/ARCHITECTURE.md, start-up). Both
+patterns) would cost every launch that (docs/ARCHITECTURE.md, start-up). Both
 ends are the C accelerators json.dumps and json.loads themselves use (``_json``).
 """
 

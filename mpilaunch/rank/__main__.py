@@ -11,7 +11,7 @@ Imports are lazy: mpi4py only when the agreement needs MPI, psutil only when use
 from __future__ import annotations
 
 import os
-import _signal as signal   # not signal: its enums cost every rank ~2 ms of CPU
+import _signal as signal   # not signal: its enums cost every rank (docs/ARCHITECTURE.md, start-up)
 import sys
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import

@@ -8,7 +8,8 @@ The worker and the scheduler are started normally, with full ``site`` processing
 """
 import gc
 
-gc.disable()   # no collections while ~40 modules load (~2 ms per rank); Supervisor.run enables it
+gc.disable()   # no collections while the adapter's modules load (docs/ARCHITECTURE.md, start-up);
+#                Supervisor.run enables it
 import os  # noqa: E402
 import sys  # noqa: E402
 

@@ -32,14 +32,14 @@ an adapter still running then has outlived its job (its daemon ended without it,
 and ends its rank (``on_gone``), as for a SIGTERM.
 
 Everything runs in one daemon thread started with the teardown signals blocked (the main
-thread must get them); it uses ``_socket`` and ``_sha256`` themselves (``socket.py`` and
-``hmac`` cost every rank ~3-5 ms of imports, and hmac's import of warnings once held a lock
-across a fork: rank/spawn.py).
+thread must get them); it uses ``_socket`` and ``_sha256`` themselves (``socket.py``'s and
+``hmac``'s imports would cost every rank: docs/ARCHITECTURE.md, start-up; and hmac's import of
+warnings once held a lock across a fork: rank/spawn.py).
 """
 from __future__ import annotations
 
 import os
-import _signal as signal   # not signal: its enums cost every rank ~2 ms of CPU
+import _signal as signal   # not signal: its enums cost every rank (docs/ARCHITECTURE.md, start-up)
 import threading
 
 from mpilaunch.rank import status

@@ -18,7 +18,7 @@ Under ``--exec`` there is no adapter to do this: the launcher refuses ``--term-g
 """
 from __future__ import annotations
 
-import _signal as signal   # not signal: its enums cost every rank ~2 ms of CPU
+import _signal as signal   # not signal: its enums cost every rank (docs/ARCHITECTURE.md, start-up)
 from collections import namedtuple
 
 from mpilaunch import contract

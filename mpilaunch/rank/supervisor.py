@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import errno
 import os
-import _signal as signal   # not signal: its enums cost every rank ~2 ms of CPU
+import _signal as signal   # not signal: its enums cost every rank (docs/ARCHITECTURE.md, start-up)
 import _queue as queue   # SimpleQueue and Empty, without queue.py and heapq
 import threading
 import time

@@ -23,7 +23,7 @@ class AttemptRecord(NamedTuple):
     (:meth:`Attempt.record`); the loop amends it only by making a new one (``_replace``), so
     no thread still running can change it behind the loop's back. A NamedTuple, as the launch
     config is, not a dataclass: dataclasses (with inspect, ast, dis, tokenize) and the making of
-    each class cost every launch ~6 ms before mpirun starts (docs/ARCHITECTURE.md, start-up).
+    each class cost every launch before mpirun starts (docs/ARCHITECTURE.md, start-up).
 
     status, cause    the attempt's exit status and its root cause, in words
     stopped_by       the stop signal that ended it (to mpilaunch, during or after it), or None

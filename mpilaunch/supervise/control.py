@@ -17,8 +17,8 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 # The C module under socket.py, as the adapter's end of this channel uses it
-# (mpilaunch/rank/control.py): socket.py's import builds its enums and loads array, ~1.3 ms of
-# every launch before mpirun starts (docs/ARCHITECTURE.md, start-up); this channel needs
+# (mpilaunch/rank/control.py): socket.py's import builds its enums and loads array in every
+# launch before mpirun starts (docs/ARCHITECTURE.md, start-up); this channel needs
 # neither, only an accept() (net.listener).
 import _socket
 

@@ -196,3 +196,35 @@ def test_a_new_module_fails_with_the_line_to_add():
         f"mpilaunch/net.py: add after line {max(roots[n] for n in roots if n[:-3] not in ENTRY_POINTS) - 1}"
         " of docs/ARCHITECTURE.md: '  net.py           <what it holds>' (and to the layer "
         "order's root modules if it is a shared module)"]
+
+
+# Lines that say "ms" of something that is not a cost: an interval, a threshold, a measurement
+# of the spare's garbage collection (rank/inplace/spare.py, its own design note).
+NOT_A_COST = ("20 ms apart", "every 5 ms", "0.05 ms round trip", "2.5 ms the first time",
+              "0.24 ms", "in its first 10 s", "in its first minute")
+
+
+def ms_costs_in_code():
+    """'path:line: text' of every code line that gives a figure in milliseconds."""
+    out = []
+    for root, dirs, files in os.walk(PKG):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for f in sorted(files):
+            if not f.endswith(".py"):
+                continue
+            path = os.path.join(root, f)
+            with open(path, encoding="utf-8") as src:
+                for no, line in enumerate(src, 1):
+                    if re.search(r"\d\s?ms\b", line) and not any(n in line for n in NOT_A_COST):
+                        out.append(f"{os.path.relpath(path, REPO)}:{no}: {line.strip()}")
+    return out
+
+
+def test_code_points_to_the_costs_instead_of_restating_them():
+    """What a piece of code saves is measured once, in docs/ARCHITECTURE.md's start-up section
+    (or docs/PERFORMANCE.md, bench/README.md); the code names the place, not the figure, so
+    the two cannot disagree."""
+    found = ms_costs_in_code()
+    assert found == [], ("these lines restate a cost in ms: put the figure in docs/ARCHITECTURE.md"
+                         "'s start-up section and write '(docs/ARCHITECTURE.md, start-up)' "
+                         "instead:\n" + "\n".join(found))

@@ -14,7 +14,7 @@ at once, so a restart soon after a restart finds it too.
 """
 from __future__ import annotations
 
-import _signal as signal   # not signal: its enums cost every rank ~2 ms of CPU
+import _signal as signal   # not signal: its enums cost every rank (docs/ARCHITECTURE.md, start-up)
 import threading
 import time
 

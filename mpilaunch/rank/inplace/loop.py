@@ -32,7 +32,7 @@ attempt's start. Only a plain ``PYTHON SCRIPT`` worker gets one (not ``--no-pyth
 from __future__ import annotations
 
 import os
-import _signal as signal   # not signal: its enums cost every rank ~2 ms of CPU
+import _signal as signal   # not signal: its enums cost every rank (docs/ARCHITECTURE.md, start-up)
 import threading
 import time
 
