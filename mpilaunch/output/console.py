@@ -91,13 +91,15 @@ class Collapser:
 
     def add(self, line: bytes, now: float) -> None:
         """One whole line (with its newline) as it came from the starter."""
-        parsed = split_rank(line)
         self.seq += 1
-        if parsed is None:
+        # split_rank, inline: this runs for every line of every rank
+        end = line.find(b"] ", 5, 16) if line.startswith(b"[rank") else -1
+        digits = line[5:end]
+        if end < 0 or not digits.isdigit():
             self.held.append(_Group(self.seq, line, None, now))
             self.held_bytes += len(line)
             return
-        rank, text = parsed
+        rank, text = int(digits), line[end + 2:]
         last = self.last.get(rank, 0)
         for g in self.open.get(text, ()) if self.window else ():   # 0: collapsing off (the budget on)
             if g.seq > last:
@@ -139,8 +141,8 @@ class Collapser:
             if not same:
                 del self.open[g.text]
             if not g.capped or self.budget is None or self.budget.keep(g.ranks, g.text):
-                out.append(b"[rank%s] %s" % (ranks_text(g.ranks).encode() if len(g.ranks) > 1
-                                            else str(g.ranks[0]).encode(), g.text))
+                out.append(b"[rank%s] %s" % (ranks_text(g.ranks).encode(), g.text) if len(g.ranks) > 1
+                           else b"[rank%d] %s" % (g.ranks[0], g.text))
         return b"".join(out)
 
 
