@@ -9,11 +9,29 @@ load libraries.
 ``ctypes`` package (its import, with ``struct`` and its type classes, every rank's adapter
 would pay: docs/ARCHITECTURE.md, start-up); ``ctypes`` is the fallback if that binding fails.
 """
+import _signal   # not signal: its enums cost every rank (docs/ARCHITECTURE.md, start-up)
+
 TYPE_CHECKING = False   # no typing at run time: every rank imports this module
 if TYPE_CHECKING:
     import _ctypes
 
 PR_SET_PDEATHSIG = 1
+# What the main thread must get: the teardown signals (its handlers run there) and SIGCHLD
+# (its waits end on it). A helper thread is started with them blocked (SignalsBlocked): it
+# inherits the mask, so the kernel delivers them to the main thread.
+MAIN_THREAD_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGCHLD)
+
+
+class SignalsBlocked:
+    """``with SignalsBlocked(): thread.start()``: :data:`MAIN_THREAD_SIGNALS` blocked in this
+    thread while helper threads are started (the adapter's, whose main thread waits on its
+    children and handles the teardown signals), then the mask as it was."""
+
+    def __enter__(self) -> None:
+        self.old = _signal.pthread_sigmask(_signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
+
+    def __exit__(self, *exc: object) -> None:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, self.old)
 _prctl = None   # libc's prctl, once bound: a ctypes function (_ctypes.CFuncPtr)
 
 

@@ -42,14 +42,13 @@ import os
 import _signal as signal   # not signal: its enums cost every rank (docs/ARCHITECTURE.md, start-up)
 import threading
 
+from mpilaunch.pdeathsig import SignalsBlocked
 from mpilaunch.rank import status
 
 ENDPOINT_VAR = "MPILAUNCH_CONTROL"
 TOKEN_VAR = "MPILAUNCH_CONTROL_TOKEN"
 CONNECT_TIMEOUT = 3.0       # per address; a blackholed address costs this much, once
 MAX_LINE = 512
-# what the supervisor's main thread waits for (rank/supervisor.py): never taken here
-_MAIN_THREADS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
 
 
 def _sha256():
@@ -142,11 +141,8 @@ class Link(threading.Thread):
         _LINK = self
 
     def start(self) -> None:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _MAIN_THREADS)
-        try:
+        with SignalsBlocked():
             super().start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def _connect(self):
         import _socket

@@ -30,6 +30,7 @@ import threading
 import time
 
 from mpilaunch import procstat
+from mpilaunch.pdeathsig import SignalsBlocked
 from mpilaunch.rank import descendants, spawn, status
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
@@ -417,14 +418,8 @@ class Monitor(threading.Thread):
 
     def start(self) -> None:
         """Started with the adapter's signals blocked (they are for the main thread)."""
-        import _signal as signal
-
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT,
-                                                        signal.SIGHUP, signal.SIGCHLD))
-        try:
+        with SignalsBlocked():
             super().start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def say(self, why: str) -> None:
         if self.rank == 0:

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from mpilaunch.rank.plan import ChildSpec   # what to start: rank/plan.py decides it
 
 from mpilaunch.contract import ADAPTER_KILL_GRACE, SCHEDULER_GRACE
-from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl as _prctl
+from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, SignalsBlocked, prctl as _prctl
 from mpilaunch.rank import descendants, firstout, jobdone, logs, spawn, status
 from mpilaunch.rank.relay import PIPE_SIZE, grow_pipe, relay
 
@@ -233,15 +233,12 @@ class Supervisor:
             signal.signal(s, self._on_signal)
         _prctl()(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         signal.signal(signal.SIGCHLD, self._on_sigchld)
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, TEARDOWN_SIGNALS + (signal.SIGCHLD,))
-        try:
+        with SignalsBlocked():
             self.jobdone = jobdone.listener_for(self.rank, self.children, self.events.put)
             for child in self.children.values():
                 child.thread = threading.Thread(target=self._run_child, args=(child,),
                                                 name=f"child-{child.spec.role}", daemon=True)
                 child.thread.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         import gc
 
         gc.enable()   # off while the adapter started (rank/_boot.py); a long job needs it

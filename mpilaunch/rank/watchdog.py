@@ -29,6 +29,7 @@ import threading
 import time
 
 from mpilaunch import procstat
+from mpilaunch.pdeathsig import SignalsBlocked
 from mpilaunch.rank import status
 
 HEARTBEAT_VAR = "MPILAUNCH_HEARTBEAT_FILE"
@@ -123,14 +124,8 @@ class Watchdog(threading.Thread):
     def start(self) -> None:
         """Started with the adapter's signals blocked (as the supervisor's helper threads), so
         the kernel delivers them to the main thread, whose wait they must interrupt."""
-        import signal
-
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT,
-                                                        signal.SIGHUP, signal.SIGCHLD))
-        try:
+        with SignalsBlocked():
             super().start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def run(self) -> None:
         period = min(1.0, self.timeout / 4)

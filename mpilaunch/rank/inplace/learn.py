@@ -14,7 +14,6 @@ at once, so a restart soon after a restart finds it too.
 """
 from __future__ import annotations
 
-import _signal as signal   # not signal: its enums cost every rank (docs/ARCHITECTURE.md, start-up)
 import threading
 import time
 
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, List, Optional
 
 from mpilaunch.rank import status
-from mpilaunch.rank.supervisor import TEARDOWN_SIGNALS
+from mpilaunch.pdeathsig import SignalsBlocked
 
 # "0" in the workers' environment: the spare imports only its preload list, the worker is
 # never asked what it imported, and starts as ``PYTHON SCRIPT``
@@ -78,11 +77,8 @@ class Learner:
         self.done = threading.Event()
         self.primed: Any = None      # the spare that has every name in known
         self.thread = threading.Thread(target=self._run, name="learn", daemon=True)
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, TEARDOWN_SIGNALS + (signal.SIGCHLD,))
-        try:
+        with SignalsBlocked():
             self.thread.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def stop(self) -> None:
         self.done.set()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import threading
 import time
@@ -15,7 +14,7 @@ if TYPE_CHECKING:
     import subprocess
     from typing import Optional
 
-from mpilaunch.rank.supervisor import TEARDOWN_SIGNALS
+from mpilaunch.pdeathsig import SignalsBlocked
 
 PRELOAD_VAR = "MPILAUNCH_SPARE_PRELOAD"
 HEAVY = ("torch", "mindspore", "tensorflow", "jax", "numpy")
@@ -81,11 +80,8 @@ class Spare:
         self.recv_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, args=(sup, worker_child, theirs, modules),
                                        name="spare", daemon=True)
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, TEARDOWN_SIGNALS + (signal.SIGCHLD,))
-        try:
+        with SignalsBlocked():
             self.thread.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def _run(self, sup, worker_child, theirs, modules) -> None:
         import subprocess
