@@ -58,8 +58,12 @@ out = sys.argv[1]
 STOCK = len(sys.argv) > 2 and sys.argv[2] == "--stock"
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 KILL = int(os.environ.get("BENCH_KILL_STEP", "4"))
-open(os.path.join(out, f"line_{attempt}_{os.environ['RANK']}"), "w").write(repr(time.time()))
+DDP = os.environ.get("BENCH_WORKLOAD") == "ddp"
+def stamp(what):
+    open(os.path.join(out, f"{what}_{attempt}_{os.environ['RANK']}"), "w").write(repr(time.time()))
+stamp("line")
 import torch, torch.distributed as dist
+stamp("imported")
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and not STOCK:
     # torchrun: the agent's store keeps the last attempt's keys: keep each attempt's apart
@@ -68,13 +72,21 @@ if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and not STOCK:
     dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
 else:
     dist.init_process_group("gloo")
+stamp("init")
 model = torch.nn.Linear(64, 1)
+if DDP:     # as users write it: DDP, an optimizer, its state in the checkpoint
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+stamp("model")
 ckpt = os.path.join(out, "ckpt.pt")
 start = 0
 if os.path.exists(ckpt):
     st = torch.load(ckpt)
     model.load_state_dict(st["model"])
+    if DDP:
+        opt.load_state_dict(st["opt"])
     start = st["step"]
+stamp("loaded")
 dist.barrier()      # every rank has read the checkpoint before rank 0 writes the next one
 for step in range(start + 1, KILL + 4):
     if attempt == 0 and step == KILL:      # --settle: attempt 0 runs that much longer first
@@ -85,12 +97,16 @@ for step in range(start + 1, KILL + 4):
     x = torch.randn(16, 64)
     model.zero_grad()
     model(x).pow(2).mean().backward()
-    for p in model.parameters():
-        dist.all_reduce(p.grad)
+    if DDP:
+        opt.step()
+    else:
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
     if step == start + 1:
-        open(os.path.join(out, f"first_{attempt}_{rank}"), "w").write(repr(time.time()))
+        stamp("first")
     if rank == 0:
-        torch.save({"model": model.state_dict(), "step": step}, ckpt + ".tmp")
+        torch.save({"model": model.state_dict(), "step": step,
+                    "opt": opt.state_dict() if DDP else None}, ckpt + ".tmp")
         os.replace(ckpt + ".tmp", ckpt)
     dist.barrier()
     time.sleep(0.2)
@@ -104,6 +120,11 @@ open(os.path.join(sys.argv[1], "up_" + os.environ["RANK"]), "w").close()
 while True:
     time.sleep(0.05)
 '''
+
+
+# kill -> the script's first line; -> torch imported; -> init_process_group back; -> the
+# model (DDP) built; -> the checkpoint loaded; -> the first step done
+PHASES = ("line", "import", "init", "model", "load", "step")
 
 
 def free_port() -> int:
@@ -126,7 +147,7 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
         argv = [sys.executable, "-m", "mpilaunch", "--mpirun", mpirun, "-np", "2",
                 "--no-scheduler", "--master_port", "0", "--max_restarts", "1",
                 "--log_dir", os.path.join(out, "logs"), script, out]
-        if kind != "mpilaunch":
+        if kind not in ("mpilaunch", "nolearn"):
             argv[-2:-2] = ["--restart-mode", kind]
     else:
         torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
@@ -137,7 +158,10 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
 
     log = os.path.join(out, "launcher.err")
     with open(log, "w") as errf:
-        proc = subprocess.Popen(argv, env=_env(), cwd=REPO, stdin=subprocess.DEVNULL,
+        env = _env()
+        if kind == "nolearn":    # the spare imports the script's heavy modules only
+            env["MPILAUNCH_SPARE_LEARN"] = "0"
+        proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=errf)
     seen = {}
     end = time.monotonic() + 120        # torchrun's workers run in sessions of their own and
@@ -178,6 +202,11 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
         first0 = max(read(f"first_0_{r_}") for r_ in (0, 1))
         first1 = max(read(f"first_1_{r_}") for r_ in (0, 1))
         line1 = max(read(f"line_1_{r_}") for r_ in (0, 1))
+        # attempt 1, the latest rank's: kill -> script's first line -> torch imported ->
+        # init_process_group back -> model (DDP) built -> checkpoint loaded -> first step
+        marks = [killed] + [max(read(f"{w}_1_{r_}") for r_ in (0, 1))
+                            for w in ("line", "imported", "init", "model", "loaded", "first")]
+        phases = [b - a for a, b in zip(marks, marks[1:])]
     except OSError:
         lines = r.stderr.strip().splitlines()
         why = ([ln for ln in lines if "connectFullMesh failed" in ln][-1:]
@@ -185,7 +214,7 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
         print(f"  {kind}: no restarted step (rc {r.returncode}): "
               + " | ".join(why or lines[-3:])[-400:], flush=True)
         return None
-    return first1 - killed, first0 - t0, line1 - killed, first1 - line1
+    return first1 - killed, first0 - t0, line1 - killed, first1 - line1, phases
 
 
 def floor_trial() -> float:
@@ -228,7 +257,8 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--mpirun", default=os.path.join(os.path.dirname(sys.executable), "mpirun"))
     p.add_argument("--kinds", default="mpilaunch,torchrun",
-                   help="restart trials: mpilaunch (its default mode, in place), relaunch "
+                   help="restart trials: mpilaunch (its default mode, in place), nolearn "
+                   "(in place, MPILAUNCH_SPARE_LEARN=0: the spare imports torch only), relaunch "
                    "(--restart-mode relaunch), in-place (the flag given), torchrun; comma list, "
                    "interleaved")
     p.add_argument("--kill-step", type=int, default=4,
@@ -237,18 +267,22 @@ def main() -> int:
     p.add_argument("--settle", type=float, default=0.0,
                    help="seconds attempt 0 runs before the kill at --kill-step (default 0: ~0.6 s "
                    "after its first step); the in-place spare may be still importing then")
+    p.add_argument("--workload", choices=("linear", "ddp"), default="linear",
+                   help="linear: a bare Linear, gradients all-reduced by hand; ddp: "
+                   "DistributedDataParallel, SGD, its state in the checkpoint (torch.load)")
     p.add_argument("--stock", action="store_true",
                    help="also run torchrun once on the script without the per-attempt store keys")
     a = p.parse_args()
     os.environ["BENCH_SETTLE"] = str(a.settle)     # the script reads them (every launcher)
     os.environ["BENCH_KILL_STEP"] = str(a.kill_step)
+    os.environ["BENCH_WORKLOAD"] = a.workload
     work = tempfile.mkdtemp(prefix="bench-restart-")
     with open(os.path.join(work, "train.py"), "w") as f:
         f.write(TRAIN)
     with open(os.path.join(work, "stopper.py"), "w") as f:
         f.write(STOPPER)
     print(f"# mpirun {a.mpirun}; load {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores; "
-          f"settle {a.settle:g} s")
+          f"settle {a.settle:g} s; workload {a.workload}; kill at step {a.kill_step}")
     if a.stock:
         got = restart_trial("torchrun", a.mpirun, work, stock=True)
         print("torchrun --standalone --max-restarts 1, stock init_process_group: "
@@ -271,14 +305,18 @@ def main() -> int:
                 parts[kind].append(got[2:])
                 row[kind] = got[0]
                 print(f"trial {i} {kind:9s} SIGKILL -> first step after restart {got[0]:.3f} s "
-                      f"(-> script's first line {got[2]:.3f}, its re-init {got[3]:.3f}); "
-                      f"fresh launch -> first step {got[1]:.3f} s", flush=True)
+                      f"(-> script's first line {got[2]:.3f}, its re-init {got[3]:.3f}: "
+                      + " ".join(f"{n} {t:.3f}" for n, t in zip(PHASES, got[4]))
+                      + f"); fresh launch -> first step {got[1]:.3f} s", flush=True)
         floor.append(floor_trial())
         pairs.append(row)
         print(f"trial {i} floor: a fresh interpreter importing torch, torch.distributed "
               f"{floor[-1]:.3f} s; load {os.getloadavg()[0]:.2f}", flush=True)
     for kind in res:
         if res[kind]:
+            ph = [statistics.median(p[2][j] for p in parts[kind]) for j in range(len(PHASES))]
+            print(f"restart {kind}: phases (medians, the latest rank's): "
+                  + ", ".join(f"{n} {t:.3f}" for n, t in zip(PHASES, ph)))
             print(f"restart {kind}: median {statistics.median(res[kind]):.3f} s "
                   f"(min {min(res[kind]):.3f}, n={len(res[kind])}): kill -> the script's first "
                   f"line {statistics.median(p[0] for p in parts[kind]):.3f} s, then the worker's "

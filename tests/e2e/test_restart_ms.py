@@ -26,6 +26,7 @@ from helpers.launch import clean_env
 from helpers.mpis import OMPI5_MPIRUN as OMPI5
 from helpers.ports import free_port
 from helpers.procs import descendants, kill_all, wait_for, wait_gone
+from helpers.restart import worker_script
 
 MS_PY = os.environ.get("MPILAUNCH_MS_PYTHON", "/opt/mpilaunch/ms-venv/bin/python")
 HAVE_MS = os.access(MS_PY, os.X_OK) and subprocess.run(
@@ -116,7 +117,7 @@ def _worker(launcher_pid, script, rank, attempt):
     for p in descendants(launcher_pid):
         try:
             cmd = p.cmdline()
-            if len(cmd) < 2 or cmd[1] != script:
+            if worker_script(cmd) != script:
                 continue
             env = p.environ()
         except psutil.Error:

@@ -115,3 +115,12 @@ for step in range(start + 1, start + 4):
 put(f"done_{rank}", "ok")
 dist.destroy_process_group()
 '''
+
+
+def worker_script(cmd):
+    """The script a worker process runs, from its command line: ``PYTHON SCRIPT ...``, or an
+    in-place job's ``PYTHON .../rank/inplace/spare.py --run FD SCRIPT ...`` (a worker that
+    tells its adapter what it imported: rank/inplace/learn.py); None for anything else."""
+    if len(cmd) >= 5 and cmd[1].endswith("spare.py") and cmd[2] == "--run":
+        return cmd[4]
+    return cmd[1] if len(cmd) >= 2 else None

@@ -13,7 +13,7 @@ import pytest
 from helpers import inhost
 from helpers.mpis import MPIRUNS
 from helpers.procs import wait_for
-from helpers.restart import TRAIN
+from helpers.restart import TRAIN, worker_script
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow, pytest.mark.skipif(
     subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0,
@@ -37,7 +37,7 @@ def _worker_on(th, host, script, rank, attempt):
     for p in inhost.in_host(th, host):
         try:
             cmd = p.cmdline()
-            if len(cmd) < 2 or cmd[1] != script:     # the adapter runs rank/_boot.py
+            if worker_script(cmd) != script:     # the adapter runs rank/_boot.py
                 continue
             env = p.environ()
         except psutil.Error:

@@ -6,9 +6,10 @@ imports ~830 more modules (``torch._dynamo``, ``sympy``: 1.1-1.3 s on this machi
 ``import torch`` costs), and a real script's own libraries more (``import lightning`` after
 torch: 3.0-3.6 s on this busy 2-core machine). So the adapter asks its worker, which answers
 over a socket its own interpreter keeps (rank/inplace/spare.py says why that is sound and what
-is never imported), and hands the names to the next attempt's spare, at 1, 3, 7, 15, ... s (the
-intervals doubling up to ``MAX_INTERVAL`` s) after the worker's start: a script's imports are
-mostly in its first seconds, and a late one (an evaluation's, a checkpoint's) is still learnt.
+is never imported), and hands the names to the next attempt's spare, every second for the
+worker's first 10 s, then at 20, 40, 80, ... s (the gap up to ``MAX_INTERVAL`` s): a script's
+imports are mostly in its first seconds, and a late one (an evaluation's, a checkpoint's) is
+still learnt.
 What earlier attempts' workers taught is kept (:class:`Known`): each new spare gets all of it
 at once, so a restart soon after a restart finds it too.
 """
@@ -31,8 +32,12 @@ LEARN_VAR = "MPILAUNCH_SPARE_LEARN"
 # the launcher's attempts/phases.py reads them)
 SPARE_LIFE = {"ready": "spare-ready", "waited for": "spare-waited",
               "discarded on a busy machine": "spare-busy", "not ready in time": "spare-late"}
-FIRST_INTERVAL = 1.0     # s after the worker's start of the first question
-MAX_INTERVAL = 300.0     # the intervals double up to this
+# asked every EARLY_INTERVAL s for the first EARLY_ASKS questions (a failure soon after the
+# start finds the model's imports learnt: DDP's come ~1 s after torch's), then at doubling
+# intervals up to MAX_INTERVAL s
+EARLY_INTERVAL = 1.0
+EARLY_ASKS = 10
+MAX_INTERVAL = 300.0
 ANSWER_TIMEOUT = 30.0    # a worker holding the GIL that long is not asked again this attempt
 MAX_ANSWER = 4 << 20
 
@@ -108,7 +113,7 @@ class Learner:
     def _run(self) -> None:
         self._prime([])            # what earlier attempts' workers imported, at once
         start = time.monotonic()
-        interval, at = FIRST_INTERVAL, FIRST_INTERVAL
+        asks, at = 0, EARLY_INTERVAL
         while not self.done.wait(max(0.0, start + at - time.monotonic())):
             sock = self.channel()
             if sock is None:       # not started yet (or not through spare.py)
@@ -122,5 +127,5 @@ class Learner:
             self._prime(new)
             if self.debug:        # tests and bench/: what the spare was given, and when asked
                 self._say(len(new), asked)
-            interval = min(interval * 2, MAX_INTERVAL)
-            at += interval
+            asks += 1
+            at += EARLY_INTERVAL if asks < EARLY_ASKS else min(at, MAX_INTERVAL)

@@ -41,12 +41,12 @@ before it is wanted. Why that is sound:
 **The worker's side** (:func:`_reporter`): every worker of an in-place job runs through this
 file, the first one as ``PYTHON spare.py --run FD SCRIPT ARGS...`` (no spare before it: it
 runs the script at once), the others as adopted spares; either keeps FD and a daemon thread
-blocked on it. The adapter writes ``?`` on it a few times while the worker runs (at 1, 3,
-7, ... s after its start: rank/inplace/learn.py); each time the thread answers with
-one line, the library modules among ``sys.modules`` it has not sent yet, comma-separated. The
-thread never runs otherwise: its cost is that walk over ``sys.modules``, measured in a worker
-that built a DDP model (1957 modules): 2.5 ms the first time, 0.24 ms after, so ~4 ms in its
-first minute (0.007 %) and 0.24 ms per ``MAX_INTERVAL`` (300 s) after.
+blocked on it. The adapter writes ``?`` on it while the worker runs (every second for its
+first 10 s, then at 20, 40, 80, ... s: rank/inplace/learn.py); each time the thread answers
+with one line, the library modules among ``sys.modules`` it has not sent yet, comma-separated.
+The thread never runs otherwise: its cost is that walk over ``sys.modules``, measured in a
+worker that built a DDP model (1957 modules): 2.5 ms the first time, 0.24 ms after, so ~5 ms
+in its first 10 s (0.05 %), ~6 ms in its first minute (0.01 %), 0.24 ms per 300 s after.
 Only an in-place job's worker that has a spare (an attempt left to restart into) runs so.
 
 Stdlib only: this runs under whatever interpreter the worker uses, where mpilaunch may not be
