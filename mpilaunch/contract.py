@@ -104,6 +104,11 @@ DEFAULT_TAIL_SPEC = "-1"
 # failure, or a stop signal without --term-grace); the launcher waits at least this long for
 # adapters still tearing down
 ADAPTER_KILL_GRACE = 2.0
+# s an adapter's own teardown takes at most: ADAPTER_KILL_GRACE for its children, then 1 s to
+# reap them, report and exit. The launcher waits this long for adapters still tearing down
+# (supervise/attempt.py) and gives a leftover adapter this long before its SIGKILL
+# (supervise/leftovers.py)
+ADAPTER_TEARDOWN = ADAPTER_KILL_GRACE + 1.0
 # s rank 0's adapter waits for the scheduler after its worker exited 0 (--scheduler-grace)
 SCHEDULER_GRACE = 300.0
 

@@ -77,6 +77,8 @@ def subtree(pid: int) -> List[int]:
 
 
 def send(pids: List[int], sig: int) -> None:
+    """``sig`` to each of ``pids``; one gone already (or not this user's) is passed over. The
+    adapter's subtree, and the launcher's leftovers (supervise/leftovers.py)."""
     for p in pids:
         try:
             os.kill(p, sig)

@@ -7,13 +7,11 @@ import sys
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
-from mpilaunch.contract import ADAPTER_KILL_GRACE, GRACE_EVENT
+from mpilaunch.contract import ADAPTER_TEARDOWN, GRACE_EVENT
 from mpilaunch.output.summary import Collector, root_text
 
-# s the launcher waits for adapters still tearing down after the starter ended: an adapter gives
-# its workers ADAPTER_KILL_GRACE s before it SIGKILLs them, then reaps them, reports and exits;
-# the 1 s more is for the reaping, the report and the exit
-LINGER = ADAPTER_KILL_GRACE + 1.0
+# s the launcher waits for adapters still tearing down after the starter ended
+LINGER = ADAPTER_TEARDOWN
 GRACE_MARGIN = 5.0      # after the grace: the adapters' SIGKILL, reports and exit
 
 

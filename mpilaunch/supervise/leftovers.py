@@ -26,12 +26,12 @@ import time
 from typing import List, Tuple
 
 from mpilaunch import procstat
-from mpilaunch.contract import ADAPTER_KILL_GRACE
+from mpilaunch.contract import ADAPTER_TEARDOWN
+from mpilaunch.rank.descendants import send
 
-# s between the SIGTERM and the SIGKILL: an adapter's teardown gives its workers
-# ADAPTER_KILL_GRACE s before it SIGKILLs them, then reaps them and reports; the 1 s more is for
-# that reaping and report, so a leftover adapter is not killed before its workers are ended
-GRACE = ADAPTER_KILL_GRACE + 1.0
+# s between the SIGTERM and the SIGKILL: a leftover adapter is not killed before its own
+# teardown has ended its workers
+GRACE = ADAPTER_TEARDOWN
 GIVE_UP = 5.0     # s after the SIGKILL: a process the kernel cannot end (stuck in I/O) is named
 POLL = 0.05
 
@@ -55,14 +55,6 @@ def marked(name: str, value: str) -> List[int]:
     return found
 
 
-def _send(pids: List[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
 def end(name: str, value: str, grace: float = GRACE) -> Tuple[List[int], List[int]]:
     """End every process marked ``name=value``: (the PIDs found, those still running when it
     gave up). ([], []): nothing was left."""
@@ -74,10 +66,10 @@ def end(name: str, value: str, grace: float = GRACE) -> Tuple[List[int], List[in
             return seen, []
         fresh = [p for p in left if p not in seen]
         seen += fresh
-        _send(fresh, signal.SIGTERM)
+        send(fresh, signal.SIGTERM)
         waited = time.monotonic() - start
         if waited >= grace:
-            _send(left, signal.SIGKILL)
+            send(left, signal.SIGKILL)
         if waited >= grace + GIVE_UP:
             return seen, left
         time.sleep(POLL)
