@@ -39,9 +39,8 @@ HOSTS_FROM = (FROM_H, FROM_HOSTFILE, FROM_VC_WORKER_HOSTS, allocation.SLURM,
 
 
 class LaunchConfig(NamedTuple):
-    """Everything the user asked for, validated, each field's type checked (mypy). A
-    ``typing.NamedTuple`` (docs/ARCHITECTURE.md, start-up: no dataclasses, and this module has
-    no ``from __future__ import annotations``); attempts differ by ``_replace``."""
+    """Everything the user asked for, validated, each field's type checked (mypy). A NamedTuple
+    without ``from __future__ import annotations`` (docs/ARCHITECTURE.md, start-up)."""
 
     script: Optional[str]               # None with -m MODULE
     script_args: Tuple[str, ...]
@@ -83,20 +82,16 @@ class LaunchConfig(NamedTuple):
     stdin: Optional[str] = None         # mpirun's --stdin target
     scheduler_why: str = ""             # why the scheduler is (not) started
     port_check: bool = True             # rank 0 checks the port (--exec: only a port given)
-    # more adapter flags, before '--' (attempts.nextattempt.attempt_cfg writes them per attempt)
-    rank_extra: Tuple[str, ...] = ()
-    # msrun's: --bind_numa (a file's content inlined), DryRun's level / rank / simulated size,
-    # the rank table's absolute path
+    rank_extra: Tuple[str, ...] = ()    # more adapter flags, before '--' (nextattempt.attempt_cfg)
+    # msrun's: --bind_numa (its file's content), DryRun's level/rank/size, the rank table's path
     bind_numa: Optional[str] = None
     sim_level: Optional[int] = None
     sim_rank_id: Optional[int] = None
     sim_world: Optional[int] = None
     rank_table_file: Optional[str] = None
-    # the user's mpirun pieces (bind, x, mca, extra, a tune file's lines), split once:
-    # mpiargs.pieces; every backend reads these
+    # the user's mpirun pieces (bind, x, mca, extra, a tune file's lines), split once: every backend reads these
     mpi_pieces: Tuple[mpiargs.Piece, ...] = ()
-    # the run command's resilience settings (config/resilience.py; None for check and job),
-    # once a backend is chosen as it can honour them (resilience.for_backend, run.py)
+    # the run command's resilience settings as the backend can honour them (run.py; None for check, job)
     resilience: Optional[Resilience] = None
     preflight: str = "ssh"              # --preflight's level (config/preflight.py)
     deep: Optional[DeepSettings] = None   # None: no deep check
