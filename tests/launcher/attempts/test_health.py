@@ -93,6 +93,22 @@ def test_too_few_left_ends_the_job_too():
                               "it (2 host(s) would be left, fewer than --min-hosts 3)")
 
 
+def test_a_lost_host_the_shrink_drops_anyway_is_not_checked():
+    # --min-hosts 2 of 3: the lost host goes whatever its check would say; the check of a host
+    # known gone would only wait out its ssh time-out. Its rank's signalled host still is.
+    cfg = C(HOSTS, 3, None, "hostfile")
+    checks = Checks({"10.0.0.3": "ssh port: timed out"})
+    step = Between(cfg._replace(resilience=lr(2)), cfg.master_addr, Att(lost=["10.0.0.3"]), 1)
+    assert health.before_relaunch(health.HostHealth(), step, lambda text: None, checks) is None
+    assert checks.asked == []
+    step = Between(cfg._replace(resilience=lr(1)), cfg.master_addr,
+                   Att(lost=["10.0.0.3"], signalled=[0]), 1)
+    checks = Checks({"10.0.0.1": "login: refused"})
+    new, dropped = health.before_relaunch(health.HostHealth(), step, lambda text: None, checks)
+    assert checks.asked == [["10.0.0.1"]] and new.hosts == HOSTS[1:2]
+    assert dropped == {"10.0.0.1": "login: refused", "10.0.0.3": "lost"}
+
+
 @pytest.mark.parametrize("att", [Att(), Att(signalled=[0])])
 def test_a_host_that_passes_or_no_host_involved_changes_nothing(att):
     cfg = C(HOSTS, 3, None, "hostfile")
