@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import time
-from typing import Dict, List, NoReturn, Optional, Pattern, Sequence
+from typing import Dict, Iterator, List, NoReturn, Optional, Pattern, Sequence
 
 from mpilaunch import __version__
 from mpilaunch.errors import UsageError
@@ -100,13 +100,18 @@ def main(argv: Sequence[str]) -> int:
     out = sys.stdout.buffer
     read: Optional[Dict[str, int]] = {} if req.follow else None
     logs = req.logs(job, strict=not req.follow or job.ended)
-    lines = logview.merged(logs, req.pattern, req.since, req.tail, read)
     headers = req.attempt is None and len({log.attempt for log in job.logs}) > 1
-    for chunk in logview.render(lines, headers):
+    last: List[Optional[int]] = [None]    # the attempt of the last line written
+
+    def lines() -> Iterator[logview.Line]:
+        for ln in logview.merged(logs, req.pattern, req.since, req.tail, read):
+            last[0] = ln.attempt
+            yield ln
+    for chunk in logview.render(lines(), headers):   # as they are read: a big job's logs are never held
         out.write(chunk)
     out.flush()
     if req.follow:
-        follow(req, job, read or {}, lines[-1].attempt if lines else None, headers)
+        follow(req, job, read if read is not None else {}, last[0], headers)
     return 0
 
 

@@ -1,5 +1,5 @@
 """What ``mpilaunch logs LOG_DIR`` reads and how it orders it (pure but for :func:`scan`,
-:func:`read_lines` and :func:`launcher_gone`, which read files and /proc).
+:func:`log_lines` and :func:`launcher_gone`, which read files and /proc).
 
 A job's log dir holds ``events.jsonl`` (docs/EVENTS.md) and one ``worker_<rank>.log`` per
 rank, in the log dir itself or, with restarts, in ``attempt<k>/`` (contract.attempt_log_dir).
@@ -16,6 +16,8 @@ prints new lines in the order they reach the files.
 """
 from __future__ import annotations
 
+import collections
+import heapq
 import json
 import os
 import re
@@ -190,55 +192,50 @@ def select(logs: List[RankLog], ranks: "Optional[frozenset[int]]" = None, host: 
     return out
 
 
-def estimate(lines: List[Tuple[int, bytes]], size: int, start: float, end: float, attempt: int,
-             rank: int) -> List[Line]:
-    """Each line (its byte offset, its text) of a log of ``size`` bytes with its estimated time:
-    ``start`` + its offset's share of the log times (``end`` - ``start``)."""
-    span = max(0.0, end - start)
-    return [Line(start + (span * off / size if size else 0.0), attempt, rank, text) for off, text in lines]
-
-
-def read_lines(path: str, complete: bool = False) -> Tuple[List[Tuple[int, bytes]], int, float]:
-    """([(offset, line)], size, mtime) of a log; a last line without its newline counts,
-    unless ``complete`` (then ``size`` ends at the last newline: where a follower reads on)."""
+def log_lines(log: RankLog, read: Optional[Dict[str, int]] = None) -> Iterator[Line]:
+    """One log's lines with their estimated times (the module's doc), read as they are used: a
+    log is never held whole. Its size and mtime are taken first; bytes written after are left
+    for a follower. With ``read`` (a follower's): complete lines only, and ``read[path]`` the
+    offset read up to."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-            mtime = os.fstat(f.fileno()).st_mtime
+        f = open(log.path, "rb")
     except OSError:
-        return [], 0, 0.0
-    if complete:
-        data = data[:data.rfind(b"\n") + 1]
-    out, off = [], 0
-    for text in data.split(b"\n"):
-        out.append((off, text))
-        off += len(text) + 1
-    if out and out[-1][1] == b"":
-        out.pop()
-    return out, len(data), mtime
+        return
+    with f:
+        st = os.fstat(f.fileno())
+        size, mtime = st.st_size, st.st_mtime
+        start = log.start if log.start is not None else mtime
+        span = max(0.0, max(start, mtime) - start)
+        off = 0
+        for raw in f:
+            if off >= size or (read is not None and not raw.endswith(b"\n")):
+                break
+            t = start + (span * off / size if size else 0.0)
+            off += len(raw)
+            if read is not None:
+                read[log.path] = off
+            yield Line(t, log.attempt, log.rank, raw[:-1] if raw.endswith(b"\n") else raw)
+
+
+def _order(ln: Line) -> Tuple[int, float, int]:
+    return ln.attempt, ln.t, ln.rank
 
 
 def merged(logs: List[RankLog], pattern: Optional[Pattern[bytes]] = None, since: Optional[float] = None,
-           tail: Optional[int] = None, read: Optional[Dict[str, int]] = None) -> List[Line]:
-    """Every line of ``logs`` in estimated time order (ties: attempt, rank, then the file's
-    order), filtered by ``pattern`` (searched in the line) and ``since`` (an estimated time),
-    the last ``tail`` of them. With ``read`` (a follower's), complete lines only, and each
-    log's path -> the offset read up to."""
-    out: List[Line] = []
-    for log in logs:
-        lines, size, mtime = read_lines(log.path, complete=read is not None)
-        if read is not None:
-            read[log.path] = size
-        start = log.start if log.start is not None else mtime
-        out += estimate(lines, size, start, max(start, mtime), log.attempt, log.rank)
-    out.sort(key=lambda ln: (ln.attempt, ln.t, ln.rank))   # stable: a rank's own order stays
+           tail: Optional[int] = None, read: Optional[Dict[str, int]] = None) -> Iterator[Line]:
+    """Every line of ``logs`` in estimated time order (ties: the rank, then the file's order),
+    filtered by ``pattern`` (searched in the line) and ``since`` (an estimated time), the last
+    ``tail`` of them. A merge of the logs read side by side: what it holds is a line a log (and
+    ``tail`` lines), whatever their size. With ``read`` (a follower's): complete lines only, and
+    each log's path -> the offset read up to."""
+    lines: Iterator[Line] = heapq.merge(*(log_lines(log, read) for log in logs), key=_order)
     if pattern is not None:
-        out = [ln for ln in out if pattern.search(ln.text)]
+        lines = (ln for ln in lines if pattern.search(ln.text))
     if since is not None:
-        out = [ln for ln in out if ln.t >= since]
+        lines = (ln for ln in lines if ln.t >= since)
     if tail is not None:
-        out = out[len(out) - tail:] if tail else []
-    return out
+        return iter(collections.deque(lines, maxlen=tail))
+    return lines
 
 
 def render(lines: Iterable[Line], headers: bool) -> Iterator[bytes]:

@@ -80,10 +80,14 @@ def test_select_by_rank_host_and_attempt():
     assert logview.select(logs, ranks=frozenset({1}), attempt=1) == []
 
 
-def test_a_lines_time_is_its_offsets_share_of_the_span():
-    lines = [(0, b"a"), (50, b"b"), (100, b"c")]
-    assert [round(x.t, 3) for x in logview.estimate(lines, 200, 10.0, 12.0, 0, 3)] == [10.0, 10.5, 11.0]
-    assert [x.t for x in logview.estimate(lines, 0, 10.0, 9.0, 0, 3)] == [10.0, 10.0, 10.0]
+def test_a_lines_time_is_its_offsets_share_of_the_span(tmp_path):
+    path = tmp_path / "worker_3.log"
+    path.write_bytes(b"a" * 49 + b"\n" + b"b" * 49 + b"\n" + b"c" * 99 + b"\n")   # offsets 0, 50, 100 of 200
+    os.utime(path, (12.0, 12.0))
+    log = logview.RankLog(0, 3, str(path), "h", 10.0)
+    assert [(x.t, x.text[:1]) for x in logview.log_lines(log)] == [(10.0, b"a"), (10.5, b"b"), (11.0, b"c")]
+    late = log._replace(start=20.0)     # a start after the last change: no span
+    assert [x.t for x in logview.log_lines(late)] == [20.0, 20.0, 20.0]
 
 
 def _write_job(root, attempts, ended=True):
@@ -108,14 +112,14 @@ def test_merged_orders_ranks_by_estimated_time_and_keeps_each_ranks_order(tmp_pa
                               1: (b"y0\ny1\n", 101.0, 102.0, "h1")}})
     job = logview.scan(str(tmp_path))
     assert job.ended
-    lines = logview.merged(job.logs)
+    lines = list(logview.merged(job.logs))
     # x: 100, 101, 102, 103; y: 101, 101.5
     assert [(x.rank, x.text) for x in lines] == [(0, b"x0"), (0, b"x1"), (1, b"y0"), (1, b"y1"),
                                                 (0, b"x2"), (0, b"x3")]
     assert b"".join(logview.render(lines[:2], headers=False)) == b"[rank0] x0\n[rank0] x1\n"
     assert [x.text for x in logview.merged(job.logs, pattern=re.compile(b"1"))] == [b"x1", b"y1"]
     assert [x.text for x in logview.merged(job.logs, tail=2)] == [b"x2", b"x3"]
-    assert logview.merged(job.logs, tail=0) == []
+    assert list(logview.merged(job.logs, tail=0)) == []
     assert [x.text for x in logview.merged(job.logs, since=101.9)] == [b"x2", b"x3"]
 
 
