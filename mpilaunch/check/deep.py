@@ -33,6 +33,10 @@ from mpilaunch.check.schedule import (GEMM_MAX_SHARED, ROUNDS, Windows, combine,
 from mpilaunch.config import hostfile as hf
 from mpilaunch.config import mpi, preflight
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mpilaunch.config.launchconfig import LaunchConfig
+
 NET_BYTES = 32 << 20       # per directed link at most (healthy links end before the window)
 DISK_BYTES = 2 << 20       # over the rounds: a fsync of this much is most of the measure
 
@@ -92,7 +96,7 @@ class Agent:
             raise AgentError("its agent ended") from None
         return self._next(timeout)
 
-    def close(self):
+    def close(self) -> None:
         try:
             self.file.write('{"op": "exit"}\n')
             self.file.flush()
@@ -150,7 +154,7 @@ def host_stage(agents: Sequence[Agent], only: Sequence[int], w: Windows, dp: Dee
     for i in only:
         groups.setdefault(agents[i].hello.get("boot_id", str(i)), []).append(i)
 
-    def one_machine(idx):
+    def one_machine(idx: List[int]) -> Dict[int, Union[outliers.Host, AgentError]]:
         got: Dict[int, list] = {i: [] for i in idx}
         failed: Dict[int, AgentError] = {}
         for k in range(ROUNDS):
@@ -171,7 +175,8 @@ def host_stage(agents: Sequence[Agent], only: Sequence[int], w: Windows, dp: Dee
     return out
 
 
-def _one_link(agents, ln, w: Windows, slack: float, tid: str) -> outliers.Link:
+def _one_link(agents: Sequence[Agent], ln: Tuple[int, int], w: Windows, slack: float,
+              tid: str) -> outliers.Link:
     src, dst = agents[ln[0]], agents[ln[1]]
     try:
         sent = src.ask({"op": "send", "addr": dst.addr, "port": dst.port, "id": tid,
@@ -226,7 +231,7 @@ def start_agents(hosts: Sequence[tuple], ports: Mapping[str, int], token: str, t
                  parallel: int) -> Tuple[List[Agent], List[CheckResult]]:
     """Connect to the agents of ``hosts`` (the probe started them) -> (agents that said
     hello, [CheckResult] for those that did not)."""
-    def start(h):
+    def start(h: tuple) -> Union[Agent, CheckResult]:
         i, name, addr, slots = h
         if name not in ports:
             return CheckResult(name, addr, "compute", FAIL,
@@ -252,7 +257,7 @@ def start_agents(hosts: Sequence[tuple], ports: Mapping[str, int], token: str, t
 def dismiss(hosts: Sequence[tuple], ports: Mapping[str, int], token: str, timeout: float,
             parallel: int) -> None:
     """End the agents of hosts that failed a check (their alarm would, later)."""
-    def end(h):
+    def end(h: tuple) -> None:
         try:
             Agent(h[0], h[1], h[2], h[3], ports[h[1]], token, timeout).close()
         except (AgentError, ValueError):
@@ -279,7 +284,7 @@ def run_deep(p: Params, results: Sequence[CheckResult], dp: DeepParams, token: s
             a.close()
 
 
-def _measure(agents, bad, dp: DeepParams, timeout: float, parallel: int, t0: float) -> DeepReport:
+def _measure(agents: Sequence[Agent], bad: List[CheckResult], dp: DeepParams, timeout: float, parallel: int, t0: float) -> DeepReport:
     n = len(agents)
     per_machine: Dict[str, int] = {}
     for a in agents:
@@ -343,13 +348,14 @@ def _phase(what: str, t0: float) -> None:
         print(f"mpilaunch check --deep: {time.monotonic() - t0:.2f}s {what}", file=sys.stderr)
 
 
-def ln_text(agents, ln: outliers.Link) -> str:
+def ln_text(agents: Sequence[Agent], ln: outliers.Link) -> str:
     return (f"cannot measure the link {agents[ln.src].name}→{agents[ln.dst].name} "
             f"(port {agents[ln.dst].port}): {ln.error} — a firewall between the "
             "hosts blocks the ranks too")
 
 
-def check_deep(p: Params, settings, log_dir: str, timeout: float, parallel: int) -> tuple:
+def check_deep(p: Params, settings: preflight.DeepSettings, log_dir: str, timeout: float,
+               parallel: int) -> tuple:
     """The usual checks, their probe also starting each host's agent, then the deep ones on
     the hosts that passed: (results, DeepReport)."""
     import secrets
@@ -367,7 +373,7 @@ def check_deep(p: Params, settings, log_dir: str, timeout: float, parallel: int)
     return [r for r in results if r.check != "agent"] + report.results, report
 
 
-def gate_fails(cfg, env) -> bool:
+def gate_fails(cfg: LaunchConfig, env: Mapping[str, str]) -> bool:
     """``mpilaunch --preflight deep``: the launch's hosts through ``check --deep`` with its
     defaults first; each failure and the verdict on stderr, and True (nothing starts) when a
     check failed or a host is an outlier."""

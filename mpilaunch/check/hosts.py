@@ -10,11 +10,14 @@ from __future__ import annotations
 import subprocess
 import time
 from dataclasses import replace
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from mpilaunch import contract, net, ssh
 from mpilaunch.config import hostfile as hf
 from mpilaunch.config import sshconfig
+
+if TYPE_CHECKING:
+    from mpilaunch.config.launchconfig import LaunchConfig
 from mpilaunch.check.probe import evaluate_probe, parse_probe_output, probe_argv
 from mpilaunch.check.results import (
     DEFAULT_PARALLEL, DEFAULT_TIMEOUT, FAIL, LEVEL_FULL, LEVEL_SSH, OK, SKIP, CheckResult, Params,
@@ -137,7 +140,8 @@ def _ssh_login(host: hf.Host, port: Optional[int], name: str, addr: str, target:
                       time.monotonic() - t2)
 
 
-def probe_results(name, addr, rc, stdout, stderr, p: Params, rank0: bool, seconds: float) -> List[CheckResult]:
+def probe_results(name: str, addr: str, rc: int, stdout: str, stderr: str, p: Params, rank0: bool,
+                  seconds: float) -> List[CheckResult]:
     """The probe's process result -> the python .. syn-backlog results of one host."""
     probe = parse_probe_output(stdout)
     if probe is None:
@@ -152,7 +156,7 @@ def probe_results(name, addr, rc, stdout, stderr, p: Params, rank0: bool, second
     return [replace(r, seconds=seconds if r.check == "python" else 0.0) for r in res]
 
 
-def run_checks(cfg_or_params, timeout: float = DEFAULT_TIMEOUT, *, level: Optional[str] = None,
+def run_checks(cfg_or_params: Union[LaunchConfig, Params], timeout: float = DEFAULT_TIMEOUT, *, level: Optional[str] = None,
                parallel: int = DEFAULT_PARALLEL, mux: Optional[str] = None) -> List[CheckResult]:
     """Check every host of a launch. ``cfg_or_params``: a ``LaunchConfig`` (then ``level``
     defaults to ``"ssh"``: resolve, ssh port, ssh login -- cheap enough before every launch)

@@ -2,17 +2,20 @@
 and the one summary line. Pure."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from mpilaunch.check.outliers import COLUMNS as DEEP_COLUMNS
 from mpilaunch.check.results import CHECKS, FAIL, OK, SKIP, WARN, CheckResult
+
+if TYPE_CHECKING:
+    from mpilaunch.check.deep import DeepReport
 
 TABLE_MAX_HOSTS = 40          # beyond this, print failures and the summary only (or --table)
 MAX_LINES_PER_CHECK = 20      # failure lines per check kind before "... and N more"
 
 
 def report_lines(results: Sequence[CheckResult], n_hosts: int, elapsed: float, table: Optional[bool] = None,
-                 max_per_check: int = MAX_LINES_PER_CHECK, deep=None) -> List[str]:
+                 max_per_check: int = MAX_LINES_PER_CHECK, deep: Optional[DeepReport] = None) -> List[str]:
     """``deep``: the ``--deep`` report (mpilaunch/check/deep.py's DeepReport): its columns
     join the table (figures instead of ok, ``!`` after an outlier's), its notes and verdict
     come before the summary line."""

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Iterable, List, Optional, Tuple
 
 from mpilaunch.config import hostfile as hf
 from mpilaunch.config import options
+
+if TYPE_CHECKING:
+    from mpilaunch.config.launchconfig import LaunchConfig
+    from mpilaunch.config.mpi import MpiInfo
 
 # Defaults of ``--timeout`` / ``--parallel``: the option table's.
 DEFAULT_TIMEOUT = float(options.BY_DEST["check_timeout"].default)
@@ -70,7 +74,8 @@ class Params:
     ssh_mux: Optional[str] = None                   # ControlPath: the login opens a master
 
 
-def params_from_config(cfg, level: str = LEVEL_SSH, mpi_info=None, oversubscribe: Optional[bool] = None,
+def params_from_config(cfg: LaunchConfig, level: str = LEVEL_SSH, mpi_info: Optional[MpiInfo] = None,
+                       oversubscribe: Optional[bool] = None,
                        check_script: bool = False) -> Params:
     """A ``mpilaunch.config.launchconfig.LaunchConfig`` (+ ``mpilaunch.config.mpi.MpiInfo`` for the full level)."""
     script = None

@@ -4,7 +4,7 @@ slow link, the rounds of a host. Pure."""
 from __future__ import annotations
 
 import random
-from typing import List, NamedTuple, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
 from mpilaunch.check import outliers
 
@@ -84,7 +84,7 @@ def link_waves(links: Sequence[tuple], machine: Sequence[str]) -> List[List[tupl
     return waves
 
 
-def _mean(values):
+def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
     known = [v for v in values if v is not None]
     return sum(known) / len(known) if known else None
 
@@ -93,7 +93,7 @@ def combine(rounds: Sequence[outliers.Host]) -> outliers.Host:
     """One host's rounds -> its figures: the mean of each (per slot for compute)."""
     first = rounds[-1]
     rates = [r.compute for r in rounds if r.compute]
-    compute = [_mean(col) for col in zip(*rates)] if rates else None
+    compute = [sum(col) / len(col) for col in zip(*rates)] if rates else None
     disk = dict(next((r.disk for r in rounds if r.disk), {}))
     rate = _mean([(r.disk or {}).get("rate") for r in rounds])
     if rate is not None:
