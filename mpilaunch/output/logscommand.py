@@ -94,12 +94,37 @@ class Request:
         return chosen
 
 
+def room_for(n_logs: int) -> None:
+    """The logs are read side by side, one open file each: raise the soft open-file limit to
+    what that needs (at most the hard one), or say which limit to raise."""
+    import resource
+
+    need = n_logs + 32   # and the interpreter's own, the record, stdio
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise UsageError(f"ulimit -n {soft} (hard {hard}): too low to read {n_logs} logs side by side; "
+                         f"raise it to {need}, or choose fewer with --rank, --host or --attempt")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
 def main(argv: Sequence[str]) -> int:
     req = Request(parser().parse_args(list(argv)))
     job = logview.scan(req.log_dir)
-    out = sys.stdout.buffer
     read: Optional[Dict[str, int]] = {} if req.follow else None
     logs = req.logs(job, strict=not req.follow or job.ended)
+    room_for(len(logs))
+    try:
+        return _show(req, job, logs, read)
+    except BrokenPipeError:   # the reader went away (| head): cli.py's to end quietly
+        raise
+    except OSError as exc:   # a log it may not read: one line, as any bad input
+        raise UsageError(f"{exc.filename or req.log_dir}: {exc.strerror}") from None
+
+
+def _show(req: Request, job: logview.Job, logs: List[logview.RankLog], read: Optional[Dict[str, int]]) -> int:
+    out = sys.stdout.buffer
     headers = req.attempt is None and len({log.attempt for log in job.logs}) > 1
     last: List[Optional[int]] = [None]    # the attempt of the last line written
 

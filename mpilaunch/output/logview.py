@@ -199,7 +199,7 @@ def log_lines(log: RankLog, read: Optional[Dict[str, int]] = None) -> Iterator[L
     offset read up to."""
     try:
         f = open(log.path, "rb")
-    except OSError:
+    except FileNotFoundError:   # removed since the scan (another error is the caller's to say)
         return
     with f:
         st = os.fstat(f.fileno())

@@ -167,3 +167,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     fill = {"job": str(job), "empty": str(empty)}
     p = _logs_cli(*[a.format(**fill) for a in args])
     assert (p.returncode, p.stdout, p.stderr) == (2, "", f"mpilaunch: error: {message.format(**fill)}\n")
+
+
+def test_too_low_an_open_file_limit_for_the_logs_is_one_line(tmp_path):
+    import resource
+
+    _write_job(tmp_path, {0: {r: (b"x\n", 1.0, 2.0, "h0") for r in range(10)}})
+
+    def low():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
+    p = subprocess.run([sys.executable, "-m", "mpilaunch", "logs", str(tmp_path)], capture_output=True, text=True,
+                       cwd=REPO, timeout=60, preexec_fn=low)
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr == ("mpilaunch: error: ulimit -n 40 (hard 40): too low to read 10 logs side by side; "
+                        "raise it to 42, or choose fewer with --rank, --host or --attempt\n")
+    p = subprocess.run([sys.executable, "-m", "mpilaunch", "logs", str(tmp_path), "--rank", "0-3"], capture_output=True,
+                       text=True, cwd=REPO, timeout=60, preexec_fn=low)
+    assert (p.returncode, p.stdout, p.stderr) == (0, "".join(f"[rank{r}] x\n" for r in range(4)), "")
