@@ -148,8 +148,7 @@ def before_relaunch(health: HostHealth, step: "Between", warn: Callable[[str], N
     lost ones and the failing ones are charged to ``health``. -> None (nothing to change: the
     next attempt runs as it would have), or (cfg, {dropped host: why}) for the hosts left
     (``--min-hosts``), or raises :class:`Ended`."""
-    cfg, att, k = step.cfg, step.last, step.k
-    lr = resilience.of(cfg)
+    cfg, att, k, lr = step.cfg, step.last, step.k, resilience.of(step.cfg)
     hosts = tuple(cfg.hosts)
     # inside a Slurm allocation daemons start through Slurm, not ssh: no ssh check (run.py)
     if net.all_here(hosts) or allocation.from_slurm(getattr(cfg, "hosts_from", "")):
@@ -180,7 +179,6 @@ def before_relaunch(health: HostHealth, step: "Between", warn: Callable[[str], N
     record = {hf.label(hosts[i]): why for i, why in sorted(out.items())}
     gone = set(out) | (lost if lr.min_hosts is not None else set())
     left = tuple(h for i, h in enumerate(hosts) if i not in gone)
-    names = ", ".join(record)
     ended = bool(out) and (lr.min_hosts is None or len(left) < lr.min_hosts or not left)
     if checked or out:
         events.emit(events.Kind.HOST_CHECK, next_attempt=k, checked=[hf.label(hosts[i]) for i in checked],
@@ -190,7 +188,7 @@ def before_relaunch(health: HostHealth, step: "Between", warn: Callable[[str], N
         return None
     if ended:
         i = min(out)
-        more = f" (and {len(out) - 1} more: {names})" if len(out) > 1 else ""
+        more = f" (and {len(out) - 1} more: {', '.join(record)})" if len(out) > 1 else ""
         need = ("give --min-hosts to go on without it" if lr.min_hosts is None else
                 f"{len(left)} host(s) would be left, fewer than --min-hosts {lr.min_hosts}")
         raise Ended(f"host {hf.label(hosts[i])} failed its check before attempt {k}: {out[i]}"
