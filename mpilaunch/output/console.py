@@ -56,6 +56,18 @@ def ranks_text(ranks: Iterable[int]) -> str:
     return ",".join(out)
 
 
+RANKS_CHARS = 48   # a longer rank list (scattered ranks of a big job) is cut: its count instead
+
+
+def ranks_label(ranks: List[int]) -> bytes:
+    """The prefix's rank list: :func:`ranks_text`, cut after :data:`RANKS_CHARS` characters at a
+    comma with how many ranks there are (``0,2,4,...,98 (50 ranks)``)."""
+    text = ranks_text(ranks)
+    if len(text) > RANKS_CHARS:
+        text = text[:text.rindex(",", 0, RANKS_CHARS)] + f",...,{max(ranks)} ({len(set(ranks))} ranks)"
+    return text.encode()
+
+
 def split_rank(line: bytes) -> "tuple[int, bytes] | None":
     """``[rank7] text\\n`` -> (7, ``text\\n``); None for a line that is not a rank's."""
     if not line.startswith(b"[rank"):
@@ -141,7 +153,7 @@ class Collapser:
             if not same:
                 del self.open[g.text]
             if not g.capped or self.budget is None or self.budget.keep(g.ranks, g.text):
-                out.append(b"[rank%s] %s" % (ranks_text(g.ranks).encode(), g.text) if len(g.ranks) > 1
+                out.append(b"[rank%s] %s" % (ranks_label(g.ranks), g.text) if len(g.ranks) > 1
                            else b"[rank%d] %s" % (g.ranks[0], g.text))
         return b"".join(out)
 

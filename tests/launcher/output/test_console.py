@@ -15,6 +15,13 @@ def test_ranks_text(ranks, text):
     assert console.ranks_text(ranks) == text
 
 
+def test_a_long_rank_list_is_cut_with_its_count():
+    assert console.ranks_label(list(range(0, 100, 2))) == \
+        b"0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32,...,98 (50 ranks)"
+    assert console.ranks_label(list(range(1024))) == b"0-1023"
+    assert console.ranks_label([5, 1]) == b"1,5"
+
+
 @pytest.mark.parametrize("line, parsed", [(b"[rank7] x\n", (7, b"x\n")), (b"[rank12] \n", (12, b"\n")),
                                           (b"[rankx] x\n", None), (b"[rank7]x\n", None), (b"rank7 x\n", None),
                                           (b"[rank" + b"1" * 20 + b"] x\n", None)])
