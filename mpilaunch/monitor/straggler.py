@@ -8,8 +8,7 @@ ranks' wait shares minus its own. With every rank alike the gaps are noise aroun
 the others wait for has a gap as large as the share of the step they spend waiting for it.
 
 * **score**: the rank's gap averaged over the last ``WINDOW`` rounds it has one in (a round:
-  one sample of every rank, ``board.py``), so one noisy round does not name a rank, and a rank
-  slow from the start is named in its first round.
+  one sample of every rank, ``board.py``), so one noisy round does not name a rank.
 * a rank **becomes** a straggler when its score is ``ON`` or more **and** its gap was ``OFF``
   or more in each of the last ``PERSIST`` rounds, and **recovers** when its score falls below
   ``OFF`` (hysteresis: a rank near the threshold does not come and go each round).
