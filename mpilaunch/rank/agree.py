@@ -110,7 +110,7 @@ def _refuse_loopback(addr: str, spans_nodes: bool, given: str, flag: str) -> Non
 Peer = namedtuple("Peer", "rank hostname ipv4s leader local_rank local_size")
 
 
-def _group(peers: Sequence[Peer], key) -> List[List[Peer]]:
+def _group(peers: Sequence[Peer], key: Callable[[Peer], Any]) -> List[List[Peer]]:
     groups: dict = {}
     for p in sorted(peers, key=lambda p: p.rank):
         groups.setdefault(key(p), []).append(p)
@@ -194,7 +194,7 @@ def mca_tweak(env: Mapping[str, str]) -> Optional[str]:
     return None
 
 
-def node_from_plan(info: RankInfo, expect) -> RankInfo:
+def node_from_plan(info: RankInfo, expect: Tuple[int, str, Tuple[Tuple[str, int], ...]]) -> RankInfo:
     """Node index and count from the launcher's plan (``--expect-ranks``, parsed by
     ``rank/span.py``) in ``exact`` mode (hostfile slots filled in order), when it agrees with
     what the MPI launcher says here (world size, this host's rank count, local rank = rank -

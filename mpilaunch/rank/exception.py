@@ -47,7 +47,7 @@ from mpilaunch.contract import mask_lines
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import List, Mapping, Optional
+    from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 LOG_WINDOW = 1 << 20           # bytes of the log's end searched for a traceback
 ERROR_FILE_MAX = 4 << 20       # a larger error file is not read
@@ -65,7 +65,8 @@ _EXC = re.compile(r"([A-Za-z_][\w.]*)(?:: (.*))?$")
 _LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d[\d.]*/|^<")
 
 
-def _block(lines: List[str], i: int, prefix: str, end: Optional[int] = None):
+def _block(lines: List[str], i: int, prefix: str,
+           end: Optional[int] = None) -> Tuple[Optional[Dict[str, Any]], int]:
     """The traceback starting at ``lines[i]`` (its header, or a SyntaxError's first frame),
     looked for up to ``lines[end]``: -> ({type, message, frames}, the index of its exception
     line), or (None, index reached)."""
@@ -89,7 +90,7 @@ def _block(lines: List[str], i: int, prefix: str, end: Optional[int] = None):
     return None, (len(lines) if end is None else i)
 
 
-def _header(line: str):
+def _header(line: str) -> Optional[str]:
     """The prefix before a traceback's header on ``line``, or None when it is not one."""
     text = line.rstrip()
     return text[:-len(HEADER)] if text.endswith(HEADER) else None
@@ -127,9 +128,10 @@ def tracebacks(lines: List[str]) -> list:
             k += 1
             while k < n and not lines[k][len(prefix or ""):].strip():
                 k += 1
-            if k >= n or _header(lines[k]) is None:
+            head = _header(lines[k]) if k < n else None
+            if head is None:
                 break
-            nxt, j2 = _block(lines, k, _header(lines[k]))
+            nxt, j2 = _block(lines, k, head)
             if nxt is None:
                 break
             nxt["link"], j = link, j2
@@ -236,7 +238,7 @@ def _read_error_file(path: str, since_ns: Optional[int]) -> Optional[dict]:
     return found
 
 
-def _masked(value, env: Mapping[str, str]):
+def _masked(value: Any, env: Mapping[str, str]) -> Any:
     if isinstance(value, str):
         return mask_lines([value], env, cut=MESSAGE_CHARS)[0]
     if isinstance(value, dict):

@@ -14,12 +14,16 @@ import os
 import threading
 import time
 
+TYPE_CHECKING = False   # no typing at run time (docs/ARCHITECTURE.md, start-up)
+if TYPE_CHECKING:
+    from typing import Callable
+
 FIRST_DELAY = 0.005
 EARLY, EARLY_MAX, LATE_MAX = 10.0, 0.1, 1.0
 
 
 class Watch:
-    def __init__(self, path: str, report):
+    def __init__(self, path: str, report: Callable[[], None]) -> None:
         self.path, self.report = path, report
         self.done = threading.Event()
         # started by the worker's own thread, so it keeps that thread's blocked signals: they
@@ -50,5 +54,5 @@ class Watch:
         self.thread.join(timeout)
 
 
-def watch(path: str, report) -> Watch:
+def watch(path: str, report: Callable[[], None]) -> Watch:
     return Watch(path, report)

@@ -50,7 +50,7 @@ class RankInfo(namedtuple("RankInfo", "rank size local_rank local_size node_inde
     def single_node(self) -> bool:
         return self.complete and self.local_size == self.size
 
-    def with_nodes(self, **changes) -> "RankInfo":
+    def with_nodes(self, **changes: object) -> "RankInfo":
         return self._replace(**changes)
 
 

@@ -18,10 +18,19 @@ from __future__ import annotations
 
 from mpilaunch.errors import UsageError
 
+TYPE_CHECKING = False   # no typing at run time (docs/ARCHITECTURE.md, start-up)
+if TYPE_CHECKING:
+    from typing import Optional, Sequence, Tuple
+
+    from mpilaunch.rank.identity import RankInfo
+
+    # the plan of --expect-ranks: (N, MODE, ((host, count), ...))
+    Plan = Tuple[int, str, Tuple[Tuple[str, int], ...]]
+
 MODES = ("exact", "bound", "size")
 
 
-def parse(spec: str):
+def parse(spec: str) -> Plan:
     """``N;MODE;h:c,...`` -> (N, MODE, ((host, count), ...)); UsageError if malformed."""
     try:
         size, mode, hosts = spec.split(";", 2)
@@ -37,7 +46,7 @@ def parse(spec: str):
     return n, mode, tuple(table)
 
 
-def host_of(rank: int, table) -> int:
+def host_of(rank: int, table: Sequence[Tuple[str, int]]) -> int:
     """Index of the planned host of ``rank`` when the slots are filled in order."""
     total = 0
     for i, (_, count) in enumerate(table):
@@ -47,7 +56,8 @@ def host_of(rank: int, table) -> int:
     return len(table) - 1
 
 
-def problem(expect, rank: int, size, local_size, hostname: str):
+def problem(expect: Plan, rank: int, size: Optional[int], local_size: Optional[int],
+            hostname: str) -> Optional[str]:
     """None when this rank runs as planned, else the one-paragraph explanation."""
     n, mode, table = expect
     why = None
@@ -80,7 +90,7 @@ def problem(expect, rank: int, size, local_size, hostname: str):
             "the MPI did not read; --no-span-check turns this check off")
 
 
-def check(spec: str, info) -> None:
+def check(spec: str, info: RankInfo) -> None:
     """UsageError (exit 2, before the script) when this rank does not run as planned."""
     text = problem(parse(spec), info.rank, info.size, info.local_size, info.hostname)
     if text is not None:

@@ -29,6 +29,10 @@ import threading
 import time
 
 from mpilaunch import procstat
+
+TYPE_CHECKING = False   # no typing at run time (docs/ARCHITECTURE.md, start-up)
+if TYPE_CHECKING:
+    from typing import Callable, Optional, Sequence, Tuple
 from mpilaunch.pdeathsig import SignalsBlocked
 from mpilaunch.rank import status
 
@@ -45,7 +49,7 @@ def stacks_path(log_dir: str, rank: int) -> str:
     return os.path.abspath(os.path.join(log_dir, f"stacks_{rank}.txt"))
 
 
-def _mark(path: str):
+def _mark(path: str) -> Optional[Tuple[int, int]]:
     try:
         st = os.stat(path)
     except OSError:
@@ -53,7 +57,7 @@ def _mark(path: str):
     return (st.st_size, st.st_mtime_ns)
 
 
-def find_py_spy(env_path) -> str:
+def find_py_spy(env_path: Optional[str]) -> str:
     """``py-spy`` next to this interpreter, else on the worker's PATH, else ""."""
     import sys
 
@@ -76,7 +80,7 @@ def dump_stacks(pid: int, out_path: str, py_spy: str) -> str:
     return f"stacks: {out_path}"
 
 
-def py_spy_dump(pid: int, py_spy: str, more=()) -> str:
+def py_spy_dump(pid: int, py_spy: str, more: Sequence[str] = ()) -> str:
     """``py-spy dump --pid PID [more]``, headed by the command and its exit status (also what
     ``mpilaunch stacks`` gathers: rank/stacks.py)."""
     extra = "".join(f" {m}" for m in more)
@@ -88,7 +92,7 @@ def py_spy_dump(pid: int, py_spy: str, more=()) -> str:
         return f"== py-spy dump --pid {pid}{extra}: {exc}\n"
 
 
-def is_stopped(pid) -> bool:
+def is_stopped(pid: Optional[int]) -> bool:
     """``pid`` is stopped (state T: SIGTSTP/SIGSTOP) or traced (t)."""
     return procstat.state(pid) in procstat.STOPPED
 
@@ -113,8 +117,9 @@ def _write(path: str, text: str) -> None:
 class Watchdog(threading.Thread):
     """Watches one worker; ``pid_of()`` gives its pid (None before it started)."""
 
-    def __init__(self, timeout: float, log_path: str, heartbeat: str, stacks: str, pid_of,
-                 rank: int, host: str, py_spy: str, status_of=lambda: None):
+    def __init__(self, timeout: float, log_path: str, heartbeat: str, stacks: str,
+                 pid_of: Callable[[], Optional[int]], rank: int, host: str, py_spy: str,
+                 status_of: Callable[[], Optional[int]] = lambda: None) -> None:
         super().__init__(name="stall-watchdog", daemon=True)
         self.timeout, self.paths = timeout, (os.path.abspath(log_path), heartbeat)
         self.stacks, self.pid_of, self.rank, self.host = stacks, pid_of, rank, host
