@@ -24,8 +24,16 @@
    at once on SIGTERM (a 0 s save): ``--term-grace 5`` vs no grace (Open MPI's own teardown).
 
     python3 bench/bench_restart.py [--trials 5] [--mpirun PATH] [--stock] [--no-stop]
-                                   [--kinds mpilaunch,relaunch,torchrun] [--settle S]
-                                   [--kill-step N]
+                                   [--kinds mpilaunch,nolearn,relaunch,torchrun] [--settle S]
+                                   [--kill-step N] [--workload linear|ddp]
+
+   ``--workload ddp`` trains as users write it: ``DistributedDataParallel``, SGD, the model's
+   and the optimizer's state in the checkpoint, loaded with ``torch.load``. Each restart is
+   also split by the script's own stamps (the latest rank's): kill -> its first line, ->
+   torch imported, -> ``init_process_group`` back, -> the model built, -> the checkpoint
+   loaded, -> the first step. ``nolearn`` is ``mpilaunch`` with ``MPILAUNCH_SPARE_LEARN=0``:
+   the spare imports the script's heavy modules only, not what the worker imported
+   (rank/inplace/learn.py).
 
    ``mpilaunch`` is ``mpilaunch --max_restarts 1`` in its default mode, in place: mpirun and
    the adapters stay, the next attempt's worker interpreter was started (torch imported) while
