@@ -91,7 +91,7 @@ FLAGS = (
          "worker (absent: \"none\", torchrun's default --rdzv-id)", CONFIG, "run_id", SET),
     Flag("--torchrun", "torchrun", TEXT, "SPEC", None,
          "torchrun's per-worker flags, role=NAME;signals=LIST;redirects=N|L:N,...;filter=L,...;"
-         "vlr=1 (mpilaunch/config/torchrun.py rank_spec; rank/plan.py)", CONFIG, "torchrun", SET),
+         "vlr=1 (mpilaunch/config/torchworker.py rank_spec; rank/plan.py)", CONFIG, "torchrun", SET),
     Flag("--no-scheduler", "no_scheduler", SWITCH, None, False,
          "do not start the MindSpore scheduler", CONFIG, "scheduler", OFF),
     Flag("--no-port-check", "no_port_check", SWITCH, None, False,

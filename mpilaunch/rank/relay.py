@@ -51,23 +51,32 @@ def grow_pipe(fd: int, size: int) -> None:
         pass
 
 
+def _log_lines(log_fd: int, text: bytes) -> bytes:
+    """Write the whole lines of ``text`` to the log; -> the partial last line, held (a line
+    longer than a chunk goes as it comes). For torchrun's ``--redirects 1`` or ``2``, whose
+    kept-off stream has a relay of its own to the same log (``to_console`` False): each relay
+    writes whole lines (a partial one after a quiet ``partial_delay``), so neither stream cuts
+    a line of the other."""
+    end = text.rfind(b"\n") + 1
+    if not end and len(text) >= READ_CHUNK:
+        end = len(text)
+    if end:
+        _write_all(log_fd, memoryview(text)[:end])
+    return text[end:]
+
+
 def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
           partial_delay: float = 0.1, pipe_size: int = PIPE_SIZE, on_first=None,
-          log_lines: bool = False) -> None:
+          log_lines: bool = False, to_console: bool = True) -> None:
     """Copy ``read_fd`` to ``log_fd`` verbatim and to ``out_fd`` with ``prefix`` on each line;
-    ``on_first()`` once the first chunk is in the log (the event record's first output).
-    ``log_lines``: the log is also written by the worker's other stream directly (torchrun's
-    ``--redirects 1`` or ``2``): whole lines only go to it (a partial one after the same quiet
-    ``partial_delay``), so neither stream cuts a line of the other.
-
-    Per chunk (up to 1 MiB): one ``write`` to the log, one ``bytes.replace`` and one
-    ``writev`` to the console; only complete lines go to the console, so lines from
-    different ranks never interleave mid-line in mpirun's output.
-    """
+    ``on_first()`` once the first chunk is in the log (the event record's first output);
+    ``log_lines``, ``to_console``: torchrun's ``--redirects 1``/``2`` (:func:`_log_lines`).
+    Per chunk (up to 1 MiB): one ``write`` to the log, one ``bytes.replace`` and one ``writev``
+    to the console; only complete lines go to the console, so lines from different ranks never
+    interleave mid-line in mpirun's output."""
     nl_prefix = b"\n" + prefix
-    at_line_start = True
-    pending = b""
-    console = True
+    at_line_start, pending = True, b""
+    console = to_console
     held = b""      # log_lines: the partial last line not yet in the log
     grow_pipe(out_fd, pipe_size)
     try:
@@ -75,9 +84,8 @@ def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
             if pending or held:
                 ready, _, _ = select.select([read_fd], [], [], partial_delay)
                 if not ready:          # quiet: show the partial line (a prompt, a progress bar)
-                    if held:
-                        _write_all(log_fd, held)
-                        held = b""
+                    _write_all(log_fd, held)    # nothing when nothing is held
+                    held = b""
                     if pending:
                         if console:
                             console = _write_all(out_fd, prefix if at_line_start else b"", pending)
@@ -90,11 +98,7 @@ def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
             if not chunk:
                 break
             if log_lines:
-                whole = held + chunk
-                end = whole.rfind(b"\n") + 1
-                held = whole[end:]
-                if end:
-                    _write_all(log_fd, memoryview(whole)[:end])
+                held = _log_lines(log_fd, held + chunk)
             else:
                 _write_all(log_fd, chunk)
             if on_first is not None:
@@ -115,10 +119,29 @@ def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
             console = _write_all(out_fd, head, pending, memoryview(body)[:end])
             pending = chunk[cut + 1:]
             at_line_start = True
-        if held:
-            _write_all(log_fd, held)
+        _write_all(log_fd, held)
         if console and (pending or not at_line_start):   # end the rank's last line
             _write_all(out_fd, prefix if at_line_start and pending else b"", pending, b"\n")
     finally:
         os.close(read_fd)
         os.close(log_fd)
+
+
+def relay_threads(role: str, prefix: bytes, read_fd: int, hid_r: "int | None", log_fd: int,
+                  out_fd: int, pipe_size: int, first=None) -> tuple:
+    """The started relay threads of a tailed child -> (its output's to the log and the
+    console, or with torchrun's --redirects 1 or 2 the kept-off stream's (``hid_r``) to the
+    log alone, else None); with both, each writes whole lines only to the one log."""
+    import threading
+
+    hidden = None
+    if hid_r is not None:
+        hidden = threading.Thread(target=relay, args=(hid_r, os.dup(log_fd), b"", out_fd, 0.1,
+                                                      pipe_size, None, True, False),
+                                  name=f"relay-{role}-log", daemon=True)
+        hidden.start()
+    main = threading.Thread(target=relay, args=(read_fd, log_fd, prefix, out_fd, 0.1, pipe_size,
+                                                first, hid_r is not None),
+                            name=f"relay-{role}", daemon=True)
+    main.start()
+    return main, hidden

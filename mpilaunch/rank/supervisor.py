@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 from mpilaunch.contract import ADAPTER_KILL_GRACE, SCHEDULER_GRACE
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, SignalsBlocked, prctl as _prctl
 from mpilaunch.rank import descendants, firstout, jobdone, logs, spawn, status
-from mpilaunch.rank.relay import PIPE_SIZE, grow_pipe, relay
+from mpilaunch.rank.relay import PIPE_SIZE, grow_pipe, relay_threads
 
 TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # A child killed by SIGTERM is usually Open MPI's teardown signalling the whole process group;
@@ -66,6 +66,7 @@ class _Child:
         self.spec = spec
         self.thread: Optional[threading.Thread] = None
         self.relay: Optional[threading.Thread] = None
+        self.hidden_relay: Optional[threading.Thread] = None   # torchrun's --redirects 1 or 2
         self.proc: Optional[spawn.Child] = None
         self.status: Optional[int] = None          # shell-style, once exited
         self.signal: Optional[int] = None
@@ -120,24 +121,24 @@ class Supervisor:
     def _start_and_wait(self, child: _Child) -> None:
         spec = child.spec
         log_fd = child.log_fd
-        read_fd = write_fd = None
+        # hid_*: torchrun's --redirects 1 or 2, the stream kept off the console (relay.relay_threads)
+        read_fd = write_fd = hid_r = hid_w = None
         try:
             if spec.tail_prefix is not None:
                 read_fd, write_fd = os.pipe()
                 grow_pipe(read_fd, self.pipe_size)
+                if spec.hidden:
+                    hid_r, hid_w = os.pipe()
             with self.lock:
                 if self.stopping:
                     child.start_error = "not started: the rank is being torn down"
                     self.events.put(("exit", spec.role))
                     return
                 try:
-                    # torchrun's --redirects 1 or 2: that stream to the log alone, the other
-                    # through the relay (both reach the log, whose fd appends)
                     out = write_fd if write_fd is not None else log_fd
-                    err = None if write_fd is None or not spec.hidden else (
-                        log_fd if spec.hidden == 2 else write_fd)
-                    if spec.hidden == 1 and write_fd is not None:
-                        out = log_fd
+                    err = None
+                    if hid_w is not None:
+                        out, err = (hid_w, write_fd) if spec.hidden == 1 else (write_fd, hid_w)
                     child.proc = spawn.start(
                         spec.argv, spec.env,
                         stdin=None if spec.inherit_stdin else spawn.DEVNULL,
@@ -151,6 +152,11 @@ class Supervisor:
         finally:
             if write_fd is not None:
                 os.close(write_fd)
+            if hid_w is not None:
+                os.close(hid_w)
+            if hid_r is not None and child.proc is None:
+                os.close(hid_r)
+                hid_r = None
             if read_fd is None or child.proc is None:
                 if log_fd is not None:
                     os.close(log_fd)
@@ -162,12 +168,10 @@ class Supervisor:
             lambda: status.life(self.rank, self.host, "worker", "output"))
         watch = (firstout.watch(spec.log_path, first)   # not tailed: only its log sees it
                  if first is not None and read_fd is None else None)
-        if read_fd is not None:
-            child.relay = threading.Thread(
-                target=relay, args=(read_fd, log_fd, spec.tail_prefix, self.stdout_fd, 0.1,
-                                   self.pipe_size, first, bool(spec.hidden)),
-                name=f"relay-{spec.role}", daemon=True)
-            child.relay.start()
+        if read_fd is not None and log_fd is not None:
+            child.relay, child.hidden_relay = relay_threads(
+                spec.role, spec.tail_prefix, read_fd, hid_r, log_fd, self.stdout_fd,
+                self.pipe_size, first)
         rc = child.proc.wait()
         if watch is not None:
             watch.stop()
@@ -358,8 +362,9 @@ class Supervisor:
             self.events.put(ev)
 
     def _finish_relay(self, child: _Child, timeout: float = 2.0) -> None:
-        if child.relay is not None:
-            child.relay.join(timeout)
+        for thread in (child.relay, child.hidden_relay):
+            if thread is not None:
+                thread.join(timeout)
 
     def _report(self, child: _Child, cause: str, event: str = "exit") -> None:
         if child.reported:
