@@ -1,6 +1,6 @@
 """The live monitor's cost to the job it watches (docs/MONITOR.md): the step time of a 4-rank
 torch/gloo job (bench/workloads/gloo_steps.py, oversubscribed on this host's cores) with each
-rank's adapter sampling at ``--monitor-interval S`` against ``--monitor-interval 0`` (off).
+rank's adapter sampling at ``--sample-interval S`` against ``--sample-interval 0`` (off).
 
 Runs are interleaved (off, S1, S2, off, S1, S2, ...). Every run lasts ``--skip + --window``
 seconds of steps; the first ``--skip`` seconds (start-up, and the first interval, before which
@@ -36,7 +36,7 @@ def run_job(interval: float, skip: float, window: float) -> dict:
     work = tempfile.mkdtemp(prefix=f"bench-monitor-{interval:g}-")
     try:
         argv = [common.PY, "-m", "mpilaunch", "-np", "4", "--oversubscribe", "--no-scheduler",
-                "--master_port", "0", "--monitor-interval", f"{interval:g}", "--log_dir",
+                "--master_port", "0", "--sample-interval", f"{interval:g}", "--log_dir",
                 os.path.join(work, "logs"), WORKLOAD, work, str(skip + window)]
         env = dict(common.base_env(), OMP_NUM_THREADS="1")
         r = subprocess.run(argv, env=env, cwd=work, stdin=subprocess.DEVNULL,
@@ -138,7 +138,7 @@ def main() -> int:
     load["end"] = common.loadavg()
     off = statistics.median(r["mean"] for r in got[0.0])
     table = {}
-    print(f"\n| --monitor-interval | mean step (median of {args.rounds}) | median step | ratio to off |")
+    print(f"\n| --sample-interval | mean step (median of {args.rounds}) | median step | ratio to off |")
     print("|---|---|---|---|")
     for v in variants:
         mean = statistics.median(r["mean"] for r in got[v])
