@@ -13,8 +13,12 @@ gc.disable()   # no collections while the adapter's modules load (docs/ARCHITECT
 import os  # noqa: E402
 import sys  # noqa: E402
 
+TYPE_CHECKING = False   # no typing at run time: every rank starts here
+if TYPE_CHECKING:
+    from typing import Iterator, Optional, Tuple
 
-def _venv():
+
+def _venv() -> "Tuple[Optional[str], bool]":
     """(venv dir, include-system-site-packages) when this interpreter is a venv's. Under -S,
     ``sys.prefix`` stays the base installation: the venv is found as ``site`` would find it."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
@@ -30,7 +34,7 @@ def _venv():
     return root, include
 
 
-def _paths():
+def _paths() -> "Iterator[str]":
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.dirname(os.path.dirname(here))     # the directory holding the mpilaunch package
     import site

@@ -139,13 +139,13 @@ FLAGS = (
 BY_NAME = {f.name: f for f in FLAGS}
 
 
-def condition(flag):
+def condition(flag: "Flag") -> "tuple[str, str]":
     """``flag.when`` split: (the test, the field it tests)."""
     test, _, field = flag.when.partition(" ")
     return test, field or flag.source
 
 
-def _written(flag):
+def _written(flag: "Flag") -> str:
     """Who writes ``flag``, from what, and when (the doc's column)."""
     if flag.writer == ADAPTER:
         return "nobody: adapter only"
@@ -163,7 +163,7 @@ def _written(flag):
     return f"{writer}: `{prefix}{flag.source}`, {cond}"
 
 
-def _synopsis():
+def _synopsis() -> "list[str]":
     """The rank command with every flag the launcher may write, wrapped like the doc's."""
     words, last = [], None
     for f in FLAGS:
@@ -186,7 +186,7 @@ def _synopsis():
             "another --python)"] + lines + ["```"]
 
 
-def markdown():
+def markdown() -> str:
     """docs/ARCHITECTURE.md's generated part of "The rank command": synopsis and table."""
     rows = _synopsis() + ["", "| flag | value | adapter default | written by | what |",
                           "|---|---|---|---|---|"]
