@@ -16,7 +16,11 @@ from collections import namedtuple
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import List, Optional, Sequence
+    import argparse
+    from types import SimpleNamespace
+    from typing import List, NoReturn, Optional, Sequence
+
+    from mpilaunch.rank.resilience import ResilienceFlags
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
@@ -25,11 +29,11 @@ from mpilaunch.rank import flags, frameworkenv, logs   # affinity: only with --b
 PROG = "mpilaunch.rank"
 
 
-def _parser():
+def _parser() -> argparse.ArgumentParser:
     import argparse
 
     class _Parser(argparse.ArgumentParser):
-        def error(self, message):  # one line, no usage dump, no SystemExit(2) from argparse
+        def error(self, message: str) -> "NoReturn":  # one line, no usage dump, no SystemExit(2) from argparse
             raise UsageError(message)
 
     p = _Parser(prog=PROG, description="Rank adapter: run SCRIPT as this MPI rank's worker "
@@ -53,7 +57,7 @@ def _negative_number(value: str) -> bool:
     return (whole == "" or whole.isdigit()) and frac.isdigit()
 
 
-def _fast(argv: List[str]):
+def _fast(argv: List[str]) -> Optional[SimpleNamespace]:
     """The namespace argparse would give for the launcher's own spelling (every flag exact,
     ``--flag value``, values not dash-led except negative numbers), else None. argparse and
     its imports (docs/ARCHITECTURE.md, start-up) then handle the rest."""
@@ -189,7 +193,7 @@ def parse_torchrun(text: str) -> Torchrun:
                     got.get("vlr") == "1")
 
 
-def _resilience(ns):
+def _resilience(ns: object) -> Optional[ResilienceFlags]:
     """The resilience flags (restart count, graceful stop, stall watchdog, span check: the rows
     each attempt writes, read by mpilaunch/rank/resilience.py), None when none was given."""
     if all(getattr(ns, f.dest) is None for f in flags.FLAGS if f.writer == flags.ATTEMPT):
