@@ -24,13 +24,20 @@ from __future__ import annotations
 
 import threading
 
+TYPE_CHECKING = False   # no typing at run time (docs/ARCHITECTURE.md, start-up)
+if TYPE_CHECKING:
+    import socket
+    from typing import Any, Callable, Dict, Mapping, Optional, Set, Tuple
+
+    Put = Callable[[Tuple[str, int]], None]
+
 PREFIX = b"mpilaunch-done "
 COPIES = 3
 _JOB_VARS = ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid",
              "SLURM_JOB_ID")
 
 
-def job_id(env):
+def job_id(env: Mapping[str, str]) -> Optional[str]:
     """What every rank of this job has in common (no spaces), or None when the launcher gives
     nothing of the kind (Hydra's ranks: then no message is sent or heard)."""
     parts = [env.get(name, "") for name in _JOB_VARS]
@@ -40,7 +47,7 @@ def job_id(env):
     return text if text.strip("|") else None
 
 
-def _where(env):
+def _where(env: Mapping[str, str]) -> Optional[Tuple[str, int, int]]:
     """(scheduler host, port, number of workers) from a worker's env, or None."""
     try:
         return env["MS_SCHED_HOST"], int(env["MS_SCHED_PORT"]), int(env["MS_WORKER_NUM"])
@@ -52,7 +59,7 @@ def message(job: str, rank: int) -> bytes:
     return PREFIX + f"{job} {rank}".encode("utf-8", "replace")
 
 
-def parse(data: bytes, job: str, size: int):
+def parse(data: bytes, job: str, size: int) -> Optional[int]:
     """The rank a datagram reports, or None (another job, garbage, out of range)."""
     if not data.startswith(PREFIX):
         return None
@@ -64,7 +71,7 @@ def parse(data: bytes, job: str, size: int):
     return rank if their_job == job and 0 < rank < size else None
 
 
-def send_done(worker_env, rank: int) -> None:
+def send_done(worker_env: Mapping[str, str], rank: int) -> None:
     """A worker of rank ``rank`` > 0 exited 0: tell rank 0's adapter. Never raises."""
     where, job = _where(worker_env), job_id(worker_env)
     if where is None or job is None or rank == 0:
@@ -87,11 +94,12 @@ class Listener:
     """Rank 0 with a scheduler: counts the other ranks' finished workers. ``put(event)`` is
     called with ``("peer-done", rank)`` from a daemon thread."""
 
-    def __init__(self, worker_env, put):
-        self.ranks = set()
-        self.sock = None
-        where, self.job = _where(worker_env), job_id(worker_env)
-        if where is None or self.job is None:
+    def __init__(self, worker_env: Mapping[str, str], put: Put) -> None:
+        self.ranks: Set[int] = set()
+        self.sock: Optional[socket.socket] = None
+        where, job = _where(worker_env), job_id(worker_env)
+        self.job = job
+        if where is None or job is None:
             return
         host, port, self.size = where
         import socket
@@ -103,15 +111,15 @@ class Listener:
         except OSError:
             return   # the port's UDP side is taken: no speed-up, the scheduler leaves by itself
         self.sock = s
-        threading.Thread(target=self._receive, args=(s, put), name="jobdone", daemon=True).start()
+        threading.Thread(target=self._receive, args=(s, put, job), name="jobdone", daemon=True).start()
 
-    def _receive(self, sock, put) -> None:
+    def _receive(self, sock: socket.socket, put: Put, job: str) -> None:
         while True:
             try:
                 data = sock.recv(512)
             except OSError:
                 return
-            rank = parse(data, self.job, self.size)
+            rank = parse(data, job, self.size)
             if rank is not None and rank not in self.ranks:
                 self.ranks.add(rank)
                 put(("peer-done", rank))
@@ -121,14 +129,14 @@ class Listener:
         return self.sock is not None and len(self.ranks) >= self.size - 1
 
 
-def listener_for(rank: int, children: dict, put):
+def listener_for(rank: int, children: Dict[str, Any], put: Put) -> Optional[Listener]:
     """A :class:`Listener` for rank 0 running a scheduler, else None."""
     if rank != 0 or "scheduler" not in children or "worker" not in children:
         return None
     return Listener(children["worker"].spec.env, put)
 
 
-def stop_scheduler_if_all_done(sup) -> bool:
+def stop_scheduler_if_all_done(sup: Any) -> bool:
     """Rank 0's supervisor (``mpilaunch.rank.supervisor.Supervisor``): once its own worker and
     every other rank's exited 0, SIGTERM the scheduler (the subtree's SIGKILL follows after the
     grace, on the way out) and say so: the rank ends with status 0 and no status line."""
