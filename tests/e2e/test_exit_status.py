@@ -70,7 +70,8 @@ def test_srun_refuses_an_mpirun_option_in_one_line(slurm_cluster, tmp_path):
     tmpdir.mkdir()
     env = slurm_cluster.env(clean_env(TMPDIR=str(tmpdir)))
     p = slurm_cluster.run(["salloc", "-n2", sys.executable, "-m", "mpilaunch", "--launcher", "srun",
-                           "--extra-args", "--hostfile x", "f.py"], timeout=120, cwd=tmp_path, env=env)
+                           "--master_port", "0", "--extra-args", "--hostfile x", "f.py"], timeout=120,
+                          cwd=tmp_path, env=env)
     err = p.stderr
     assert p.returncode == 2, err
     lines = [line for line in err.splitlines() if line.startswith("mpilaunch")]
