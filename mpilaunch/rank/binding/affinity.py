@@ -24,7 +24,7 @@ from collections import namedtuple
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Sequence, Tuple, Union
+    from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from mpilaunch.errors import UsageError
 
@@ -63,7 +63,7 @@ FIX = 'give True, False, or a dict like {"scheduler":["0-1"],"device0":["2-3"]}'
 _NOT_A_SWITCH = object()
 
 
-def _switch(text: str):
+def _switch(text: str) -> Any:   # None, AUTO or the _NOT_A_SWITCH sentinel
     """msrun's True/False words (any case; empty is off): None (off), AUTO, or _NOT_A_SWITCH."""
     word = text.lower()
     if word in ("false", "0", "no", "off", ""):
@@ -211,7 +211,7 @@ def parse_bind_numa(raw: Optional[str], name: str = "--bind-numa") -> NumaSpec:
         raise UsageError(f"{name}={raw!r}: {exc}; {NUMA_FIX}") from None
 
 
-def _parse_bind_numa(raw):
+def _parse_bind_numa(raw: Optional[str]) -> NumaSpec:
     if raw is None:
         return None
     text = raw.strip()
@@ -229,7 +229,7 @@ def _parse_bind_numa(raw):
     return {key: NumaEntry(None, nodes, nodes) for key, nodes in _node_map(data, "").items()}
 
 
-def _node_map(data, where: str) -> dict:
+def _node_map(data: object, where: str) -> Dict[str, List[int]]:
     """{key: [node, ...]} of a {"device<ID>"|"scheduler": nodes} dict."""
     import re
 

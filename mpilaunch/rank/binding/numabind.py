@@ -14,6 +14,10 @@ A node this host does not have: one line on stderr and exit 2, before the worker
 import os
 import sys
 
+TYPE_CHECKING = False   # no typing at run time: this runs in every bound worker's start
+if TYPE_CHECKING:
+    from typing import Iterable, List, Optional, Sequence
+
 # ``python -S -c ENTRY PKG_PARENT ARGS...``: no site (docs/ARCHITECTURE.md, start-up)
 ENTRY = ("import sys; sys.path.insert(0, sys.argv[1]); from mpilaunch.rank.binding import numabind; "
          "sys.exit(numabind.main(sys.argv[2:]))")
@@ -30,7 +34,7 @@ def prefix(python: str, spec_text: str, role: str, local_rank: int, local_size: 
             str(local_size), device_id, "keep" if keep_cpus else "numa", "--"]
 
 
-def set_membind(nodes) -> None:
+def set_membind(nodes: "Sequence[int]") -> None:
     """``set_mempolicy(MPOL_BIND, nodes)`` for this process (OSError on failure)."""
     import ctypes
 
@@ -53,7 +57,7 @@ def set_membind(nodes) -> None:
         raise OSError(err, f"set_mempolicy: {os.strerror(err)}")
 
 
-def _numactl():
+def _numactl() -> "Optional[str]":
     for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
         path = os.path.join(d or ".", "numactl")
         if os.path.isfile(path) and os.access(path, os.X_OK):
@@ -61,11 +65,11 @@ def _numactl():
     return None
 
 
-def _ranges(values) -> str:
+def _ranges(values: "Iterable[int]") -> str:
     return ",".join(str(v) for v in values)
 
 
-def main(argv) -> int:
+def main(argv: "List[str]") -> int:
     from mpilaunch.errors import UsageError
     from mpilaunch.rank.binding import affinity
     spec_text, role, local_rank, local_size, device_id, cpus_mode = argv[:6]
