@@ -145,3 +145,35 @@ def test_the_relay_drains_the_stream_whatever_goes_wrong_in_the_collapsing(monke
     out = b"".join(got)
     assert out.startswith(b"mpilaunch: console: collapsing stopped (a bug; please report it): Traceback")
     assert b"ValueError: planted" in out and out.endswith(b"[rank1] b\n" * 1000)
+
+
+def _until(pred, relay, what):
+    for _ in range(1000):
+        if pred():
+            return
+        assert relay.is_alive(), what
+        threading.Event().wait(0.01)
+    raise AssertionError(what)
+
+
+def test_a_flood_over_the_budget_is_held_back_a_run_at_a_time():
+    r, w = os.pipe()
+    got = []
+    budget = Budget(1000, "LOGS")
+    relay = console.CollapseRelay(os.fdopen(r, "rb"), got.append, lambda s: None, window=60.0, expected=3,
+                                  budget=budget)
+    relay.start()
+    os.write(w, b"".join(b"[rank2] before %03d %s\n" % (i, b"x" * 40) for i in range(30)))   # > 1000 B
+    _until(lambda: budget.over, relay, "the budget spent")
+    flood = b"".join(b"[rank1] flood %05d\n" % i for i in range(2000))
+    os.write(w, flood + b"[rank0] mine 1\nmpirun says\n[rank0] mine 2\n" + flood[:200])
+    _until(lambda: budget.dropped >= 2010, relay, "rank 1's runs held back")
+    relay.failed(1)
+    os.close(w)
+    relay.join(10)
+    out = b"".join(got).decode()
+    assert out.count("flood") == 50     # rank 1's last 50, shown at its failure
+    assert "mpilaunch: console: rank 1 failed; its last 50 line(s), held back by the console's budget:" in out
+    lines = [ln for ln in out.splitlines() if "flood" not in ln and "held back" not in ln and "before" not in ln]
+    assert lines[0].startswith("mpilaunch: console: the ranks' lines are over 1000 bytes/s")
+    assert lines[1:] == ["[rank0] mine 1", "mpirun says", "[rank0] mine 2"]
