@@ -251,9 +251,11 @@ class CollapseRelay(threading.Thread):
     def failed(self, rank: int) -> None:
         """Rank ``rank`` failed: its lines pass the budget from now on, and those it held back
         are shown (its traceback came before its failure was known)."""
-        if self.budget is not None:   # its lines still held pass now; those held back come here
+        if self.budget is not None:   # what is held first (its earlier lines), then what it held back
             with self.lock:
-                self.write(self.budget.fail(rank))
+                kept = self.budget.fail(rank)
+                if kept:
+                    self.write(self.collapser.take(time.monotonic(), everything=True) + kept)
 
     def run(self) -> None:
         try:
@@ -323,9 +325,9 @@ class CollapseRelay(threading.Thread):
 
     def _runs(self, body: bytes, now: float) -> None:
         """A flood (the budget spent): ``body`` taken a run of one rank's lines at a time (a
-        pattern, at C speed), without a look at each line: a run of a rank the budget keeps is
-        shown as it came, another's is held back whole (while the budget is spent, lines do not
-        collapse: the lines alike that rank 0 prints still show, as rank 0's). The per-line
+        pattern, at C speed). A run whose first line joins a held one (a dump other ranks
+        printed) goes line by line; any other, without a look at each line: a run of a rank the
+        budget keeps is shown as it came, another's is held back whole. The per-line
         Python is what would slow a flooding job: ~3-4 us a line against the relay's bulk copy."""
         global _RUN
         if _RUN is None:
@@ -336,13 +338,18 @@ class CollapseRelay(threading.Thread):
         for m in _RUN.finditer(body):
             self._add(body[pos:m.start()], now)    # lines not a rank's, in their place
             rank, run = int(m.group(1)), m.group(0)
+            prefix = m.end(1) + 2 - m.start()
+            if run[prefix:run.index(b"\n") + 1] in self.collapser.open:   # lines alike (a dump): per line
+                self._add(run, now)
+                pos = m.end()
+                continue
             budget.seen(len(run), now)
             if not budget.over:
                 self._add(run, now)
             elif budget.keeps(rank):      # rank 0's, a failed rank's: shown as they came
                 self.collapser.add_block(run, now)
             else:
-                budget.hold_back_run(rank, run, m.end(1) + 2 - m.start())
+                budget.hold_back_run(rank, run, prefix)
             pos = m.end()
         self._add(body[pos:], now)
 
