@@ -158,7 +158,10 @@ def _modules(sent, dirs, script_dir):
         if name in sent:
             continue
         sent.add(name)
-        path = getattr(mod, "__file__", None)
+        try:    # the module's own dict: a lazy module's getattr would import it, here
+            path = object.__getattribute__(mod, "__dict__").get("__file__")
+        except (AttributeError, TypeError):
+            continue
         if (isinstance(path, str) and path.startswith(dirs) and not path.startswith(script_dir)
                 and name not in ("__main__", "__mp_main__")):
             new.append(name)
