@@ -29,3 +29,36 @@ def test_which_spare_listens(tmp_path, text, rank, modules, want):
     script = tmp_path / "train.py"
     script.write_text(text)
     assert listens(["python3", str(script)], {"RANK": rank}, modules) is want
+
+
+def test_a_listen_while_a_prime_holds_the_socket_goes_right_after_it():
+    """listen() never waits (the restart is not held for an early store): while prime() holds
+    the spare's socket its line is kept, and sent after the prime's or before go()'s."""
+    import json
+    import socket
+    import threading
+
+    from mpilaunch.rank.inplace.prestart import Spare
+
+    class Spec:
+        env = {"RANK": "0", "WORLD_SIZE": "2"}
+        argv = ["python", "train.py"]
+
+    ours, theirs = socket.socketpair()
+    spare = object.__new__(Spare)
+    spare.sock, spare.send_lock, spare.pending = ours, threading.Lock(), b""
+    spare.adopted, spare.primes, spare.store, spare.spec = False, 0, True, Spec()
+    spare.proc, spare.exited = object(), threading.Event()
+    with spare.send_lock:            # a prime() under way
+        spare.listen(29500)
+    assert spare.pending          # kept, not sent: the socket was another's
+    with pytest.raises(BlockingIOError):
+        theirs.recv(1 << 16, socket.MSG_DONTWAIT)
+    assert spare.prime(["json"]) and spare.pending == b""
+    got = b""
+    while got.count(b"\n") < 2:
+        got += theirs.recv(1 << 16)
+    lines = [json.loads(ln) for ln in got.splitlines()]
+    assert lines == [{"import": ["json"]}, {"listen": 29500, "world": 2, "libuv": True}]
+    ours.close()
+    theirs.close()

@@ -76,6 +76,7 @@ class Spare:
         self.adopted = False     # go() handed it the attempt: self.sock is the worker's now
         self.imported = False
         self.acks = 0            # '+' read from it: one for its modules, one per prime()
+        self.pending = b""       # a listen() line to send once prime() lets go of the socket
         self.primes = 0          # prime() messages sent
         self.recv_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, args=(sup, worker_child, theirs, modules),
@@ -142,16 +143,25 @@ class Spare:
         env = self.spec.env
         msg = {"listen": port, "world": int(env.get("WORLD_SIZE", "1")),
                "libuv": env.get("USE_LIBUV", "1") != "0"}
+        line = json.dumps(msg).encode() + b"\n"
         # never waits: a prime() under way blocks until the spare reads it (it may still be
-        # importing), and the restart is not held for an early store
+        # importing), and the restart is not held for an early store; the line then goes
+        # right after that prime's, or before go()'s
         if not self.send_lock.acquire(blocking=False):
+            self.pending = line
             return
         try:
-            self.sock.sendall(json.dumps(msg).encode() + b"\n")
+            self.sock.sendall(line)
         except OSError:
             pass
         finally:
             self.send_lock.release()
+
+    def _send_pending(self) -> None:
+        """listen()'s line, if it came while prime() held the socket (send_lock held)."""
+        line, self.pending = self.pending, b""
+        if line:
+            self.sock.sendall(line)
 
     def prime(self, names) -> bool:
         """Have it import ``names`` too (modules the worker imported: loop.py ``Learner``);
@@ -161,9 +171,10 @@ class Spare:
                 return False
             try:
                 self.sock.sendall(json.dumps({"import": list(names)}).encode() + b"\n")
+                self.primes += 1
+                self._send_pending()
             except OSError:
                 return False
-            self.primes += 1
         return True
 
     def _read_acks(self) -> None:
@@ -185,6 +196,7 @@ class Spare:
         msg = json.dumps({"env": spec.env, "argv": spec.argv[1:]}).encode() + b"\n"
         with self.send_lock:
             try:
+                self._send_pending()
                 socket.send_fds(self.sock, [msg], [out_fd])
             except OSError:
                 self.sock.close()
