@@ -7,7 +7,12 @@ The record names each rank's host (its adapter's lines carry ``rank`` and ``host
 its worker's log got its first bytes (``first_output``; else the worker's ``process_start``).
 
 The order across ranks. The worker logs hold the worker's bytes verbatim, with no time on a
-line, so a line's time is estimated: the rank's first output (the record's ``first_output``,
+line. Next to a log the rank side's relay keeps its times index (``.worker_<rank>.log.times``,
+mpilaunch/rank/relay.py: times_path): (byte offset, wall time read) of its chunks, one record
+at most every 50 ms; a line's time is then its chunk's (the last record at or before its first
+byte: at most 50 ms early), the rank host's clock. A log without one (a rank whose output
+is not relayed: not tailed, torchrun's ``--redirects``; an older job; another tool's), or
+whose index does not fit it, has its lines' times estimated: the rank's first output (the record's ``first_output``,
 the launcher's clock) plus the line's byte offset's share of the log, times the span from then
 to the log's last change (its mtime). Within a rank the order is exact (the file's);
 across ranks, lines printed at the same point of the same program (a configuration dump,
@@ -16,11 +21,15 @@ prints new lines in the order they reach the files.
 """
 from __future__ import annotations
 
+import array
+import bisect
 import collections
 import heapq
+import itertools
 import json
 import os
 import re
+import sys
 from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Pattern, Tuple
 
 from mpilaunch.errors import UsageError
@@ -40,7 +49,7 @@ class RankLog(NamedTuple):
 
 
 class Line(NamedTuple):
-    t: float          # estimated (see the module's doc)
+    t: float          # from the log's times index, else estimated (see the module's doc)
     attempt: int
     rank: int
     text: bytes       # without its newline
@@ -192,8 +201,47 @@ def select(logs: List[RankLog], ranks: "Optional[frozenset[int]]" = None, host: 
     return out
 
 
+def times_path(log_path: str) -> str:
+    """A log's times index (as mpilaunch/rank/relay.py names it)."""
+    head, name = os.path.split(log_path)
+    return os.path.join(head, "." + name + ".times")
+
+
+Times = Tuple["array.array[int]", "array.array[int]"]   # a times index: offsets, times (ns)
+
+
+def parse_times(data: bytes, size: int) -> Optional[Times]:
+    """A times index's records -> (offsets, times in ns), 8 bytes each held (a day's index at a
+    record every 50 ms: 27 MB), or None when they cannot be a log of ``size`` bytes': none, the
+    first not at offset 0, offsets going back or past the end. A partly written last record is
+    left out."""
+    values = array.array("Q", data[:len(data) - len(data) % 16])
+    if sys.byteorder == "big":
+        values.byteswap()
+    offsets, times = values[0::2], values[1::2]
+    if not offsets or offsets[0] != 0 or offsets[-1] > size \
+            or any(a > b for a, b in zip(offsets, itertools.islice(offsets, 1, None))):
+        return None
+    return offsets, times
+
+
+def line_time(times: Times, offset: int) -> float:
+    """The time (s) of a line starting at ``offset``: its chunk's, the last record at or before it."""
+    offsets, ns = times
+    return ns[max(0, bisect.bisect_right(offsets, offset) - 1)] / 1e9
+
+
+def read_times(log_path: str, size: int) -> Optional[Times]:
+    """The log's times index, parsed (:func:`parse_times`); None when there is none."""
+    try:
+        with open(times_path(log_path), "rb") as f:
+            return parse_times(f.read(), size)
+    except OSError:
+        return None
+
+
 def log_lines(log: RankLog, read: Optional[Dict[str, int]] = None) -> Iterator[Line]:
-    """One log's lines with their estimated times (the module's doc), read as they are used: a
+    """One log's lines with their times (the module's doc), read as they are used: a
     log is never held whole. Its size and mtime are taken first; bytes written after are left
     for a follower. With ``read`` (a follower's): complete lines only, and ``read[path]`` the
     offset read up to."""
@@ -206,11 +254,12 @@ def log_lines(log: RankLog, read: Optional[Dict[str, int]] = None) -> Iterator[L
         size, mtime = st.st_size, st.st_mtime
         start = log.start if log.start is not None else mtime
         span = max(0.0, max(start, mtime) - start)
+        times = read_times(log.path, size)
         off = 0
         for raw in f:
             if off >= size or (read is not None and not raw.endswith(b"\n")):
                 break
-            t = start + (span * off / size if size else 0.0)
+            t = line_time(times, off) if times else start + (span * off / size if size else 0.0)
             off += len(raw)
             if read is not None:
                 read[log.path] = off

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import select
+import time
+
+TIMES_EVERY_NS = 50_000_000   # at most a times record every 50 ms: a flood adds 320 B/s to the index
 
 F_SETPIPE_SZ = 1031
 READ_CHUNK = 1 << 20
@@ -51,6 +54,56 @@ def grow_pipe(fd: int, size: int) -> None:
         pass
 
 
+def times_path(log_path: str) -> str:
+    """The times index next to a log: ``dir/.<name>.times``, hidden so that nothing listing
+    the logs (``mpilaunch logs``, a glob of ``worker_*.log``) sees it. Records of 16 bytes,
+    little-endian: the log's byte offset where a chunk starts, the wall time (ns) it was read;
+    read by mpilaunch/output/logview.py."""
+    head, name = os.path.split(log_path)
+    return os.path.join(head, "." + name + ".times")
+
+
+class _Times:
+    """A log's times index being written: a record (offset, time read) for a chunk read 50 ms
+    or more after the last record."""
+    __slots__ = ("fd", "offset", "last_ns")
+
+    def __init__(self, fd: int, offset: int) -> None:
+        self.fd, self.offset, self.last_ns = fd, offset, 0
+
+    @classmethod
+    def open(cls, log_fd: int) -> "_Times | None":
+        """The times index of the regular file open on ``log_fd`` (its name from /proc: the
+        supervisor and the in-place loop give the relay the log's fd alike), emptied when the log
+        is; None when there is none to write (a pipe, /dev/null, a removed log, a read-only
+        dir): the log is written as before either way."""
+        try:
+            st = os.fstat(log_fd)
+            if st.st_mode & 0o170000 != 0o100000:
+                return None
+            path = os.readlink(f"/proc/self/fd/{log_fd}")
+            named = os.stat(path)
+            if (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
+                return None
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if not st.st_size else 0)
+            return cls(os.open(times_path(path), flags, 0o644), st.st_size)
+        except OSError:
+            return None
+
+    def chunk(self, size: int) -> None:
+        """A chunk of ``size`` bytes, read now, is about to go to the log."""
+        now = time.time_ns()
+        if now - self.last_ns >= TIMES_EVERY_NS:
+            self.last_ns = now
+            if not _write_all(self.fd, self.offset.to_bytes(8, "little") + now.to_bytes(8, "little")):
+                self.last_ns = 1 << 62     # a record missing would date later lines early:
+                try:                       # none at all, and the viewer estimates
+                    os.ftruncate(self.fd, 0)
+                except OSError:
+                    pass
+        self.offset += size
+
+
 def _log_lines(log_fd: int, text: bytes) -> bytes:
     """Write the whole lines of ``text`` to the log; -> the partial last line, held (a line
     longer than a chunk goes as it comes). For torchrun's ``--redirects 1`` or ``2``, whose
@@ -65,12 +118,31 @@ def _log_lines(log_fd: int, text: bytes) -> bytes:
     return text[end:]
 
 
+def _to_console(out_fd: int, chunk: bytes, prefix: bytes, nl_prefix: bytes, at_line_start: bool,
+                pending: bytes) -> "tuple[bool, bool, bytes]":
+    """A chunk's complete lines to the console, each with ``prefix``; the rest held ->
+    (the console still writable, at a line's start, what is held)."""
+    cut = chunk.rfind(b"\n")
+    if cut < 0:
+        pending += chunk
+        if len(pending) >= READ_CHUNK:
+            return _write_all(out_fd, prefix if at_line_start else b"", pending), False, b""
+        return True, at_line_start, pending
+    body = chunk.replace(b"\n", nl_prefix)
+    end = len(body) - (len(chunk) - cut - 1) - len(prefix)  # just past the last \n
+    head = prefix if at_line_start else b""
+    return _write_all(out_fd, head, pending, memoryview(body)[:end]), True, chunk[cut + 1:]
+
+
 def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
           partial_delay: float = 0.1, pipe_size: int = PIPE_SIZE, on_first=None,
           log_lines: bool = False, to_console: bool = True) -> None:
     """Copy ``read_fd`` to ``log_fd`` verbatim and to ``out_fd`` with ``prefix`` on each line;
     ``on_first()`` once the first chunk is in the log (the event record's first output);
     ``log_lines``, ``to_console``: torchrun's ``--redirects 1``/``2`` (:func:`_log_lines`).
+    Unless ``log_lines`` (two relays share that log, so neither knows its offsets), a record
+    (offset, time read) goes to the log's times index (:func:`times_path`) for a chunk read
+    50 ms or more after the last record: a line's time is its chunk's, at most 50 ms early.
     Per chunk (up to 1 MiB): one ``write`` to the log, one ``bytes.replace`` and one ``writev``
     to the console; only complete lines go to the console, so lines from different ranks never
     interleave mid-line in mpirun's output."""
@@ -79,6 +151,7 @@ def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
     console = to_console
     held = b""      # log_lines: the partial last line not yet in the log
     grow_pipe(out_fd, pipe_size)
+    times = None if log_lines else _Times.open(log_fd)
     try:
         while True:
             if pending or held:
@@ -100,31 +173,23 @@ def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
             if log_lines:
                 held = _log_lines(log_fd, held + chunk)
             else:
+                if times is not None:
+                    times.chunk(len(chunk))
                 _write_all(log_fd, chunk)
             if on_first is not None:
                 on_first()
                 on_first = None
-            if not console:
-                continue
-            cut = chunk.rfind(b"\n")
-            if cut < 0:
-                pending += chunk
-                if len(pending) >= READ_CHUNK:
-                    console = _write_all(out_fd, prefix if at_line_start else b"", pending)
-                    at_line_start, pending = False, b""
-                continue
-            body = chunk.replace(b"\n", nl_prefix)
-            end = len(body) - (len(chunk) - cut - 1) - len(prefix)  # just past the last \n
-            head = prefix if at_line_start else b""
-            console = _write_all(out_fd, head, pending, memoryview(body)[:end])
-            pending = chunk[cut + 1:]
-            at_line_start = True
+            if console:
+                console, at_line_start, pending = _to_console(out_fd, chunk, prefix, nl_prefix,
+                                                              at_line_start, pending)
         _write_all(log_fd, held)
         if console and (pending or not at_line_start):   # end the rank's last line
             _write_all(out_fd, prefix if at_line_start and pending else b"", pending, b"\n")
     finally:
         os.close(read_fd)
         os.close(log_fd)
+        if times is not None:
+            os.close(times.fd)
 
 
 def relay_threads(role: str, prefix: bytes, read_fd: int, hid_r: "int | None", log_fd: int,

@@ -120,3 +120,42 @@ def test_relay_empty_lines_and_large_volume():
     out, log = run_relay([b"\n\n", block * 30000])
     assert log == b"\n\n" + block * 30000
     assert out == b"[rank3] \n[rank3] \n" + b"[rank3] " .join([b""] + [block] * 30000)
+
+
+def test_relay_keeps_a_times_index_next_to_a_log_file(tmp_path):
+    from mpilaunch.rank.relay import times_path
+
+    log = tmp_path / "worker_3.log"
+    log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    index = tmp_path / ".worker_3.log.times"
+    r, w = os.pipe()
+    out_r, out_w = os.pipe()
+    got = {}
+    reader = threading.Thread(target=lambda: got.__setitem__("out", _drain(out_r)))
+    reader.start()
+    t = threading.Thread(target=relay, args=(r, log_fd, b"[rank3] ", out_w, 0.05))
+    before = time.time_ns()
+    t.start()
+    chunks = [b"first\n", b"second line\n", b"third\n"]
+    seen = []
+    for c in chunks:
+        if seen:    # a chunk read 50 ms or more after the last record gets one of its own
+            while index.stat().st_size < 16 * len(seen):
+                time.sleep(0.01)
+            while time.time_ns() - int.from_bytes(index.read_bytes()[-8:], "little") < 60_000_000:
+                time.sleep(0.01)
+        seen.append(c)
+        os.write(w, c)
+    os.close(w)
+    t.join()
+    os.close(out_w)
+    reader.join()
+    os.close(out_r)
+    after = time.time_ns()
+    assert log.read_bytes() == b"".join(chunks)    # the log's bytes are the worker's
+    assert times_path(str(log)) == str(index)
+    data = index.read_bytes()
+    records = [(int.from_bytes(data[i:i + 8], "little"), int.from_bytes(data[i + 8:i + 16], "little"))
+               for i in range(0, len(data), 16)]
+    assert [o for o, _ in records] == [0, 6, 18]
+    assert before <= records[0][1] < records[1][1] - 50_000_000 < records[2][1] - 100_000_000 <= after

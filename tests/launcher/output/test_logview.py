@@ -184,3 +184,47 @@ def test_too_low_an_open_file_limit_for_the_logs_is_one_line(tmp_path):
     p = subprocess.run([sys.executable, "-m", "mpilaunch", "logs", str(tmp_path), "--rank", "0-3"], capture_output=True,
                        text=True, cwd=REPO, timeout=60, preexec_fn=low)
     assert (p.returncode, p.stdout, p.stderr) == (0, "".join(f"[rank{r}] x\n" for r in range(4)), "")
+
+
+def _times(*records):
+    """A times index as the rank side's relay writes it (mpilaunch/rank/relay.py)."""
+    return b"".join(o.to_bytes(8, "little") + ns.to_bytes(8, "little") for o, ns in records)
+
+
+def test_a_times_index_gives_each_line_its_chunks_time():
+    t = logview.parse_times(_times((0, 1_000_000_000), (10, 2_500_000_000), (30, 3_000_000_000)) + b"part", 40)
+    assert [list(x) for x in t] == [[0, 10, 30], [1_000_000_000, 2_500_000_000, 3_000_000_000]]
+    assert [logview.line_time(t, o) for o in (0, 9, 10, 29, 30, 39)] == [1.0, 1.0, 2.5, 2.5, 3.0, 3.0]
+
+
+@pytest.mark.parametrize("data, size", [
+    (b"", 10),                                             # none (an empty or absent index)
+    (_times((4, 1)), 10),                                  # not from the log's start
+    (_times((0, 1), (20, 2)), 10),                         # past the end: another log's
+    (_times((0, 1), (8, 2), (5, 3)), 10),                  # offsets going back
+])
+def test_an_index_that_does_not_fit_the_log_is_not_used(data, size):
+    assert logview.parse_times(data, size) is None
+
+
+def test_the_index_orders_ranks_by_real_time_and_others_are_estimated(tmp_path):
+    # estimated, rank 0's "late" (at the end of a log that ends at 110) would come after rank 1's
+    # "early" (101); rank 0's index says it was read at 102.5, before rank 1's "later" at 103
+    _write_job(tmp_path, {0: {0: (b"a\nlate\n", 100.0, 110.0, "h0"),
+                              1: (b"early\nlater\n", 101.0, 105.0, "h1"),
+                              2: (b"no index\n", 104.0, 104.0, "h1")}})
+    (tmp_path / ".worker_0.log.times").write_bytes(_times((0, 100_000_000_000), (2, 102_500_000_000)))
+    (tmp_path / ".worker_1.log.times").write_bytes(_times((0, 101_000_000_000), (6, 103_000_000_000)))
+    job = logview.scan(str(tmp_path))
+    assert [(x.t, x.rank, x.text) for x in logview.merged(job.logs)] == [
+        (100.0, 0, b"a"), (101.0, 1, b"early"), (102.5, 0, b"late"), (103.0, 1, b"later"),
+        (104.0, 2, b"no index")]
+    assert [x.text for x in logview.merged(job.logs, since=102.6)] == [b"later", b"no index"]
+    assert logview.times_path(str(tmp_path / "worker_0.log")) == str(tmp_path / ".worker_0.log.times")
+
+
+def test_the_relay_and_the_viewer_name_the_index_alike(tmp_path):
+    from mpilaunch.rank import relay
+
+    path = str(tmp_path / "attempt2" / "w_3.log")
+    assert relay.times_path(path) == logview.times_path(path) == str(tmp_path / "attempt2" / ".w_3.log.times")
