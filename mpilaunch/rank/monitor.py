@@ -159,6 +159,11 @@ class Spy:
             pass
         return True
 
+    def sampling(self) -> bool:
+        """Whether py-spy is taking its samples now: it has said so (it says it once attached,
+        which takes 1-3 s on a loaded host) and not ended."""
+        return not self.poll() and b"Sampling process" in self.fds[self.msg_fd]
+
     def texts(self) -> Tuple[str, str]:
         return (self.fds[self.data_fd].decode("utf-8", "replace"),
                 self.fds[self.msg_fd].decode("utf-8", "replace"))
@@ -246,12 +251,15 @@ class Monitor(threading.Thread):
 
     def pause(self) -> bool:
         """Wait until the next tick (:func:`to_tick`), reading the recorded workers' thread
-        states at py-spy's rate meanwhile (:class:`States`); True when told to stop."""
+        states at py-spy's rate while py-spy samples them (:class:`States`): the two shares a
+        wait under backward is joined from cover the same seconds, so a pause (a checkpoint)
+        counts in the round whose stacks hold it and in no other. True when told to stop."""
         end = time.monotonic() + to_tick(time.time(), self.interval)
         self.states.keep({spy.pid for spy in self.spies.values()})
         while True:
             for spy in list(self.spies.values()):
-                self.states.sample(spy.pid)
+                if spy.sampling():
+                    self.states.sample(spy.pid)
             left = end - time.monotonic()
             if left <= 0:
                 return False

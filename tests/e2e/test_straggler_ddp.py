@@ -5,7 +5,7 @@ DDP all-reduces the gradients from autograd's hooks and waits for them in C++ un
 under backward as waiting by its main thread's state (asleep on a futex, read from /proc:
 rank/monitor.py); the launcher names rank 1 in ``top --once``, in a ``straggler`` event and in
 the job's end lines, with its frame; the same DDP job balanced, for as many rounds, names no
-one, though its rank 0 saves a checkpoint for 3.5 s every 10 s.
+one, though its rank 0 saves a checkpoint for 3.5 s every 12 s.
 FSDP waits in torch.distributed's internal all_gather_single and reduce_scatter_single, which
 are no public collective's frame: the same futex rule counts them."""
 import os
@@ -80,24 +80,26 @@ def test_the_slow_reader_is_named_in_top_the_event_and_the_summary(tmp_path, job
 
 @needs_py_spy
 def test_ddp_balanced_with_rank_0_checkpointing_names_no_one(tmp_path, jobs):
-    """Balanced, but rank 0 saves a checkpoint for 3.5 s every 10 s while the others wait for it
+    """Balanced, but rank 0 saves a checkpoint for 3.5 s every 12 s while the others wait for it
     in their backward: the rounds that hold a save read rank 0 at 0 % against the others' 80 %,
-    and a whole round without one comes before the next; a pause is not a drag
+    and whole rounds without one come before the next; a pause is not a drag
     (monitor/straggler.py's PERSIST). (FSDP's balanced job is left out for the CI's time: its
     highest score was 0.13 in 12 steady rounds, docs/MONITOR.md, "DDP and FSDP".)"""
-    job = Job(tmp_path, _source("ddp", 0.04, ckpt_every=10), slow=-1, name="balanced")
+    job = Job(tmp_path, _source("ddp", 0.04, ckpt_every=12), slow=-1, name="balanced")
+    saves = tmp_path / "balanced" / "saves"
     jobs.append(job)
     t0 = job.training_since()
     judged = lambda: [r for r in records(job.logs, "wait_share") if r["t"] > t0 + INTERVAL
                       and None not in r["shares"]]
-    wait_for(lambda: len(judged()) >= ROUNDS or job.proc.poll() is not None, timeout=30 * INTERVAL)
+    saved = lambda: len(saves.read_text().splitlines()) if saves.exists() else 0    # noqa: E731
+    wait_for(lambda: (len(judged()) >= ROUNDS and saved() >= 2) or job.proc.poll() is not None,
+             timeout=30 * INTERVAL)
     rc, err = job.stop()
     assert rc == 0, err[-3000:]
-    assert len(judged()) >= ROUNDS, err[-3000:]
+    assert len(judged()) >= ROUNDS and saved() >= 2, err[-3000:]
     # the ranks do wait under backward (four ranks on two cores wait for each other's slices),
     # and some round held a save: rank 0 far below the others
     assert max(max(r["shares"]) for r in judged()) > 0.2, judged()
-    assert (tmp_path / "balanced" / "checkpoint.pt").exists()
-    assert any(min(r["shares"][1:]) - r["shares"][0] >= 0.3 for r in judged()), judged()
+    assert any(sorted(r["shares"][1:])[1] - r["shares"][0] >= 0.2 for r in judged()), judged()
     assert records(job.logs, "straggler") == [] and "holding the job back" not in err, err[-3000:]
     assert "straggler(s) seen" not in err
