@@ -151,7 +151,7 @@ def _env():
 def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
     out = tempfile.mkdtemp(dir=work)
     script = os.path.join(work, "train.py")
-    if kind in ("mpilaunch", "in-place", "relaunch"):
+    if kind in ("mpilaunch", "nolearn", "in-place", "relaunch"):
         argv = [sys.executable, "-m", "mpilaunch", "--mpirun", mpirun, "-np", "2",
                 "--no-scheduler", "--master_port", "0", "--max_restarts", "1",
                 "--log_dir", os.path.join(out, "logs"), script, out]
@@ -201,6 +201,11 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
 
     class r:
         returncode, stderr = proc.returncode, open(log).read()
+
+    if os.environ.get("MPILAUNCH_DEBUG_SPARE"):    # what each rank's adapter did with its spare
+        for ln in r.stderr.splitlines():
+            if ": spare " in ln and "primed" not in ln or "restarted in place in" in ln:
+                print(f"  {kind}: {ln.strip()}", flush=True)
 
     def read(name):
         with open(os.path.join(out, name)) as f:
