@@ -166,8 +166,8 @@ def test_mindspore_job_restarts_after_a_killed_worker_and_completes(port, tmp_pa
     assert "attempt 0: exit status 137: rank 1 (worker)" in err, err[-3000:]
     assert "2 attempt(s), restart budget 1; exit status 0" in err
     # every attempt had its own scheduler, whose log is kept
-    assert sorted(os.listdir(logs / "attempt0")) == ["scheduler.log", "worker_0.log", "worker_1.log"]
-    assert sorted(os.listdir(logs / "attempt1")) == ["scheduler.log", "worker_0.log", "worker_1.log"]
+    assert sorted(n for n in os.listdir(logs / "attempt0") if not n.startswith(".")) == ["scheduler.log", "worker_0.log", "worker_1.log"]
+    assert sorted(n for n in os.listdir(logs / "attempt1") if not n.startswith(".")) == ["scheduler.log", "worker_0.log", "worker_1.log"]
     ports = [re.search(r"port=(\d+)", (logs / f"attempt{k}" / "worker_0.log").read_text()).group(1)
              for k in (0, 1)]
     assert (ports[0] != ports[1]) == (port != "fixed"), ports

@@ -296,7 +296,7 @@ def test_without_platform_variables_job_is_a_plain_launch(tmp_path):
                         str(script), str(tmp_path)], env=clean_env(), capture_output=True, text=True,
                        timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert sorted(os.listdir(tmp_path / "logs")) == ["events.jsonl", "worker_0.log", "worker_1.log"]
+    assert sorted(n for n in os.listdir(tmp_path / "logs") if not n.startswith(".")) == ["events.jsonl", "worker_0.log", "worker_1.log"]
     assert {json.load(open(tmp_path / f"rank{r}.json"))["local"] for r in (0, 1)} == {"0", "1"}
 
 
