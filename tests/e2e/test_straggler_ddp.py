@@ -103,3 +103,28 @@ def test_ddp_balanced_with_rank_0_checkpointing_names_no_one(tmp_path, jobs):
     assert any(sorted(r["shares"][1:])[1] - r["shares"][0] >= 0.2 for r in judged()), judged()
     assert records(job.logs, "straggler") == [] and "holding the job back" not in err, err[-3000:]
     assert "straggler(s) seen" not in err
+
+
+@needs_py_spy
+def test_lightning_trainers_slow_reader_is_named(tmp_path, jobs):
+    """Lightning's Trainer (strategy "ddp") waits under the same backward: its rank 1, whose
+    Dataset reads each batch 40 ms slower, is named with that frame (tests/helpers/
+    train_lightning.py)."""
+    pytest.importorskip("lightning")
+    with open(os.path.join(os.path.dirname(SCRIPT), "train_lightning.py"), encoding="utf-8") as f:
+        source = f.read()
+    job = Job(tmp_path, source, slow=1, name="lightning")
+    jobs.append(job)
+    t0 = job.training_since()
+    named = wait_for(lambda: records(job.logs, "straggler") or job.proc.poll() is not None,
+                     timeout=20 * INTERVAL)
+    rc, err = job.stop()
+    assert rc == 0, err[-3000:]
+    assert named and named is not True, f"no straggler named:\n{err[-3000:]}"
+    first = named[0]
+    assert (first["rank"], first["recovered"]) == (1, False), first
+    assert first["others_wait"] >= 0.5 > first["wait_share"], first
+    assert re.fullmatch(r"train\.py:\d+ in Batches\.__getitem__", first["hot_frame"] or ""), first
+    assert first["t"] - t0 <= 30 + INTERVAL, (first["t"] - t0, first)
+    assert re.search(r"^mpilaunch: 1 straggler\(s\) seen\n  rank 1 on host \S+: held the job back",
+                     err, re.M), err[-3000:]
