@@ -74,12 +74,11 @@ class Result(NamedTuple):
 
 
 def _names() -> Dict[str, "options.Opt"]:
-    out = {}
-    for o in options.OPTIONS:
-        if options.RUN not in o.commands or o.kind in ("hidden", "version"):
-            continue
-        for name in {o.dest} | {f.lstrip("-").replace("-", "_") for f in o.flags}:
-            out[name] = o
+    run = [o for o in options.OPTIONS if options.RUN in o.commands and o.kind not in ("hidden", "version")]
+    out = {f.lstrip("-").replace("-", "_"): o for o in run for f in o.flags}
+    # a dest wins over another option's flag spelled alike: monitor_interval is the sampling
+    # interval's dest (cfg.monitor_interval) and also torchrun's --monitor-interval flag
+    out.update((o.dest, o) for o in run)
     return out
 
 
