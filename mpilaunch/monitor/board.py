@@ -17,7 +17,7 @@ stack samples is not judged (its error is over 0.1: docs/MONITOR.md). The rule j
 **steady** rounds only: those in which every rank had been seen waiting in a collective in an
 earlier round (before, some rank is still starting: importing, loading, connecting; the
 others wait for it in the rendezvous, which is the start-up the report draws). The same ranks,
-fewer than half, never seen waiting while the others are, ``LAST_ROUNDS`` rounds in a row, are
+at most half, never seen waiting while the others are, ``LAST_ROUNDS`` rounds in a row, are
 past their start-up: they reach every collective last.
 """
 from __future__ import annotations
@@ -164,13 +164,15 @@ class Board:
         """Whether every rank of this round had been seen waiting before it; learns who waits."""
         known = [r for r, w in shares.items() if w is not None]
         starting = sorted(r for r in known if r not in self.waited)
-        # the same ranks, fewer than half, never seen waiting while the others are, round
-        # after round: they reach every collective last (two slow ranks of eight are as past
-        # their start-up as one); more than half: the rule could name no one anyway
-        if starting and starting == self.lagging_ranks and 2 * len(starting) < len(known):
+        # the same ranks, at most half, never seen waiting while the others are, round after
+        # round: they reach every collective last (two slow ranks of eight are as past their
+        # start-up as one; half: the slow one of two ranks); more than half: the rule could
+        # name no one anyway
+        few = bool(starting) and 2 * len(starting) <= len(known)
+        if few and starting == self.lagging_ranks:
             self.lagging += 1
         else:
-            self.lagging = 1 if starting and 2 * len(starting) < len(known) else 0
+            self.lagging = 1 if few else 0
         self.lagging_ranks = starting
         if self.lagging >= LAST_ROUNDS:
             self.waited |= set(starting)

@@ -116,6 +116,13 @@ def test_two_slow_ranks_of_eight_never_seen_waiting_are_judged_too():
     assert sorted(c.rank for c in changes) == [2, 5]
 
 
+def test_the_slow_one_of_two_ranks_never_seen_waiting_is_judged():
+    b, clock, changes, rounds = board(np=2, warm=False)
+    for _ in range(6):
+        one_round(b, clock, [0.75, 0.0])
+    assert [c.rank for c in changes] == [1]
+
+
 def test_a_share_from_too_few_stack_samples_is_not_judged():
     b, clock, changes, rounds = board()
     clock.t += 1.0
