@@ -9,8 +9,8 @@ its worker's log got its first bytes (``first_output``; else the worker's ``proc
 The order across ranks. The worker logs hold the worker's bytes verbatim, with no time on a
 line. Next to a log the rank side's relay keeps its times index (``.worker_<rank>.log.times``,
 mpilaunch/rank/relay.py: times_path): (byte offset, wall time read) of its chunks, one record
-at most every 50 ms; a line's time is then its chunk's (the last record at or before its first
-byte: at most 50 ms early), the rank host's clock. A log without one (a rank whose output
+at most every 0.05 s; a line's time is then its chunk's (the last record at or before its first
+byte: at most 0.05 s early), the rank host's clock. A log without one (a rank whose output
 is not relayed: not tailed, torchrun's ``--redirects``; an older job; another tool's), or
 whose index does not fit it, has its lines' times estimated: the rank's first output (the record's ``first_output``,
 the launcher's clock) plus the line's byte offset's share of the log, times the span from then
@@ -212,7 +212,7 @@ Times = Tuple["array.array[int]", "array.array[int]"]   # a times index: offsets
 
 def parse_times(data: bytes, size: int) -> Optional[Times]:
     """A times index's records -> (offsets, times in ns), 8 bytes each held (a day's index at a
-    record every 50 ms: 27 MB), or None when they cannot be a log of ``size`` bytes': none, the
+    record every 0.05 s: 27 MB), or None when they cannot be a log of ``size`` bytes': none, the
     first not at offset 0, offsets going back or past the end. A partly written last record is
     left out."""
     values = array.array("Q", data[:len(data) - len(data) % 16])

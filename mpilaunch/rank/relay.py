@@ -6,7 +6,7 @@ import os
 import select
 import time
 
-TIMES_EVERY_NS = 50_000_000   # at most a times record every 50 ms: a flood adds 320 B/s to the index
+TIMES_EVERY_NS = 50_000_000   # at most a times record every 0.05 s: a flood adds 320 B/s to the index
 
 F_SETPIPE_SZ = 1031
 READ_CHUNK = 1 << 20
@@ -64,7 +64,7 @@ def times_path(log_path: str) -> str:
 
 
 class _Times:
-    """A log's times index being written: a record (offset, time read) for a chunk read 50 ms
+    """A log's times index being written: a record (offset, time read) for a chunk read 0.05 s
     or more after the last record."""
     __slots__ = ("fd", "offset", "last_ns")
 
@@ -142,7 +142,7 @@ def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
     ``log_lines``, ``to_console``: torchrun's ``--redirects 1``/``2`` (:func:`_log_lines`).
     Unless ``log_lines`` (two relays share that log, so neither knows its offsets), a record
     (offset, time read) goes to the log's times index (:func:`times_path`) for a chunk read
-    50 ms or more after the last record: a line's time is its chunk's, at most 50 ms early.
+    0.05 s or more after the last record: a line's time is its chunk's, at most 0.05 s early.
     Per chunk (up to 1 MiB): one ``write`` to the log, one ``bytes.replace`` and one ``writev``
     to the console; only complete lines go to the console, so lines from different ranks never
     interleave mid-line in mpirun's output."""

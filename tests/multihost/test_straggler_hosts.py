@@ -126,7 +126,9 @@ def test_cpu_throttled_host_is_named_straggler(testhosts, mpi, tmp_path):
     assert first["score"] >= 0.30, first
     # named after three rounds in a row (monitor/straggler.py's PERSIST); the round the
     # throttle began in may not count
-    assert since <= first["t"] <= since + 5 * INTERVAL, (first["t"] - since, first)
+    # start-up, the rounds to learn who waits, then PERSIST rounds in a row (monitor/board.py,
+    # straggler.py); 31 s in a loaded 2-core CI run
+    assert since <= first["t"] <= since + 8 * INTERVAL, (first["t"] - since, first)
     assert first["others_wait"] > first["wait_share"], first
     # its time goes to the step's own code, which it runs at a tenth of a core
     assert re.fullmatch(r"train\.py:\d+ in forward", first["hot_frame"] or ""), first
