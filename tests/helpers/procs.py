@@ -50,6 +50,18 @@ def kill_all(procs):
             pass
 
 
+def with_arg(marker):
+    """Every process on this machine (namespace hosts included) with ``marker`` in an argument."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in a for a in p.info["cmdline"] or []):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
 def kill_leftovers(procs):
     """Kill each of ``procs`` (captured during the run), ignoring those already gone."""
     for p in procs:

@@ -8,31 +8,19 @@ import signal
 import subprocess
 import sys
 
-import psutil
 import pytest
 
 from helpers import REPO
 from helpers import sigworker
 from helpers.launch import clean_env
 from helpers.mpis import OMPI5
-from helpers.procs import wait_for
+from helpers.procs import kill_all, wait_for, with_arg
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow, pytest.mark.skipif(
     subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0,
     reason="torch not installed")]
 
 WORKER = os.path.join(REPO, "tests", "helpers", "preempt_worker.py")
-
-
-def _processes(marker):
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(marker in a for a in p.info["cmdline"] or []):
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
 
 
 def test_sigterm_lets_the_rank_on_each_host_save(testhosts, tmp_path):
@@ -53,27 +41,23 @@ def test_sigterm_lets_the_rank_on_each_host_save(testhosts, tmp_path):
         assert wait_for(lambda: all((out / f"up_{r}").exists() for r in range(2))
                         or proc.poll() is not None, 120), err_path.read_text()
         assert proc.poll() is None, err_path.read_text()
-        launcher, = [p for p in _processes(str(out)) if "mpilaunch" in p.cmdline()
+        launcher, = [p for p in with_arg(str(out)) if "mpilaunch" in p.cmdline()
                      and "-m" in p.cmdline()]
         # the ranks' main processes (not the adapters, mpirun, ssh, or the DataLoaders' workers)
-        workers = [p for p in _processes(str(out)) if WORKER in p.cmdline()[1:3]
+        workers = [p for p in with_arg(str(out)) if WORKER in p.cmdline()[1:3]
                    and WORKER not in " ".join(p.parent().cmdline()[1:3])]
         assert len({os.stat(f"/proc/{w.pid}/ns/net").st_ino for w in workers}) == 2, \
-            [w.cmdline() for w in _processes(str(out))]
+            [w.cmdline() for w in with_arg(str(out))]
         assert wait_for(lambda: sigworker.channel_peers(launcher.pid) == 2, 30), \
             err_path.read_text()
         launcher.send_signal(signal.SIGTERM)
         proc.wait(60)
     finally:
         if proc.poll() is None:
-            for p in _processes(str(out)):
-                try:
-                    p.kill()
-                except psutil.Error:
-                    pass
+            kill_all(with_arg(str(out)))
             proc.wait()
     err = err_path.read_text()
     assert proc.returncode == 143, err
     assert [(out / f"saved_{r}").exists() for r in range(2)] == [True, True], err
     assert "ended within the grace: rank 0, rank 1" in err, err
-    assert wait_for(lambda: not _processes(str(out)), 15), [p.cmdline() for p in _processes(str(out))]
+    assert wait_for(lambda: not with_arg(str(out)), 15), [p.cmdline() for p in with_arg(str(out))]

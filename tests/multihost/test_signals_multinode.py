@@ -17,20 +17,9 @@ from helpers import REPO
 from helpers import sigworker
 from helpers.launch import clean_env
 from helpers.mpis import IMPI, MPICH, OMPI5, params
-from helpers.procs import wait_for
+from helpers.procs import kill_all, wait_for, with_arg
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
-
-
-def _processes(marker):
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(marker in a for a in p.info["cmdline"] or []):
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
 
 
 @pytest.mark.parametrize("mpi", params([OMPI5, MPICH, IMPI]))
@@ -53,9 +42,9 @@ def test_signals_reach_the_worker_on_every_host(testhosts, mpi, tmp_path):
         assert wait_for(lambda: sigworker.all_exist(out, "up", 2) or proc.poll() is not None, 90), \
             err_path.read_text()
         assert proc.poll() is None, err_path.read_text()
-        launcher, = [p for p in _processes(str(out)) if "mpilaunch" in p.cmdline()
+        launcher, = [p for p in with_arg(str(out)) if "mpilaunch" in p.cmdline()
                      and "-m" in p.cmdline()]
-        workers = [p for p in _processes(str(out)) if p.cmdline()[1:2] == [sigworker.PATH]]
+        workers = [p for p in with_arg(str(out)) if p.cmdline()[1:2] == [sigworker.PATH]]
         assert len(workers) == 2
         # one on each host: each test host is a network namespace of its own
         assert len({os.stat(f"/proc/{w.pid}/ns/net").st_ino for w in workers}) == 2
@@ -81,15 +70,11 @@ def test_signals_reach_the_worker_on_every_host(testhosts, mpi, tmp_path):
         took = time.monotonic() - t0
     finally:
         if proc.poll() is None:
-            for p in _processes(str(out)):
-                try:
-                    p.kill()
-                except psutil.Error:
-                    pass
+            kill_all(with_arg(str(out)))
             proc.wait()
     err = err_path.read_text()
     assert proc.returncode == 143, err
     assert sigworker.all_exist(out, "saved", 2), err
     assert 2 <= took < 8, took
     assert "ended within the grace: rank 0, rank 1" in err, err
-    assert wait_for(lambda: not _processes(str(out)), 15), [p.cmdline() for p in _processes(str(out))]
+    assert wait_for(lambda: not with_arg(str(out)), 15), [p.cmdline() for p in with_arg(str(out))]
