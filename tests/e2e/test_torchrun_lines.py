@@ -52,10 +52,13 @@ def console(text):
     mpilaunch's ``[rank0] `` prefixes taken off, each line's rank read from its text."""
     out = {}
     for line in text.splitlines():
-        body = PREFIX.sub("", line)
-        m = re.match(r"LINE rank=(\d+) ", body)
-        if m:
-            out.setdefault(int(m.group(1)), []).append(body)
+        # torchrun's workers share its stdout unprefixed and get PYTHONUNBUFFERED=1 from it, so
+        # print() writes a line and its newline in two calls: two ranks' lines can then share
+        # one console line ("LINE rank=0 out ...LINE rank=1 out ..."), seen under load
+        for body in re.split(r"(?=LINE rank=\d+ )", PREFIX.sub("", line)):
+            m = re.match(r"LINE rank=(\d+) ", body)
+            if m:
+                out.setdefault(int(m.group(1)), []).append(body)
     return out
 
 
