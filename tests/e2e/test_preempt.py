@@ -3,8 +3,8 @@ ranks of tests/helpers/preempt_worker.py, each with a DataLoader of 2 worker pro
 SIGTERM finish their step, save and exit 0. SIGTERM to mpilaunch gives every worker's main
 process SIGTERM (its DataLoader's workers keep serving until it exits) and the default grace;
 every rank saves, the job ends 143 and the summary names who ended within the grace. Open MPI
-5 and 4.1, MPICH's mpiexec (this interpreter, which has torch, runs launcher and ranks);
-``--term-grace 0`` is the starter's immediate stop, as before the default."""
+5 and 4.1, MPICH's and Intel MPI's mpiexec (this interpreter, which has torch, runs launcher
+and ranks); ``--term-grace 0`` is the starter's immediate stop, as before the default."""
 import os
 import signal
 import subprocess
@@ -15,7 +15,7 @@ import pytest
 
 from helpers import REPO
 from helpers.launch import clean_env
-from helpers.mpis import MPICH, OMPI4, OMPI5
+from helpers.mpis import IMPI, MPICH, OMPI4, OMPI5
 from helpers.procs import wait_for
 from helpers.sigworker import channel_peers
 
@@ -55,7 +55,7 @@ def preempt(mpirun, tmp_path, *args):
 
 
 @pytest.mark.parametrize("mpi", [pytest.param(m, id=m.id, marks=pytest.mark.skipif(
-    not os.access(m.mpirun, os.X_OK), reason=f"{m.id} not installed")) for m in (OMPI5, OMPI4, MPICH)])
+    not os.access(m.mpirun, os.X_OK), reason=f"{m.id} not installed")) for m in (OMPI5, OMPI4, MPICH, IMPI)])
 def test_sigterm_to_a_plain_mpilaunch_lets_every_rank_save(mpi, tmp_path):
     rc, err, out, left = preempt(mpi.mpirun, tmp_path)
     assert rc == 143, err
