@@ -93,3 +93,67 @@ def test_a_restart_waits_for_the_spare_still_importing_on_an_idle_machine(mpirun
     left += [p for p in psutil.process_iter(["cmdline"])
              if str(tmp_path) in " ".join(p.info["cmdline"] or []) and p.pid != os.getpid()]
     assert left == [], [p.pid for p in left]
+
+
+# The spare's module: says when its import is over (the spare then sends its ready byte and
+# blocks on its socket: sleeping, as /proc shows).
+QUICKMOD = """\
+import os
+with open(os.path.join(os.environ["SPARE_TEST_OUT"], "ready_%d" % os.getpid()), "w") as fh:
+    fh.write("ready")
+"""
+
+# Each attempt prints one line on stdout and one on stderr; attempt 0's rank 1 fails once both
+# ranks' spares are ready and asleep on their sockets, so both restart onto their spare.
+SHOW = """\
+import os, sys, time
+out = os.environ["SPARE_TEST_OUT"]
+rank, k = int(os.environ["RANK"]), int(os.environ["MPILAUNCH_RESTART_COUNT"])
+print(f"LINE rank={rank} k={k} out", flush=True)
+print(f"LINE rank={rank} k={k} err", file=sys.stderr, flush=True)
+def asleep(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "S"
+    except OSError:
+        return False
+if k == 0 and rank == 1:
+    while True:
+        pids = [int(n[6:]) for n in os.listdir(out) if n.startswith("ready_")]
+        if len(pids) == 2 and all(asleep(p) for p in pids):
+            sys.exit(3)
+        time.sleep(0.05)
+if k == 0:
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("mpirun", MPIRUNS[:1])
+def test_a_worker_restarted_onto_its_spare_keeps_torchruns_redirects(mpirun, tmp_path):
+    """``--redirects 1``: stdout kept off the console, in the log: the restarted worker (the
+    spare adopted) splits its streams as attempt 0's freshly started one does."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "quickmod.py").write_text(QUICKMOD)
+    script = tmp_path / "show.py"
+    script.write_text(SHOW)
+    logs = tmp_path / "logs"
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    env = clean_env(SPARE_TEST_OUT=out, MPILAUNCH_SPARE_PRELOAD="quickmod",
+                    MPILAUNCH_DEBUG_SPARE=1, PYTHONPATH=path)
+    argv = mpilaunch_argv("--mpirun", mpirun, "-np", "2", "--no-scheduler", "--master_port", "0",
+                          "--log_dir", str(logs), "--max_restarts", "1", "--redirects", "1",
+                          str(script))
+    proc = subprocess.run(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    for rank in (0, 1):   # attempt 1 ran on the spare
+        assert f"mpilaunch.rank: rank {rank}: spare ready" in proc.stderr, proc.stderr
+    shown = sorted(ln.split("LINE ", 1)[1] for ln in (proc.stdout + proc.stderr).splitlines()
+                   if "LINE rank=" in ln)
+    assert shown == [f"rank={r} k={k} err" for r in (0, 1) for k in (0, 1)], proc.stdout + proc.stderr
+    for k in (0, 1):
+        for rank in (0, 1):
+            log = (logs / f"attempt{k}" / f"worker_{rank}.log").read_text().splitlines()
+            assert sorted(log) == [f"LINE rank={rank} k={k} err",
+                                   f"LINE rank={rank} k={k} out"], (k, rank, log)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 import _signal as signal   # not signal: its enums cost every rank (docs/ARCHITECTURE.md, start-up)
-import threading
 import time
 
 TYPE_CHECKING = False
@@ -73,6 +72,7 @@ class InPlaceSupervisor(Supervisor):
         self.worker_spec = worker.spec if worker is not None else None
         self.learn: bool = learn     # the worker says what it imported (rank/inplace/learn.py)
         self.channel: Any = None     # the adapter's end of that conversation, once started
+        self.spare_why = ""          # why a spare waited for was not adopted (debug line)
         self.held: List[Tuple[Any, str, str, float]] = []   # (child, cause, event, when seen)
         if spare is not None:
             if spare.proc is not None:
@@ -123,6 +123,9 @@ class InPlaceSupervisor(Supervisor):
             status.life(self.rank, self.host, "worker", SPARE_LIFE[how])
             if child.spec.env.get(DEBUG_SPARE_VAR):   # tests and bench/: which way it went
                 status.write_stderr(f"mpilaunch.rank: rank {self.rank}: spare {how}\n")
+                if self.spare_why:
+                    status.write_stderr(f"mpilaunch.rank: rank {self.rank}: the spare's wait "
+                                        f"{self.spare_why}\n")
             if how not in ("ready", "waited for"):
                 spare.discard(at_once=True)
                 self._run_fresh(child)
@@ -167,34 +170,46 @@ class InPlaceSupervisor(Supervisor):
             return "ready"
         if not machine_has_room():
             return "discarded on a busy machine"
-        return "waited for" if spare.wait_ready(SPARE_WAIT, lambda: self.stopping) else "not ready in time"
+        t0 = time.monotonic()
+        if spare.wait_ready(SPARE_WAIT, lambda: self.stopping):
+            return "waited for"
+        why = (f"it exited (status {spare.returncode})" if not spare.usable()
+               else "the rank is stopping" if self.stopping else "ran out")
+        self.spare_why = (f"ended after {time.monotonic() - t0:.2f} s: {why} ({spare.acks} "
+                          f"acks of {1 + spare.primes})")
+        return "not ready in time"
 
     def _adopt(self, child, spare) -> bool:
         """The spare becomes this attempt's worker. False: it could not (start one anew)."""
         from mpilaunch.rank import firstout
-        from mpilaunch.rank.relay import grow_pipe, relay
+        from mpilaunch.rank.relay import grow_pipe, relay_threads
 
         spec = child.spec
-        read_fd = write_fd = None
+        # as Supervisor._start_and_wait: a tailed worker writes to a pipe, and with torchrun's
+        # --redirects 1 or 2 (spec.hidden) the stream kept off the console to a second one
+        read_fd = write_fd = hid_r = hid_w = None
         if spec.tail_prefix is not None:
             read_fd, write_fd = os.pipe()
             grow_pipe(read_fd, self.pipe_size)
+            if spec.hidden:
+                hid_r, hid_w = os.pipe()
+        out, err = (write_fd if write_fd is not None else child.log_fd), None
+        if hid_w is not None:
+            out, err = (hid_w, write_fd) if spec.hidden == 1 else (write_fd, hid_w)
         with self.lock:
-            if self.stopping:
-                for fd in (read_fd, write_fd):
-                    if fd is not None:
-                        os.close(fd)
-                spare.discard()
-                return False
-            child.proc = spare.proc
-            spare.wake()
-            ok = spare.go(spec, write_fd if write_fd is not None else child.log_fd)
-        if write_fd is not None:
-            os.close(write_fd)
+            ok = not self.stopping
+            if ok:
+                child.proc = spare.proc
+                spare.wake()
+                ok = spare.go(spec, out, err)
+        for fd in (write_fd, hid_w):
+            if fd is not None:
+                os.close(fd)
         if not ok:
             child.proc = None
-            if read_fd is not None:
-                os.close(read_fd)
+            for fd in (read_fd, hid_r):
+                if fd is not None:
+                    os.close(fd)
             spare.discard()
             return False
         self.keep.discard(spare.proc.pid)
@@ -206,10 +221,9 @@ class InPlaceSupervisor(Supervisor):
         first = lambda: status.life(self.rank, self.host, "worker", "output")  # noqa: E731
         watch = firstout.watch(spec.log_path, first) if read_fd is None else None
         if read_fd is not None:
-            child.relay = threading.Thread(
-                target=relay, args=(read_fd, child.log_fd, spec.tail_prefix, self.stdout_fd, 0.1,
-                                   self.pipe_size, first), name="relay-worker", daemon=True)
-            child.relay.start()
+            child.relay, child.hidden_relay = relay_threads(
+                spec.role, spec.tail_prefix, read_fd, hid_r, child.log_fd, self.stdout_fd,
+                self.pipe_size, first)
         else:
             os.close(child.log_fd)
         spare.exited.wait()

@@ -191,13 +191,15 @@ class Spare:
         self._read_acks()
         return self.acks >= 1 + self.primes
 
-    def go(self, spec, out_fd: int) -> bool:
-        """Hand attempt's ``spec`` (env, argv, log) to the spare: False if it cannot take it."""
+    def go(self, spec, out_fd: int, err_fd: Optional[int] = None) -> bool:
+        """Hand attempt's ``spec`` (env, argv, log) to the spare, its stdout on ``out_fd`` and
+        its stderr on ``err_fd`` (None: ``out_fd`` too): False if it cannot take it."""
         msg = json.dumps({"env": spec.env, "argv": spec.argv[1:]}).encode() + b"\n"
+        fds = [out_fd] if err_fd is None else [out_fd, err_fd]
         with self.send_lock:
             try:
                 self._send_pending()
-                socket.send_fds(self.sock, [msg], [out_fd])
+                socket.send_fds(self.sock, [msg], fds)
             except OSError:
                 self.sock.close()
                 return False

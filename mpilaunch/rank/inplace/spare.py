@@ -4,9 +4,10 @@ Run by the worker's own interpreter as ``PYTHON spare.py MODULES FD``: it import
 comma list, e.g. ``torch``: the second or so a fresh interpreter spends before the script's
 first line), then blocks on the UNIX socket FD. When the adapter restarts its worker in place
 it sends one JSON message, ``{"env": {...}, "argv": [SCRIPT, ARGS...]}``, with the worker's
-stdout/stderr as an SCM_RIGHTS file descriptor; this process then becomes that worker: the
-environment replaced, fd 1 and 2 redirected, ``sys.argv`` and ``sys.path[0]`` as
-``python SCRIPT ARGS...`` has them, and the script run as ``__main__``. The socket closing
+stdout/stderr as one SCM_RIGHTS file descriptor, or two (stdout's, then stderr's); this
+process then becomes that worker: the environment replaced, fd 1 and 2 redirected,
+``sys.argv`` and ``sys.path[0]`` as ``python SCRIPT ARGS...`` has them, and the script run
+as ``__main__``. The socket closing
 without a message (the adapter is gone, or the spare is not wanted) ends it with status 0.
 Rank 0's spare may first get ``{"listen": PORT, ...}`` as soon as the restart is decided: it
 then starts the attempt's rendezvous store on PORT (:func:`_listen`).
@@ -248,10 +249,13 @@ def main():
     if msg is None:
         os._exit(0)
     _normal_priority()
-    out = lines.fds[0]
+    # stdout and stderr: one descriptor for both, or two (torchrun's --redirects 1 or 2 keeps
+    # one stream off the console: the adapter relays each pipe its own way)
+    out, err = lines.fds[0], lines.fds[-1]
     os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(out)
+    os.dup2(err, 2)
+    for fd in set(lines.fds):
+        os.close(fd)
     os.environ.clear()
     os.environ.update(msg["env"])
     fd = os.dup(sock.fileno())    # the worker's reporter keeps the adapter's socket
