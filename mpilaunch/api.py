@@ -7,35 +7,32 @@ launch is the CLI's own: ``python -m mpilaunch`` in a child process (its signal 
 teardown and summary stay exactly the command's; a notebook's own signals are left alone),
 with one pipe between the two: the child says ``ready`` once every value is checked, or the
 one-line usage error, which :func:`start` raises as :class:`mpilaunch.UsageError` before
-anything is started. The result is read from the job's event record (docs/EVENTS.md).
+anything is started; at the job's end it sends the result on the same pipe (its failures as
+the typed records the launcher made of them, output/outcome.py's ``Failure``): nothing is read
+back from the event record (docs/EVENTS.md).
 """
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from typing import IO, Any, Dict, Iterable, List, Mapping, NamedTuple, Optional
 
 from mpilaunch.config import options
 from mpilaunch.errors import UsageError
+from mpilaunch.output.outcome import Failure, Raised
 from mpilaunch.report import model
 
 API_FD = "MPILAUNCH_API_FD"   # the child's end of the pipe (events.py writes it)
 
-class RootCause(NamedTuple):
-    """The process that failed first: where, how, its log; text as the summary says it (the
-    fields of the event record's ``root``, docs/EVENTS.md; None where the record has none)."""
-
-    rank: Optional[int]
-    host: Optional[str]
-    role: Optional[str]
-    code: Optional[int]
-    signal: Optional[int]
-    log: Optional[str]
-    message: Optional[str]
-    text: str
+# The root cause: a Failure (kind, cause, rank, host, role, code, signal, exception, log,
+# message, pid; ``text``: the cause, as the summary says it)
+RootCause = Failure
+__all__ = ["launch", "start", "Launch", "Result", "Failure", "Raised", "RootCause", "RankRecord"]
 
 
 class RankRecord(NamedTuple):
@@ -56,17 +53,19 @@ class RankRecord(NamedTuple):
 
 
 class Result(NamedTuple):
-    """A finished launch: ``status`` (the CLI's exit status), ``root_cause`` (RootCause or
-    None), ``ranks`` (RankRecord list), ``attempts``, ``events_path``, ``log_dir``,
-    ``summary`` (the failure summary's text, or None)."""
+    """A finished launch: ``status`` (the CLI's exit status), ``root_cause`` (the first of
+    ``failures``, or None), ``ranks`` (RankRecord list), ``attempts``, ``events_path``,
+    ``log_dir``, ``summary`` (the failure summary's text, or None), ``failures`` (the last
+    attempt's, typed: the root cause first, then every other process that failed on its own)."""
 
     status: int
-    root_cause: Optional[RootCause]
+    root_cause: Optional[Failure]
     ranks: List[RankRecord]
     attempts: int
     events_path: Optional[str]
     log_dir: Optional[str]
     summary: Optional[str]
+    failures: List[Failure] = []
 
     @property
     def ok(self) -> bool:
@@ -122,9 +121,21 @@ class Launch:
     """A running launch: :meth:`wait` for its :class:`Result`, :meth:`stop` to end it as a
     SIGTERM to the command does (every rank torn down; status 143)."""
 
-    def __init__(self, proc: subprocess.Popen, events_path: "str | None", log_dir: "str | None"):
+    def __init__(self, proc: subprocess.Popen, events_path: "str | None", log_dir: "str | None",
+                 pipe: Optional[IO[bytes]] = None):
         self.proc, self.pid = proc, proc.pid
         self.events_path, self.log_dir = events_path, log_dir
+        # the launch's last line on the pipe (its result), read as it comes: a long one must
+        # not wait on a full pipe while wait() waits on the process
+        self._said: List[bytes] = []
+        self._reader: Optional[threading.Thread] = None
+        if pipe is not None:
+            self._reader = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+            self._reader.start()
+
+    def _read(self, pipe: IO[bytes]) -> None:
+        with pipe:
+            self._said.append(pipe.read())
 
     def poll(self) -> "int | None":
         return self.proc.poll()
@@ -135,7 +146,10 @@ class Launch:
 
     def wait(self, timeout: "float | None" = None) -> Result:
         rc = self.proc.wait(timeout)
-        return _result(self.events_path, self.log_dir, 128 - rc if rc < 0 else rc)
+        if self._reader is not None:
+            self._reader.join()   # its end of the pipe closed as it exited
+        said = b"".join(self._said).decode("utf-8", "replace")
+        return _result(said, self.events_path, self.log_dir, 128 - rc if rc < 0 else rc)
 
     def __enter__(self) -> "Launch":
         return self
@@ -146,24 +160,24 @@ class Launch:
             self.proc.wait()
 
 
-def _result(path: "str | None", log_dir: "str | None", returncode: int) -> Result:
-    job = model.load(path) if path and os.path.exists(path) else None
-    att = job.last if job is not None else None
-    if job is None or att is None:
-        return Result(returncode, None, [], 0, path, log_dir, None)
-    status = job.status if job.finished and job.status is not None else returncode
-    root: Optional[RootCause] = None
-    if att.root:
-        r = att.root
-        root = RootCause(r.get("rank"), r.get("host"), r.get("role"), r.get("code"),
-                         r.get("signal"), r.get("log"), r.get("message"), att.cause or "")
-    elif status != 0 and att.cause:
-        root = RootCause(None, att.lost_hosts[0] if att.lost_hosts else None, None, None, att.stopped_by,
-                         None, None, att.cause)
+def _result(said: str, path: "str | None", log_dir: "str | None", returncode: int) -> Result:
+    """The launch's result line (``result JSON``, output/events.py's ``result``); without one
+    (the launcher was killed, or ended before its first attempt) only its exit status."""
+    word, _, rest = said.strip().partition(" ")
+    try:
+        res: Dict[str, Any] = json.loads(rest) if word == "result" else {}
+    except ValueError:
+        res = {}
+    if not isinstance(res, dict) or not res:
+        return Result(returncode, None, [], 0, path, log_dir, None, [])
+    status = res["status"] if isinstance(res.get("status"), int) else returncode
+    failures = [Failure.from_json(f) for f in res.get("failures") or []] if status else []
+    att = model.build(res.get("records") or []).last   # the ranks' records, as the report reads them
+    rows = sorted(att.rows.values(), key=lambda r: (r.rank is None, r.rank, r.role)) if att else []
     ranks = [RankRecord(row.rank, row.host, row.role, row.pid, row.status, row.signal, row.cause,
-                        row.by, row.log, row.started, row.exit)
-             for row in sorted(att.rows.values(), key=lambda r: (r.rank is None, r.rank, r.role))]
-    return Result(status, root, ranks, len(job.attempts), path, log_dir, att.summary)
+                        row.by, row.log, row.started, row.exit) for row in rows]
+    return Result(status, failures[0] if failures else None, ranks, int(res.get("attempts") or 0),
+                  path, log_dir, res.get("summary"), failures)
 
 
 def start(script_or_module: str, args: Iterable[object] = (), *,
@@ -184,14 +198,15 @@ def start(script_or_module: str, args: Iterable[object] = (), *,
                                 pass_fds=(wfd,))
     finally:
         os.close(wfd)
-    with os.fdopen(rfd, "rb") as pipe:
-        line = pipe.readline().decode("utf-8", "replace").rstrip("\n")
+    pipe = os.fdopen(rfd, "rb")
+    line = pipe.readline().decode("utf-8", "replace").rstrip("\n")
     word, _, rest = line.partition(" ")
     if word == "error":
+        pipe.close()
         proc.wait()
         raise UsageError(rest)
     log_dir = os.path.dirname(rest) if word == "ready" and rest else None
-    return Launch(proc, rest if word == "ready" and rest else None, log_dir)
+    return Launch(proc, rest if word == "ready" and rest else None, log_dir, pipe)
 
 
 def launch(script_or_module: str, args: Iterable[object] = (), **options: Any) -> Result:

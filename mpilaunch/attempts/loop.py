@@ -229,7 +229,8 @@ def job_end(records: Sequence[AttemptRecord], lr: Resilience, status: int, board
         sys.stderr.write(summary(records, lr, status) + (events.hint() if status else ""))
     sys.stderr.write(monitoring.end_lines(board))   # the stragglers the job had
     sys.stderr.flush()
-    events.job_end(status, len(records))   # the record's last line (docs/EVENTS.md)
+    # the record's last line (docs/EVENTS.md); the Python API's result
+    events.job_end(status, len(records), failures=records[-1].failures if records else ())
     return status
 
 

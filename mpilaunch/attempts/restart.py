@@ -43,10 +43,9 @@ from mpilaunch.attempts import progress
 from mpilaunch.attempts.phases import RestartPhases, with_note
 from mpilaunch.attempts.progress import RankFacts
 from mpilaunch.supervise.attempt import LINGER, Attempt, AttemptRecord, grace_lines
-from mpilaunch.output import events
-from mpilaunch.output.outcome import event_status
-from mpilaunch.output.summary import (DEAD_MESSAGE, Collector, describe_failure,
-                                     describe_status, how_it_ended, who_and_where)
+from mpilaunch.output import events, outcome
+from mpilaunch.output.outcome import Failure, event_status, process_failure
+from mpilaunch.output.summary import DEAD_MESSAGE, Collector, describe_status, how_it_ended
 
 IN_PLACE_NOTE = "; restarted in place"   # the attempts' summary, after the cause
 
@@ -186,9 +185,10 @@ class ResilientAttempt(Attempt):
             if self.no_progress is not None:
                 return          # the job is ending
             self.facts.failure()
-            done = AttemptRecord(self.index, event_status(event),
-                                 _who(event) + describe_failure(event),
-                                 progress=self.facts.made_progress(), note=IN_PLACE_NOTE)
+            failed = process_failure(event)
+            done = AttemptRecord(self.index, event_status(event), failed.cause,
+                                 progress=self.facts.made_progress(), note=IN_PLACE_NOTE,
+                                 failures=(failed,))
             limit = self.lr.max_no_progress
             if limit and progress.streak(self.in_place + [done]) >= limit:
                 # --max_no_progress_restarts holds in place too: the job ends with this failure
@@ -277,16 +277,22 @@ class ResilientAttempt(Attempt):
         if stopped_by is not None:
             return
         if self.no_progress is not None:    # the job is the failure that ended it
-            self.status, self.cause = self.no_progress.status, self.no_progress.cause
+            self.status, self.failures = self.no_progress.status, self.no_progress.failures
             self.progress, self.fallback = False, ""
         elif self.stalled is not None:
-            self.cause = ("stalled: no progress from ranks "
-                          + ", ".join(str(r) for r in sorted(self.stalled)))
+            self._first(Failure(outcome.STALLED, "stalled: no progress from ranks "
+                                + ", ".join(str(r) for r in sorted(self.stalled))))
             self.fallback = self.fallback and "the stall watchdog ended the job"
         elif self.foreign and not self.graceful and status == 128 + self.foreign:
             # a stop signal to the ranks from something else: the adapters saved and exited
             # 0, but the job did not finish; the status it has without --term-grace
-            self.cause = f"stopped by a {signal.Signals(self.foreign).name} mpilaunch did not send"
+            self._first(Failure(outcome.STOPPED, f"stopped by a {signal.Signals(self.foreign).name}"
+                                " mpilaunch did not send", signal=self.foreign))
+
+    def _first(self, root: Failure) -> None:
+        """``root`` is the attempt's root cause (a verdict of the attempt's own, not a
+        process's): first, before the processes that failed on their own."""
+        self.failures = (root,) + tuple(f for f in self.failures if f.kind == outcome.PROCESS)
 
     def summary(self, text: str, collector: Collector) -> str:
         if self.no_progress is not None and self.stopped_by is None:
@@ -325,7 +331,4 @@ class ResilientAttempt(Attempt):
                 lost=tuple(self.lost), signalled=tuple(self.signalled), fallback=self.fallback,
                 rank_hosts=MappingProxyType(dict(self.rank_hosts)))
 
-
-def _who(event: Any) -> str:
-    return who_and_where(event) + ": "
 

@@ -24,7 +24,13 @@ import time
 
 from mpilaunch import __version__, contract, procstat
 from mpilaunch.output.jsonline import dumps
-from mpilaunch.output.outcome import event_status
+from mpilaunch.output.outcome import PROCESS, event_status
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Sequence
+
+    from mpilaunch.output.outcome import Failure
 from mpilaunch.output.summary import who
 
 SCHEMA = 1
@@ -79,6 +85,10 @@ class _Record:
         self.teardown: "str | None" = None     # why this attempt's teardown started (once per attempt)
         self.preflight_t0: "float | None" = None
         self.exception = None    # the last attempt's root cause's exception (job_end)
+        self.summary: "str | None" = None   # the last failure summary (the API's result)
+        # the records the API's result draws its ranks from (report/model.py, in memory), kept
+        # only while the API listens
+        self.kept: "list | None" = [] if _api_fd is not None else None
 
 
 _rec = None
@@ -87,28 +97,38 @@ _rec = None
 _closed: "list[int]" = []
 
 
-_api_fd = None   # the Python API's pipe (mpilaunch/api.py), while nothing was said on it
+_api_fd = None   # the Python API's pipe (mpilaunch/api.py), until its last line
+# the kinds the API's result reads its ranks from (report/model.py's rows)
+_RESULT_KINDS = frozenset({"hosts", "attempt_start", "starter_start", "starter_exit",
+                           "teardown_start", "adapter_up", "process_start", "process_exit"})
 
 
 def api_channel(value) -> None:
-    """``MPILAUNCH_API_FD`` as cli.main took it from the environment (never passed on)."""
+    """``MPILAUNCH_API_FD`` as cli.main took it from the environment (never passed on: not
+    inherited by anything this process starts)."""
     global _api_fd
     try:
         _api_fd = int(value) if value else None
-    except ValueError:
+        if _api_fd is not None:
+            os.set_inheritable(_api_fd, False)
+    except (ValueError, OSError):
         _api_fd = None
 
 
 def tell_api(word: str, text: str) -> bool:
-    """One line to the API's pipe, then closed: ``ready EVENTS_PATH`` once every value is
-    checked, or ``error MESSAGE``. False when no API is listening."""
+    """One line to the API's pipe: ``ready EVENTS_PATH`` once every value is checked, then
+    ``result JSON`` at the job's end (:func:`job_end`); or ``error MESSAGE``. The pipe is
+    closed after its last line. False when no API is listening."""
     global _api_fd
-    fd, _api_fd = _api_fd, None
+    fd = _api_fd
     if fd is None:
         return False
+    if word != "ready":
+        _api_fd = None
     try:
         os.write(fd, f"{word} {text}".replace("\n", " ").encode("utf-8", "replace") + b"\n")
-        os.close(fd)
+        if word != "ready":
+            os.close(fd)
     except OSError:
         return False
     return True
@@ -142,7 +162,10 @@ def emit(kind: str, t: "float | None" = None, **fields) -> None:
     obj = {"v": SCHEMA, "seq": next(rec.seq), "t": round(time.time() if t is None else t, 6),
            "kind": kind, "attempt": rec.attempt}
     obj.update(fields)
-    line = dumps(_mask(obj)) + "\n"
+    obj = _mask(obj)
+    if rec.kept is not None and kind in _RESULT_KINDS:
+        rec.kept.append(obj)
+    line = dumps(obj) + "\n"
     try:
         os.write(rec.fd, line.encode("utf-8", "replace"))
     except OSError:   # a full disk must not stop the launch: the record just ends there
@@ -191,7 +214,8 @@ def start(cfg, lr, backend, env=None) -> None:
     tell_api("ready", target)   # every value checked: the API's launch() returns from here on
     emit(Kind.LAUNCHER_START, t=_process_start(), version=__version__, pid=os.getpid(),
          host=os.uname().nodename, argv=list(sys.argv), cwd=os.getcwd(), log_dir=log_dir,
-         python=sys.executable, max_restarts=lr.max_restarts)
+         python=sys.executable, max_restarts=lr.max_restarts,
+         worker_log_name=cfg.worker_log_name or "worker_{rank}.log")
     emit(Kind.HOSTS, source=cfg.hosts_source, np=cfg.np, launcher=backend.program,
          backend=getattr(backend, "name", backend.program),
          hosts=[{"name": h.name, "slots": h.slots} for h in cfg.hosts])
@@ -249,7 +273,7 @@ def preflight(results):
 def attempt_start(index: int, plan) -> None:
     if _rec is None:
         return
-    _rec.attempt, _rec.teardown = index, None
+    _rec.attempt, _rec.teardown, _rec.summary = index, None, None
     log_dir = contract.attempt_log_dir(_rec.log_dir, index) if _rec.restarts else _rec.log_dir
     emit(Kind.ATTEMPT_START, np=plan.np, log_dir=log_dir,
          hosts=[{"name": h.name, "slots": h.slots} for h in plan.hosts])
@@ -259,7 +283,7 @@ def next_attempt_in_place(index: int) -> None:
     """An attempt restarted in place inside the running job: what follows in the record is
     attempt ``index``'s (the same starter, so no attempt_start)."""
     if _rec is not None:
-        _rec.attempt = index
+        _rec.attempt, _rec.summary = index, None
 
 
 def teardown(reason: str) -> None:
@@ -315,26 +339,28 @@ def status(event) -> None:
 
 
 def attempt_end(attempt, collector) -> None:
-    """The attempt's status, cause and root cause (``supervise.attempt.Attempt`` after ``finish``)."""
+    """The attempt's status, cause and root cause (``supervise.attempt.Attempt`` after
+    ``finish``: its ``failures``, the root cause first): ``root`` is that first failure when
+    it is a process's."""
     if _rec is None:
         return
-    root = collector.root_cause()
-    lost = collector.lost_hosts()
-    if root is None or lost or attempt.stopped_by is not None:
-        root = None
-    _rec.exception = root.exception if root is not None else None   # job_end's, if last
+    first = attempt.failures[0] if attempt.failures else None
+    root = first if first is not None and first.kind == PROCESS else None
+    exc = root.exception.detail if root is not None and root.exception is not None else None
+    _rec.exception = exc   # job_end's, if last
     emit(Kind.ATTEMPT_END, status=attempt.status, cause=attempt.cause,
-         stopped_by=attempt.stopped_by, lost_hosts=lost,
+         stopped_by=attempt.stopped_by, lost_hosts=collector.lost_hosts(),
          root=None if root is None else {
-             "rank": root.rank, "host": root.host, "role": root.role, "code": root.code,
+             "rank": root.rank, "host": root.host or "?", "role": root.role, "code": root.code,
              "signal": root.signal, "log": root.log, "message": root.message,
-             "exception": root.exception})
+             "exception": exc})
 
 
 def summary(text: str) -> str:
     """Record the failure summary; the line that ends it: how to see the job's timeline."""
     if _rec is None:
         return ""
+    _rec.summary = text
     emit(Kind.SUMMARY, text=text)
     return hint()
 
@@ -347,13 +373,28 @@ def hint() -> str:
     return f"  timeline: {REPORT_COMMAND} {shlex.quote(_rec.log_dir)}\n"
 
 
-def job_end(status: "int | None", attempts: int, error: "str | None" = None) -> None:
+def job_end(status: "int | None", attempts: int, error: "str | None" = None,
+            failures: "Sequence[Failure]" = ()) -> None:
     """The record's last line: the job's exit status (None: an error of the launcher's own
     ended it before any attempt, ``error``); with the last attempt's root cause's exception
-    (``exception``, null when it named none)."""
-    exc = _rec.exception if _rec is not None and status else None
+    (``exception``, null when it named none). The Python API gets the result (``failures``:
+    the last attempt's, the root cause first) on its pipe."""
+    rec = _rec
+    exc = rec.exception if rec is not None and status else None
     if error is None:
         emit(Kind.JOB_END, status=status, attempts=attempts, exception=exc)
     else:
         emit(Kind.JOB_END, status=status, attempts=attempts, error=error, exception=exc)
     close()
+    if _api_fd is not None:
+        tell_api("result", dumps(_mask(result(rec, status, attempts, failures))))
+
+
+def result(rec: "_Record | None", status: "int | None", attempts: int,
+           failures: "Sequence[Failure]") -> "dict[str, object]":
+    """What the Python API returns, as this process knows it (no file read back): the
+    failures, and the records its ranks are drawn from (the report's model of them)."""
+    return {"status": status, "attempts": attempts,
+            "summary": rec.summary if rec is not None else None,
+            "failures": [f.to_json() for f in failures],
+            "records": rec.kept if rec is not None and rec.kept is not None else []}

@@ -384,16 +384,3 @@ def write_ranks_file(collector: Collector) -> Optional[str]:
     except OSError:
         return None
     return path
-
-
-def root_text(collector: Collector, status: int) -> str:
-    """The root cause in a few words (the attempts' list)."""
-    if collector.not_started:
-        return f"could not start on host {collector.not_started[0].host}"
-    lost = collector.lost_hosts()
-    if lost:
-        return f"host {lost[0]} lost"
-    root = collector.root_cause()
-    if root is None:
-        return f"exit status {status} (no rank reported a failure)"
-    return f"{who_and_where(root)}: {describe_failure(root)}"

@@ -8,7 +8,8 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
 from mpilaunch.contract import ADAPTER_TEARDOWN, GRACE_EVENT
-from mpilaunch.output.summary import Collector, root_text
+from mpilaunch.output.outcome import Failure, failures
+from mpilaunch.output.summary import Collector
 
 # s the launcher waits for adapters still tearing down after the starter ended
 LINGER = ADAPTER_TEARDOWN
@@ -23,7 +24,10 @@ class AttemptRecord(NamedTuple):
     config is, not a dataclass: dataclasses (with inspect, ast, dis, tokenize) and the making of
     each class cost every launch before mpirun starts (docs/ARCHITECTURE.md, start-up).
 
-    status, cause    the attempt's exit status and its root cause, in words
+    status, cause    the attempt's exit status and its root cause, in words (its first
+                     failure's cause)
+    failures         how it failed, typed (output/outcome.py's Failure): the root cause
+                     first, then every other process that failed on its own; () on success
     stopped_by       the stop signal that ended it (to mpilaunch, during or after it), or None
     usage_error      an adapter refused to start (exit 2): it would fail the same way again
     progress         some worker made progress (attempts/progress.py)
@@ -52,6 +56,7 @@ class AttemptRecord(NamedTuple):
     end_note: str = ""
     end_status: Optional[int] = None
     fallback: str = ""
+    failures: Tuple[Failure, ...] = ()
 
 
 class Attempt:
@@ -72,12 +77,17 @@ class Attempt:
         self.index = index
         self.status: Optional[int] = None
         self.stopped_by: Optional[int] = None
-        self.cause = ""
+        self.failures: Tuple[Failure, ...] = ()   # set once, by finish (its causes: the record's)
         self.usage_error = False
         # the graceful stop of a stop signal to mpilaunch (config/resilience.py): the grace,
         # and whether this attempt asked for it
         self.stop_grace = stop_grace
         self.graceful = False
+
+    @property
+    def cause(self) -> str:
+        """The root cause in words: the first failure's."""
+        return self.failures[0].cause if self.failures else ""
 
     def linger(self) -> float:
         """Adapters saving after the starter ended are waited for up to the grace."""
@@ -112,10 +122,8 @@ class Attempt:
 
     def finish(self, status: int, collector: Collector, stopped_by: Optional[int]) -> None:
         self.status, self.stopped_by = status, stopped_by
-        if stopped_by is not None:
-            self.cause = f"stopped by {signal.Signals(stopped_by).name}"
-        else:
-            self.cause = root_text(collector, status)
+        self.failures = (failures(collector, status, stopped_by)
+                         if status or stopped_by is not None else ())
         self.usage_error = any(e.role == "adapter" and e.event == "error" and e.cause == "self"
                                for e in collector.events)
 
@@ -126,7 +134,8 @@ class Attempt:
 
     def record(self) -> AttemptRecord:
         return AttemptRecord(self.index, self.status if self.status is not None else 1,
-                             self.cause, self.stopped_by, self.usage_error)
+                             self.cause, self.stopped_by, self.usage_error,
+                             failures=self.failures)
 
 
 class _GraceCollector(Collector):

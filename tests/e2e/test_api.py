@@ -1,6 +1,8 @@
 """The Python API (mpilaunch/api.py) with real jobs under mpirun: a 2-rank job that succeeds,
-one that fails (its root cause, per-rank records with the workers' real pids), a bad option
-raising the CLI's own one-line message with nothing started, and stop() on a running job."""
+one that fails (its root cause, per-rank records with the workers' real pids), one whose rank
+raises (its typed failure: the exception at its file:line), a bad option raising the CLI's own
+one-line message with nothing started, and stop() on a running job. The result comes from the
+launcher itself: the event record is deleted as soon as the job starts."""
 import os
 import subprocess
 import sys
@@ -21,7 +23,9 @@ if mode == "fail" and rank == 1:
     while not os.path.exists(os.path.join(sys.argv[1], "pid0")):   # rank 0 runs: its pid is known
         time.sleep(0.01)
     sys.exit(7)
-if mode in ("fail", "hang"):
+if mode == "raise" and rank == 1:
+    raise ValueError(f"bad batch size {rank - 1}")   # RAISE_LINE
+if mode in ("fail", "hang", "raise"):
     time.sleep(60)
 '''
 
@@ -57,11 +61,18 @@ def test_a_two_rank_job_returns_its_result(job):
     assert (job.tmp / "logs" / "worker_1.log").read_text() == "rank 1 of 2\n"
 
 
+def started_unrecorded(handle):
+    """The handle, its event record deleted: the result cannot be read back from it."""
+    os.unlink(handle.events_path)
+    return handle
+
+
 def test_a_failing_job_names_its_root_cause(job):
-    res = job("fail").wait(timeout=120)
+    res = started_unrecorded(job("fail")).wait(timeout=120)
     assert res.status == 7 and not res.ok
     rc = res.root_cause
-    assert (rc.rank, rc.role, rc.code, rc.host) == (1, "worker", 7, os.uname().nodename)
+    assert res.failures == [rc] and (rc.kind, rc.exception) == ("process", None)
+    assert (rc.rank, rc.role, rc.code, rc.signal, rc.host) == (1, "worker", 7, None, os.uname().nodename)
     assert rc.log == str(job.tmp / "logs" / "worker_1.log")
     assert "rank 1 (worker)" in rc.text and "exit code 7" in rc.text
     by_rank = {r.rank: r for r in res.ranks}
@@ -70,6 +81,20 @@ def test_a_failing_job_names_its_root_cause(job):
     # could say it (by None: no exit reported)
     assert by_rank[0].by in ("teardown", None) and by_rank[0].pid == _pids(job.tmp)[0]
     assert res.summary.startswith("mpilaunch: job failed (exit status 7)")
+
+
+def test_a_raised_exception_comes_back_typed(job):
+    res = started_unrecorded(job("raise")).wait(timeout=120)
+    line = WORKER.splitlines().index(next(x for x in WORKER.splitlines() if "RAISE_LINE" in x)) + 1
+    script = str(job.tmp / "w.py")
+    [f] = res.failures
+    assert (res.status, f.kind, f.rank, f.role, f.code, f.signal) == (1, "process", 1, "worker", 1, None)
+    exc = f.exception
+    assert (exc.type, exc.message, exc.where, exc.function) == (
+        "ValueError", "bad batch size 0", f"{script}:{line}", "<module>")
+    assert f.cause == (f"rank 1 (worker) on host {os.uname().nodename}: exit code 1: "
+                       f"ValueError: bad batch size 0 (w.py:{line} in <module>)")
+    assert res.root_cause is f and f.text == f.cause and f.log == str(job.tmp / "logs" / "worker_1.log")
 
 
 def test_a_bad_option_raises_the_cli_message_before_anything_starts(job, tmp_path):
@@ -97,7 +122,7 @@ def test_stop_ends_every_rank(job):
     handle.stop()
     res = handle.wait(timeout=60)
     assert res.status == 143
-    assert "stopped by SIGTERM" in res.root_cause.text
+    assert res.failures == [mpilaunch.api.Failure("stopped", "stopped by SIGTERM", signal=15)]
     for pid in pids.values():
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
     assert {r.by for r in res.ranks} <= {"teardown", None}

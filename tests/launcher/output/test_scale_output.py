@@ -11,7 +11,8 @@ from mpilaunch.supervise import relays
 from mpilaunch.backends.openmpi import OpenMpi
 from mpilaunch.check.results import FAIL, CheckResult
 from mpilaunch.config.mpi import OMPI5, MpiInfo
-from mpilaunch.output.summary import (MAX_LISTED, RANKS_FILE, Collector, Event, render_summary, root_text,
+from mpilaunch.output.outcome import failures
+from mpilaunch.output.summary import (MAX_LISTED, RANKS_FILE, Collector, Event, render_summary,
                                write_ranks_file)
 
 OMPI = OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5))
@@ -91,7 +92,7 @@ def test_hosts_where_no_daemon_started_are_named_with_the_fix():
                                            "host(s): 10.0.0.1, 10.0.0.2,")
     assert "    10.0.0.1: ssh port 22 closed — is sshd running there? (SSHD_PORT/--ssh-port)\n" in text
     assert "    ... and 2 more\n" in text
-    assert root_text(c, 255) == "could not start on host 10.0.0.1"
+    assert failures(c, 255)[0].cause == "could not start on host 10.0.0.1"
 
 
 def test_many_lost_hosts_are_capped():

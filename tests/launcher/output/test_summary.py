@@ -5,7 +5,8 @@ import signal
 from mpilaunch.backends.hydra import Hydra
 from mpilaunch.backends.openmpi import OpenMpi
 from mpilaunch.config.mpi import MPICH, OMPI5, MpiInfo
-from mpilaunch.output.summary import STATUS_PREFIX, Collector, Event, parse_status_line, render_summary, root_text
+from mpilaunch.output.summary import STATUS_PREFIX, Collector, Event, parse_status_line, render_summary
+from mpilaunch.output.outcome import failures
 
 OMPI = OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5))
 HYDRA = Hydra(MpiInfo("/x/mpiexec.hydra", (5, 0, 2), MPICH))
@@ -88,8 +89,8 @@ def test_scheduler_hint_when_the_guess_was_wrong():
 def test_root_cause_is_the_earliest_own_failure_never_a_victim():
     c = fed(OMPI, ev(0, sig=15, t=0.5, cause="terminated"), ev(3, code=7, t=2.0), ev(1, code=3, t=1.0))
     assert c.root_cause().rank == 1
-    assert root_text(c, 3) == "rank 1 (worker) on host node-a: exit code 3"
-    assert root_text(fed(OMPI), 5) == "exit status 5 (no rank reported a failure)"
+    assert failures(c, 3)[0].cause == "rank 1 (worker) on host node-a: exit code 3"
+    assert failures(fed(OMPI), 5)[0].cause == "exit status 5 (no rank reported a failure)"
 
 
 def test_status_lines_parse_and_bad_ones_are_ignored():

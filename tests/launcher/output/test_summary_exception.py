@@ -6,7 +6,8 @@ from mpilaunch.backends.openmpi import OpenMpi
 from mpilaunch.config.mpi import OMPI5, MpiInfo
 from mpilaunch.output import events
 from mpilaunch.output.exctext import exception_text
-from mpilaunch.output.summary import Collector, Event, render_summary, root_text
+from mpilaunch.output.outcome import failures
+from mpilaunch.output.summary import Collector, Event, render_summary
 
 OMPI = OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5))
 VALUE_ERROR = {"type": "ValueError", "message": "bad batch size 0", "file": "/home/u/train.py",
@@ -33,7 +34,7 @@ def test_the_root_cause_line_names_the_exception_and_the_tail_stays_below():
         "  last 1 line(s) of the log:\n"
         "    | after the exception\n"
         "  1 worker on 1 host stopped by the teardown\n")
-    assert root_text(failed(VALUE_ERROR), 1) == (
+    assert failures(failed(VALUE_ERROR), 1)[0].cause == (
         "rank 1 (worker) on host h2: exit code 1: ValueError: bad batch size 0 "
         "(train.py:41 in load_batch)")
 
@@ -94,11 +95,12 @@ def test_the_event_record_carries_it(tmp_path):
     class Backend:
         program = "mpirun"
 
+    c = failed(VALUE_ERROR)
+
     class Attempt:
-        status, cause, stopped_by = 1, "rank 1 failed", None
+        status, cause, stopped_by, failures = 1, "rank 1 failed", None, failures(c, 1)
 
     events.start(Cfg, LR, Backend, env={"HF_TOKEN": "bad batch"})
-    c = failed(VALUE_ERROR)
     for e in c.events:
         events.status(e)
     events.attempt_end(Attempt, c)

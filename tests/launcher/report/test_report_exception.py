@@ -6,12 +6,13 @@ from collections import namedtuple
 from mpilaunch.backends.openmpi import OpenMpi
 from mpilaunch.config.mpi import OMPI5, MpiInfo
 from mpilaunch.output import events
+from mpilaunch.output.outcome import failures
 from mpilaunch.output.summary import Collector, Event
 from mpilaunch.report import html, model
 
 Cfg = namedtuple("Cfg", "hosts hosts_source np")
 LR = namedtuple("LR", "log_dir max_restarts")
-Done = namedtuple("Done", "status cause stopped_by")
+Done = namedtuple("Done", "status cause stopped_by failures")
 OMPI = OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5))
 EXC = {"type": "ValueError", "message": "bad <batch> size 0", "file": "/home/u/train.py",
        "line": 41, "function": "<module>", "source": "error_file",
@@ -31,7 +32,8 @@ def page(tmp_path, exc):
               Event(0, "h1", "worker", "exit", 143, 15, "terminated", "/logs/worker_0.log", [], 3.0)):
         c.feed_status(e)
         events.status(e)
-    events.attempt_end(Done(1, "rank 1 failed", None), c)
+    fails = failures(c, 1)
+    events.attempt_end(Done(1, fails[0].cause, None, fails), c)
     events.job_end(1, 1)
     return html.render(model.load(str(tmp_path)))
 
