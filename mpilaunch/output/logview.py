@@ -2,7 +2,7 @@
 :func:`log_lines` and :func:`launcher_gone`, which read files and /proc).
 
 A job's log dir holds ``events.jsonl`` (docs/EVENTS.md) and one ``worker_<rank>.log`` per
-rank, in the log dir itself or, with restarts, in ``attempt<k>/`` (contract.attempt_log_dir).
+rank (or the name ``--worker_log_name`` gave it, which the record keeps), in the log dir itself or, with restarts, in ``attempt<k>/`` (contract.attempt_log_dir).
 The record names each rank's host (its adapter's lines carry ``rank`` and ``host``) and when
 its worker's log got its first bytes (``first_output``; else the worker's ``process_start``).
 
@@ -29,13 +29,14 @@ import itertools
 import json
 import os
 import re
+import string
 import sys
 from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Pattern, Tuple
 
 from mpilaunch.errors import UsageError
 
 EVENTS = "events.jsonl"
-_WORKER_LOG = re.compile(r"worker_(\d+)\.log\Z")
+DEFAULT_LOG_NAME = "worker_{rank}.log"
 _ATTEMPT_DIR = re.compile(r"attempt(\d+)\Z")
 
 
@@ -151,9 +152,34 @@ def attempt_dirs(log_dir: str, names: Iterable[str]) -> List[Tuple[int, str]]:
     return found or [(0, log_dir)]
 
 
-def worker_logs(names: Iterable[str]) -> List[Tuple[int, str]]:
-    """[(rank, name)] of the ``worker_<rank>.log`` among ``names``, by rank."""
-    return sorted((int(m.group(1)), n) for n in names for m in [_WORKER_LOG.match(n)] if m)
+def log_name_pattern(template: str = DEFAULT_LOG_NAME) -> Pattern[str]:
+    """The names ``--worker_log_name TEMPLATE`` gives the worker logs, as a pattern whose group
+    ``rank`` is the rank ({ip} and {hostname} match any name part; a template without {rank}
+    is a one-rank job's: rank 0)."""
+    parts = []
+    for literal, field, _, _ in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if field == "rank":
+            parts.append(r"(?P<rank>\d+)")
+        elif field is not None:
+            parts.append(r"[^/]*?")
+    return re.compile("".join(parts) + r"\Z")
+
+
+def log_template(records: Iterable[dict]) -> str:
+    """The job's --worker_log_name, as its launcher_start record gives it."""
+    for rec in records:
+        if rec.get("kind") == "launcher_start" and isinstance(rec.get("worker_log_name"), str):
+            return rec["worker_log_name"]
+    return DEFAULT_LOG_NAME
+
+
+def worker_logs(names: Iterable[str], template: str = DEFAULT_LOG_NAME) -> List[Tuple[int, str]]:
+    """[(rank, name)] of the worker logs (named by ``template``) among ``names``, by rank;
+    the relay's hidden indexes are never one."""
+    pattern = log_name_pattern(template)
+    return sorted((int(m.groupdict().get("rank") or 0), n)
+                  for n in names if not n.startswith(".") for m in [pattern.match(n)] if m)
 
 
 def _listdir(path: str) -> List[str]:
@@ -169,15 +195,17 @@ def scan(log_dir: str) -> Job:
     if not os.path.isdir(log_dir):
         raise UsageError(f"LOG_DIR {log_dir!r}: no such directory; give the --log_dir of a job")
     names = _listdir(log_dir)
-    hosts, starts, ended, launcher = ranks_and_hosts(read_records(log_dir))
+    records = read_records(log_dir)
+    hosts, starts, ended, launcher = ranks_and_hosts(records)
+    template = log_template(records)
     logs = []
     for k, d in attempt_dirs(log_dir, names):
-        for rank, name in worker_logs(_listdir(d)):
+        for rank, name in worker_logs(_listdir(d), template):
             logs.append(RankLog(k, rank, os.path.join(d, name), hosts.get((k, rank), _any_host(hosts, rank)),
                                 starts.get((k, rank))))
     if EVENTS not in names and not logs:
         raise UsageError(f"LOG_DIR {log_dir!r}: not an mpilaunch job's log dir (no {EVENTS}, no "
-                         "worker_<rank>.log); give the --log_dir of a job")
+                         f"{template.replace('{rank}', '<rank>')}); give the --log_dir of a job")
     return Job(log_dir, logs, ended or launcher_gone(launcher))
 
 

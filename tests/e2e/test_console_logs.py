@@ -1,5 +1,5 @@
-"""A big job's output with real processes: `mpilaunch logs` on a restarted job and on a
-running one (--follow) (docs/LOGS.md)."""
+"""A big job's output with real processes: `mpilaunch logs` on a restarted job (with its own
+--worker_log_name) and on a running one (--follow) (docs/LOGS.md)."""
 import os
 import subprocess
 import sys
@@ -37,11 +37,15 @@ def test_logs_of_a_restarted_job_by_rank_host_attempt_and_pattern(tmp_path):
     script = tmp_path / "w.py"
     script.write_text(RESTARTED)
     logs = tmp_path / "logs"
+    # the job's own log names (the record keeps the template, `logs` reads it)
     p = subprocess.run(mpilaunch_argv(OMPI5, "-np", "3", "--max_restarts", "1", "--master_port", free_port(),
-                                      "--log_dir", str(logs), str(script)),
+                                      "--log_dir", str(logs), "--worker_log_name", "train-{hostname}-{rank}.txt",
+                                      str(script)),
                        capture_output=True, text=True, env=clean_env(MARKS=str(tmp_path)), cwd=tmp_path,
                        timeout=180)
     assert p.returncode == 0, p.stderr
+    assert sorted(n for n in os.listdir(logs / "attempt1") if not n.startswith(".")) == \
+        [f"train-{os.uname().nodename}-{r}.txt" for r in range(3)]
     got = _logs(str(logs), "--rank", "1")
     assert (got.returncode, got.stderr) == (0, "")
     assert got.stdout == ("==> attempt 0 <==\n[rank1] attempt 0 rank 1 hello\n"

@@ -66,6 +66,15 @@ def test_attempt_dirs_and_worker_logs_by_number():
         [(9, "worker_9.log"), (10, "worker_10.log")]
 
 
+def test_worker_logs_by_the_jobs_own_log_name():
+    names = ["train-h1-3.txt", "train-h0-12.txt", ".train-h0-12.txt.times", "worker_0.log", "train-3.txt"]
+    template = logview.log_template([{"kind": "launcher_start", "worker_log_name": "train-{hostname}-{rank}.txt"}])
+    assert template == "train-{hostname}-{rank}.txt"
+    assert logview.worker_logs(names, template) == [(3, "train-h1-3.txt"), (12, "train-h0-12.txt")]
+    assert logview.worker_logs(["solo_10.0.0.1.log", "solo.log"], "solo_{ip}.log") == [(0, "solo_10.0.0.1.log")]
+    assert logview.log_template([{"kind": "launcher_start"}]) == "worker_{rank}.log"   # an older record
+
+
 def _logs():
     mk = logview.RankLog
     return [mk(0, 0, "a0r0", "h0.example", 1.0), mk(0, 1, "a0r1", "h1", 1.0), mk(1, 0, "a1r0", "h2", 5.0)]
