@@ -127,13 +127,14 @@ def _describe(row: M.Row) -> str:
 def _exception(att: M.Attempt) -> str:
     """The root cause's exception, when its rank found one: the summary's words, then where
     the raising frame is in full (the summary names its file only)."""
-    root = att.root or {}
-    exc = root.get("exception")
-    if not isinstance(exc, dict):
+    raised = att.root.exception if att.root is not None else None
+    if raised is None:
         return ""
-    where = f" at {exc['file']}:{exc.get('line')}" if exc.get("file") else ""
+    exc = dict(raised.detail)
+    where = f" at {raised.where}" if raised.where else ""
     more = "".join(f"<br>{_e(line.strip())}" for line in exception_lines(exc))
-    return (f'<p class="exception" data-rank="{_e(root.get("rank"))}" data-type="{_e(exc.get("type"))}">'
+    return (f'<p class="exception" data-rank="{_e(att.root.rank if att.root else None)}" '
+            f'data-type="{_e(raised.type)}">'
             f'root cause\'s exception: <b>{_e(exception_text(exc))}</b>{_e(where)}{more}</p>')
 
 

@@ -10,6 +10,7 @@ from collections import namedtuple
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from mpilaunch.errors import UsageError
+from mpilaunch.output.outcome import PROCESS, Failure
 
 WAITING, ADAPTER, RUNNING, TEARDOWN = "waiting", "adapter", "running", "teardown"
 PHASES = (WAITING, ADAPTER, RUNNING, TEARDOWN)
@@ -70,7 +71,8 @@ class Attempt:
         self.returncode: Optional[int] = None
         self.status: Optional[int] = None
         self.cause: Optional[str] = None
-        self.root: Optional[Rec] = None         # the root cause's process, as attempt_end names it
+        # the root cause's process, as attempt_end names it: the launcher's Failure read back
+        self.root: Optional[Failure] = None
         self.stopped_by: Optional[int] = None
         self.lost_hosts: List[str] = []
         self.log_dir: Optional[str] = None
@@ -233,7 +235,10 @@ def _apply(job: Job, rec: Dict[str, Any]) -> None:
     elif kind == "straggler":
         att.stragglers.append(rec)
     elif kind == "attempt_end":
-        att.status, att.cause, att.root = rec.get("status"), rec.get("cause"), rec.get("root")
+        root = rec.get("root")
+        att.status, att.cause = rec.get("status"), rec.get("cause")
+        att.root = (Failure.from_json({**root, "kind": PROCESS, "cause": att.cause})
+                    if isinstance(root, dict) else None)
         att.stopped_by, att.lost_hosts = rec.get("stopped_by"), rec.get("lost_hosts") or []
     elif kind == "summary":
         att.summary = rec.get("text")
@@ -276,13 +281,13 @@ def build(records: Iterable[Dict[str, Any]], path: str = "events.jsonl") -> Job:
         for planned in range(np):         # every planned rank has a row, reported or not
             if (planned, "worker") not in att.rows:
                 att.rows[(planned, "worker")] = Row(planned, "worker", NOT_SEEN)
-        root = att.root or {}
+        root = att.root
         for (rank, role), row in att.rows.items():
             worker = att.rows.get((rank, "worker"))
             if role == "scheduler" and worker is not None and row.up is None:
                 row.up, row.up_host_t = worker.up, worker.up_host_t   # one adapter starts both
         for row in att.rows.values():
             row.phases = _phases(att, row)
-            row.root = (root.get("rank") == row.rank and row.rank is not None
-                        and (root.get("role") or "worker") in (row.role, "adapter"))
+            row.root = (root is not None and root.rank == row.rank and row.rank is not None
+                        and (root.role or "worker") in (row.role, "adapter"))
     return job
