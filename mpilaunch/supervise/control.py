@@ -266,12 +266,39 @@ class Control:
         with self.lock:
             return np > 0 and all(r in self.said_bye for r in range(np))
 
-    def wait_gone(self, timeout: float) -> List[int]:
+    def wait_gone(self, timeout: float, lost: Optional[Callable[[], List[str]]] = None) -> List[int]:
         """Wait up to ``timeout`` s for every connected adapter to end (its end of the
-        connection closes with its process); the ranks still connected then."""
+        connection closes with its process); the ranks still connected then. The adapters on
+        a host in ``lost()`` (the starter's lost hosts, asked again as its words come in) are
+        not waited for: a host whose link died leaves their connections open, silent, and
+        waiting for them only delays what comes next (a relaunch on the hosts left)."""
+        end = time.monotonic() + timeout
+        while True:
+            skip = self.on_hosts(lost()) if lost is not None else set()
+            with self.lock:
+                left = sorted(set(self.peers) - skip)
+                remaining = end - time.monotonic()
+                if not left or remaining <= 0:
+                    return left
+                self.lock.wait(min(remaining, 0.1) if lost is not None else remaining)
+
+    def on_hosts(self, names: Sequence[str]) -> "set[int]":
+        """The connected ranks whose adapter runs on a host named in ``names`` (as the
+        adapter names its host, its first label, or the address it connected from)."""
+        wanted = set(names)
+        if not wanted:
+            return set()
+        out = set()
         with self.lock:
-            self.lock.wait_for(lambda: not self.peers, timeout)
-            return sorted(self.peers)
+            for rank, (conn, _) in self.peers.items():
+                host = self.info.get(rank, (0, ""))[1]
+                try:
+                    addr = str(conn.getpeername()[0])
+                except (OSError, IndexError):
+                    addr = ""
+                if wanted & {host, host.split(".")[0], addr}:
+                    out.add(rank)
+        return out
 
     def send(self, command: str) -> List[int]:
         """``command`` to every connected adapter; the ranks it reached."""

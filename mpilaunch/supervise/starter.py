@@ -255,7 +255,7 @@ class _Supervision:
         rc = wait_starter(proc)
         events.emit(events.Kind.STARTER_EXIT, returncode=rc)
         if self.control is not None:
-            _linger(self.control, self.attempt.linger(), backend.program)
+            _linger(self.control, self.attempt.linger(), backend.program, self.collector.lost_hosts)
         for relay in streams:
             relay.join(timeout=5)
         return rc
@@ -354,16 +354,16 @@ def starter_environment(base: Mapping[str, str], control: Mapping[str, str],
     return out
 
 
-def _linger(control, seconds: float, program: str) -> None:
+def _linger(control, seconds: float, program: str, lost: Callable[[], List[str]]) -> None:
     """The starter ended while adapters still run (Open MPI 5's prterun leaves its ranks when
     Slurm's scancel signals it with them, while they save): wait for them, so the job (and a
-    batch step) ends with them, not before."""
-    left = control.wait_gone(0.2)
+    batch step) ends with them, not before; not for those on a host the starter lost."""
+    left = control.wait_gone(0.2, lost)
     if left:
         shown = ", ".join(str(r) for r in left[:8]) + (", ..." if len(left) > 8 else "")
         print(f"mpilaunch: {program} ended; waiting up to {seconds:g} s for rank {shown} to end",
               file=sys.stderr, flush=True)
-        control.wait_gone(seconds)
+        control.wait_gone(seconds, lost)
 
 
 def _end_leftovers(control, program: str) -> None:

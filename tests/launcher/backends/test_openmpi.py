@@ -155,6 +155,9 @@ def test_keepalive_only_for_remote_hosts_and_not_twice(tmp_path):
     assert argv.count("oob_tcp_keepalive_time") == 1
     assert argv[argv.index("oob_tcp_keepalive_time") + 1] == "60"
     assert "oob_tcp_keepalive_probes" in argv
+    restarts, _ = make(["-H", "a:1,b:1", "--max_restarts", "1"], {}, M5, tmp_path)
+    argv = openmpi.argv(restarts)
+    assert argv[argv.index("oob_tcp_keepalive_time") + 1] == "3"   # a restart, not the job
 
 
 def _cfg(tmp_path, source, *argv, env=None, name="train.py"):

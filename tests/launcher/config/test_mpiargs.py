@@ -96,6 +96,10 @@ def test_keepalive_tokens_add_only_what_the_user_did_not_set():
         "--prtemca", "oob_tcp_keepalive_probes", "3"]
     user = ["--mca", "oob_tcp_keepalive_time", "30", "-mca", "oob_tcp_keepalive_probes", "9"]
     assert mpiargs.keepalive_tokens(OMPI4, user) == ["--mca", "oob_tcp_keepalive_intvl", "3"]
+    # a job that restarts gives a silent host up after ~6 s
+    assert mpiargs.keepalive_tokens(OMPI5, [], fast=True) == [
+        "--prtemca", "oob_tcp_keepalive_time", "3", "--prtemca", "oob_tcp_keepalive_intvl", "1",
+        "--prtemca", "oob_tcp_keepalive_probes", "3"]
 
 
 def test_has_param_looks_only_at_parameter_names():
