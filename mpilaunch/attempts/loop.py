@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from mpilaunch import contract, rundir
+from mpilaunch import rundir
 from mpilaunch.config.resilience import Resilience, of, resilience_on
 from mpilaunch.supervise import starter
 from mpilaunch.supervise.attempt import Attempt, AttemptRecord
@@ -105,7 +105,7 @@ def _loop(job: JobContext) -> int:
                 cfg, k = nxt.cfg, step.k
                 continue
         elif state is State.NO_PROGRESS:
-            records[-1] = no_progress_stop(records, of(cfg)) or last
+            records[-1] = no_progress_stop(records, of(cfg))
         # SUCCEEDED, STOPPED, USAGE_ERROR, BUDGET_SPENT, NO_PROGRESS, NO_HOSTS: the job ends
         return job_end(records, of(cfg), status, job.board)
 
@@ -124,7 +124,7 @@ def judge(records: Sequence[AttemptRecord], lr: Resilience) -> State:
     if lr.max_no_progress:
         from mpilaunch.attempts import progress
 
-        if progress.streak(records) >= lr.max_no_progress:
+        if progress.spent(records, lr.max_no_progress):
             return State.NO_PROGRESS
     return State.RELAUNCH
 
@@ -234,16 +234,14 @@ def job_end(records: Sequence[AttemptRecord], lr: Resilience, status: int, board
     return status
 
 
-def no_progress_stop(records: Sequence[AttemptRecord], lr: Resilience) -> Optional[AttemptRecord]:
-    """``--max_no_progress_restarts N``: the last N attempts all failed before any worker made
-    progress (progress.py) -> the last record with the reason the job ends, said in one line
-    and in the event record (the job ends with the last attempt's status and the rest of the
-    budget unused); None when the rule does not stop the job."""
+def no_progress_stop(records: Sequence[AttemptRecord], lr: Resilience) -> AttemptRecord:
+    """:func:`judge` found that the last ``--max_no_progress_restarts`` attempts all failed
+    before any worker made progress (progress.py) -> the last record with the reason the job
+    ends, said in one line and in the event record (the job ends with the last attempt's
+    status and the rest of the budget unused)."""
     from mpilaunch.attempts import progress
 
     n, att = progress.streak(records), records[-1]
-    if not lr.max_no_progress or n < lr.max_no_progress:
-        return None
     left = lr.max_restarts - att.index
     events.emit(events.Kind.NO_PROGRESS, attempts=n, limit=lr.max_no_progress, budget_left=left,
                 cause=att.cause)
@@ -266,6 +264,5 @@ def summary(attempts: Sequence[AttemptRecord], lr: Resilience, status: int) -> s
     for att in attempts:
         what = ("succeeded" if att.status == 0 else f"exit status {att.status}: {att.cause}"
                 + att.note + ("" if att.progress else "; no worker made progress"))
-        lines.append(f"  attempt {att.index}: {what}; logs: "
-                     f"{contract.attempt_log_dir(lr.log_dir, att.index)}")
+        lines.append(f"  attempt {att.index}: {what}; logs: {nextattempt.log_dir_of(lr, att.index)}")
     return "\n".join(lines) + "\n"

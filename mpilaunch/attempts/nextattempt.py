@@ -28,12 +28,17 @@ class Between(NamedTuple):
     k: int
 
 
+def log_dir_of(lr: resilience.Resilience, k: int) -> str:
+    """Where attempt ``k`` logs: a dir of its own (``LOG_DIR/attempt<k>``) when the job may
+    restart, so nothing is overwritten; else LOG_DIR. Decided here only: the event record
+    reads it from the attempt's plan, the attempts' summary from here."""
+    return contract.attempt_log_dir(lr.log_dir, k) if lr.max_restarts else lr.log_dir
+
+
 def attempt_cfg(cfg: Any, k: int) -> Any:
     """The config of attempt ``k``: its log dir, port and adapter flags."""
     lr = resilience.of(cfg)
-    changes: Dict[str, Any] = {}
-    if lr.max_restarts:
-        changes["log_dir"] = contract.attempt_log_dir(lr.log_dir, k)
+    changes: Dict[str, Any] = {"log_dir": log_dir_of(lr, k)}
     spec = None
     if lr.span:
         spec = placement.expect_spec(cfg)

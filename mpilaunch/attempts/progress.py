@@ -90,3 +90,10 @@ def streak(attempts: Sequence[Any]) -> int:
             break
         n += 1
     return n
+
+
+def spent(attempts: Sequence[Any], limit: int) -> bool:
+    """The rule of ``--max_no_progress_restarts limit`` (0: no limit): the last ``limit``
+    attempts all failed without progress, so the job is not restarted again. The one check,
+    for a relaunch (loop.judge) and a restart in place (restart.ResilientAttempt) alike."""
+    return bool(limit) and streak(attempts) >= limit

@@ -189,8 +189,7 @@ class ResilientAttempt(Attempt):
             done = AttemptRecord(self.index, event_status(event), failed.cause,
                                  progress=self.facts.made_progress(), note=IN_PLACE_NOTE,
                                  failures=(failed,))
-            limit = self.lr.max_no_progress
-            if limit and progress.streak(self.in_place + [done]) >= limit:
+            if progress.spent(self.in_place + [done], self.lr.max_no_progress):
                 # --max_no_progress_restarts holds in place too: the job ends with this failure
                 self.no_progress = done
             else:

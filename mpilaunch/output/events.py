@@ -77,8 +77,8 @@ class Kind:
 
 
 class _Record:
-    def __init__(self, fd: int, path: str, log_dir: str, restarts: bool, env):
-        self.fd, self.path, self.log_dir, self.restarts = fd, path, log_dir, restarts
+    def __init__(self, fd: int, path: str, log_dir: str, env):
+        self.fd, self.path, self.log_dir = fd, path, log_dir
         self.secret_env = {k: v for k, v in env.items() if v and contract.is_secret(k)}
         self.seq = itertools.count()
         self.attempt = 0
@@ -210,7 +210,7 @@ def start(cfg, lr, backend, env=None) -> None:
         print(f"mpilaunch: warning: no event record: {target}: {exc.strerror}", file=sys.stderr)
         tell_api("ready", "")
         return
-    _rec = _Record(fd, target, log_dir, bool(lr.max_restarts), env)
+    _rec = _Record(fd, target, log_dir, env)
     tell_api("ready", target)   # every value checked: the API's launch() returns from here on
     emit(Kind.LAUNCHER_START, t=_process_start(), version=__version__, pid=os.getpid(),
          host=os.uname().nodename, argv=list(sys.argv), cwd=os.getcwd(), log_dir=log_dir,
@@ -274,7 +274,7 @@ def attempt_start(index: int, plan) -> None:
     if _rec is None:
         return
     _rec.attempt, _rec.teardown, _rec.summary = index, None, None
-    log_dir = contract.attempt_log_dir(_rec.log_dir, index) if _rec.restarts else _rec.log_dir
+    log_dir = plan.log_dirs[0] if plan.log_dirs else _rec.log_dir   # nextattempt.log_dir_of's
     emit(Kind.ATTEMPT_START, np=plan.np, log_dir=log_dir,
          hosts=[{"name": h.name, "slots": h.slots} for h in plan.hosts])
 

@@ -80,12 +80,11 @@ def _lr(limit, budget=10):
 
 def test_the_limit_ends_the_job_with_one_line_and_the_summary_says_it(capsys):
     done = [_failed(0, False), _failed(1, False)]
-    assert loop.no_progress_stop(done, _lr(3)) is None
+    assert loop.judge(done, _lr(3)) is loop.State.RELAUNCH
     done.append(_failed(2, False))
-    assert loop.no_progress_stop(done, _lr(0)) is None    # 0: no limit
-    ended = loop.no_progress_stop(done, _lr(3))
-    assert ended is not None
-    done[-1] = ended
+    assert loop.judge(done, _lr(0)) is loop.State.RELAUNCH    # 0: no limit
+    assert loop.judge(done, _lr(3)) is loop.State.NO_PROGRESS
+    done[-1] = loop.no_progress_stop(done, _lr(3))
     assert capsys.readouterr().err == (
         "mpilaunch: 3 attempts in a row failed before any worker made progress (last: rank 1 "
         "(worker) on host a: exit code 1): not restarting; restart budget 8 left unused\n")
@@ -103,4 +102,10 @@ def test_the_limit_ends_the_job_with_one_line_and_the_summary_says_it(capsys):
 
 def test_an_attempt_with_progress_breaks_the_streak():
     done = [_failed(0, False), _failed(1, False), _failed(2, True), _failed(3, False)]
-    assert loop.no_progress_stop(done, _lr(2)) is None
+    assert loop.judge(done, _lr(2)) is loop.State.RELAUNCH
+
+
+def test_the_no_progress_rule_is_one_check_for_relaunches_and_restarts_in_place():
+    done = [_failed(0, True), _failed(1, False), _failed(2, False)]
+    assert [progress.spent(done, n) for n in (0, 1, 2, 3)] == [False, True, True, False]
+    assert not progress.spent([], 1)

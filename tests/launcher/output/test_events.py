@@ -16,9 +16,9 @@ from mpilaunch.rank import status as rank_status
 from mpilaunch.backends.base import Backend
 from mpilaunch.output.summary import Collector, parse_status_line
 
-Cfg = namedtuple("Cfg", "hosts hosts_source np")
+Cfg = namedtuple("Cfg", "hosts hosts_source np worker_log_name", defaults=(None,))
 LR = namedtuple("LR", "log_dir max_restarts")
-Plan = namedtuple("Plan", "np hosts")
+Plan = namedtuple("Plan", "np hosts log_dirs", defaults=((),))
 
 
 class _Backend:

@@ -91,10 +91,10 @@ def test_the_record_and_the_api_get_the_same_failure(tmp_path):
     failures; the API's ranks from the records this process wrote, not the file."""
     rfd, wfd = os.pipe()
     events.api_channel(str(wfd))
-    Cfg = namedtuple("Cfg", "hosts hosts_source np worker_log_name")
+    Cfg = namedtuple("Cfg", "hosts hosts_source np worker_log_name", defaults=(None,))
     LR = namedtuple("LR", "log_dir max_restarts")
     Backend = namedtuple("Backend", "program name")
-    events.start(Cfg((), "test", 2, None), LR(str(tmp_path), 0), Backend("mpirun", "Open MPI 5"), {})
+    events.start(Cfg((), "test", 2), LR(str(tmp_path), 0), Backend("mpirun", "Open MPI 5"), {})
     c = fed()
     for e in (ev(1, code=1, exc=EXC, t=2.0), ev(0, sig=15, t=3.0, cause="terminated")):
         c.feed_status(e)

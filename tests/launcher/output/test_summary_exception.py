@@ -90,7 +90,7 @@ def test_the_event_record_carries_it(tmp_path):
         log_dir, max_restarts = str(tmp_path), 0
 
     class Cfg:
-        hosts_source, np, hosts = "test", 2, []
+        hosts_source, np, hosts, worker_log_name = "test", 2, [], None
 
     class Backend:
         program = "mpirun"

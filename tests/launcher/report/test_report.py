@@ -16,9 +16,9 @@ from mpilaunch.rank import status as rank_status
 from mpilaunch.report import command, html, model
 from mpilaunch.output.summary import parse_status_line
 
-Cfg = namedtuple("Cfg", "hosts hosts_source np")
+Cfg = namedtuple("Cfg", "hosts hosts_source np worker_log_name", defaults=(None,))
 LR = namedtuple("LR", "log_dir max_restarts")
-Plan = namedtuple("Plan", "np hosts")
+Plan = namedtuple("Plan", "np hosts log_dirs")
 
 
 class _Backend:
@@ -44,7 +44,8 @@ def write_job(log_dir, hosts=2, per_host=2, fail=1, attempts=1, slow=None):
                      "the hostfile", np), LR(str(log_dir), attempts - 1), _Backend(), {})
     for k in range(attempts):
         last = k == attempts - 1
-        events.attempt_start(k, Plan(np, ()))
+        own = os.path.join(str(log_dir), f"attempt{k}") if attempts > 1 else str(log_dir)
+        events.attempt_start(k, Plan(np, (), (own,)))
         events.emit("starter_start", program="mpirun", pid=100 + k, argv=["mpirun"])
         for r in range(np):
             late = 0.5 if r == slow else 0.0

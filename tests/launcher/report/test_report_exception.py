@@ -10,7 +10,7 @@ from mpilaunch.output.outcome import failures
 from mpilaunch.output.summary import Collector, Event
 from mpilaunch.report import html, model
 
-Cfg = namedtuple("Cfg", "hosts hosts_source np")
+Cfg = namedtuple("Cfg", "hosts hosts_source np worker_log_name", defaults=(None,))
 LR = namedtuple("LR", "log_dir max_restarts")
 Done = namedtuple("Done", "status cause stopped_by failures")
 OMPI = OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5))
