@@ -132,7 +132,8 @@ def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: 
 
 
     if not net.all_here(cfg.hosts):   # daemons on other hosts
-        tokens += mpiargs.keepalive_tokens(dialect, tokens, fast=cfg.resilience.max_restarts > 0)
+        restarts = cfg.resilience.max_restarts if cfg.resilience is not None else 0
+        tokens += mpiargs.keepalive_tokens(dialect, tokens, fast=restarts > 0)
 
     selected, only_in_file = broadcast.selection(env, cfg.env_prefixes, cfg.tune_import)
     moved = {**moved, **only_in_file}
