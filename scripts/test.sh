@@ -37,9 +37,11 @@ export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 # The training libraries tests/*/test_torch_libs.py run (pinned with torch, so that pip keeps
 # torch 2.13.0); DeepSpeed builds its CPU shared-memory op at its first init_distributed
 # (~50 s of CPU, cached in ~/.cache/torch_extensions): built here once, not inside a test.
+# transformers: the Hugging Face Trainer's straggler test (tests/e2e/test_straggler_hf.py).
 if [ "${MPILAUNCH_SKIP_TORCH_LIBS:-0}" != 1 ]; then
-  echo "== pip install lightning accelerate deepspeed (pinned); DeepSpeed's CPU op"
-  "$PY" -m pip install -q 'torch==2.13.0' 'lightning==2.6.6' 'accelerate==1.16.0' 'deepspeed==0.19.8'
+  echo "== pip install lightning accelerate deepspeed transformers (pinned); DeepSpeed's CPU op"
+  "$PY" -m pip install -q 'torch==2.13.0' 'lightning==2.6.6' 'accelerate==1.16.0' 'deepspeed==0.19.8' \
+    'transformers==5.23.0'
   "$PY" -c "from deepspeed.accelerator import get_accelerator
 get_accelerator().create_op_builder('ShareMemCommBuilder').load()" >/dev/null 2>&1 \
     || echo "== DeepSpeed's CPU op did not build: its first test run builds it"
