@@ -10,29 +10,38 @@ from __future__ import annotations
 import signal
 from collections import deque
 from collections import namedtuple
-from typing import List, Optional
+from typing import (TYPE_CHECKING, Any, Container, Dict, List, NamedTuple, Optional, Protocol,
+                    Sequence, Tuple)
 
 from mpilaunch.contract import LIFE_CAUSE, STATUS_PREFIX
 from mpilaunch.output.jsonline import loads
 
+if TYPE_CHECKING:   # the checker's view of the fields; at run time a namedtuple (below)
+    class _Fields(NamedTuple):   # (a test holds these names to the namedtuple's)
+        rank: Optional[int]; host: str; role: str; event: str   # noqa: E702
+        code: Optional[int]; signal: Optional[int]; cause: str   # noqa: E702
+        log: Optional[str]; tail: List[str]; t: float   # noqa: E702
+        message: Optional[str] = None; pid: Optional[int] = None   # noqa: E702
+        exception: Optional[Dict[str, Any]] = None
 
-class Event(namedtuple("Event", "rank host role event code signal cause log tail t message pid "
-                       "exception", defaults=(None, None, None))):
-    """rank: Optional[int];
-    host: str;
-    role: str;
-    event: str;
-    code: Optional[int];
-    signal: Optional[int];
-    cause: str;
-    log: Optional[str];
-    tail: List[str];
-    t: float;
-    message: Optional[str];
-    pid: Optional[int] (lifecycle lines: the process they are about);
-    exception: Optional[dict] (what a failed worker died of, found by its rank:
-    mpilaunch/rank/exception.py; None from a line without it).
-    (A namedtuple: docs/ARCHITECTURE.md, start-up.)"""
+    class _Reader(Protocol):   # backends.base.Backend, as the Collector reads the starter's words
+        lost_why: str
+        def notices(self, text: str) -> List["Event"]: ...   # noqa: E301
+        def lost_hosts(self, text: str) -> List[str]: ...   # noqa: E301
+
+    class _NotStarted(Protocol):   # check.results.CheckResult of a host where no daemon started
+        @property
+        def host(self) -> str: ...
+        def line(self) -> str: ...   # noqa: E301
+else:
+    _Fields = namedtuple("Event", "rank host role event code signal cause log tail t message pid "
+                         "exception", defaults=(None, None, None))
+
+
+class Event(_Fields):
+    """A rank's status line; ``pid``: the process a lifecycle line is about; ``exception``: what a
+    failed worker died of (rank/exception.py). A namedtuple, typed for the checker only
+    (docs/ARCHITECTURE.md, start-up)."""
 
     __slots__ = ()
 
@@ -76,12 +85,12 @@ class _Tail:
         return "".join(self.chunks)[-self.limit:]
 
 
-def who(event) -> str:
+def who(event: Event) -> str:
     """``rank N (role)``, or ``a rank (role)`` when the rank is not known."""
     return f"{'a rank' if event.rank is None else f'rank {event.rank}'} ({event.role})"
 
 
-def who_and_where(event) -> str:
+def who_and_where(event: Event) -> str:
     """``rank N (role) on host H``: how every summary line, cause and record names a process
     (the host left out when it is not known)."""
     return who(event) + (f" on host {event.host}" if event.host not in ("", "?", None) else "")
@@ -94,11 +103,11 @@ class Collector:
 
     TAIL = 256 * 1024
 
-    def __init__(self, backend) -> None:
+    def __init__(self, backend: "_Reader") -> None:
         self.backend = backend   # backends.base.Backend: how its starter's words are read
         self.events: List[Event] = []
         self.unreachable: List[str] = []   # hosts a backend found unreachable (Hydra)
-        self.not_started: list = []        # check results of hosts where no daemon started
+        self.not_started: Sequence[_NotStarted] = ()   # checks of hosts where no daemon started
         self.ranks_seen: set = set()       # ranks that sent any status line: the job had started
         self.dead: List[Event] = []        # adapters whose control connection closed without a bye
         self._streams = {"stdout": _Tail(self.TAIL), "stderr": _Tail(self.TAIL)}
@@ -173,7 +182,7 @@ def how_it_ended(dead: Event, notices: List[Event]) -> Event:
     return dead
 
 
-def describe_failure(event) -> str:
+def describe_failure(event: Event) -> str:
     """``exit code 1``, with the exception the rank found when it found one
     (``exit code 1: ValueError: bad batch size 0 (train.py:41 in load_batch)``)."""
     text = describe_status(event.code, event.signal)
@@ -206,7 +215,7 @@ def signal_name(sig: int) -> str:
         return f"signal {sig}"
 
 
-def scheduler_hint(root: Optional[Event], scheduler) -> Optional[str]:
+def scheduler_hint(root: Optional[Event], scheduler: Optional[Tuple[bool, str]]) -> Optional[str]:
     """The fix when the launcher's guess about the scheduler was wrong (``scheduler``:
     (started, why) from config, or None): the scheduler copy failed in a job that may not be
     a MindSpore one, or a MindSpore worker failed without a scheduler."""
@@ -228,7 +237,8 @@ def scheduler_hint(root: Optional[Event], scheduler) -> Optional[str]:
 USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
-def signal_note(sig: Optional[int], delivered, program: str, starter: bool = False) -> Optional[str]:
+def signal_note(sig: Optional[int], delivered: Container[int], program: str,
+                starter: bool = False) -> Optional[str]:
     """Where the user signal ``sig`` that killed a process came from: sent to mpilaunch
     (``delivered``: the signals it gave to the workers) or straight to the ranks or the
     starter (``starter``: the starter itself died of it)."""
@@ -248,7 +258,8 @@ def signal_note(sig: Optional[int], delivered, program: str, starter: bool = Fal
 
 def render_summary(collector: Collector, status: int, tail_lines: int = 10,
                    stopped_by: Optional[int] = None, starter_signal: Optional[int] = None,
-                   scheduler=None, program: str = "mpirun", delivered=(),
+                   scheduler: Optional[Tuple[bool, str]] = None, program: str = "mpirun",
+                   delivered: Container[int] = (),
                    ranks_file: Optional[str] = None) -> str:
     """``status``: the job's exit status (``outcome.decide``); ``stopped_by``: the signal that
     asked mpilaunch to stop (the user or the platform); ``starter_signal``: the signal that
@@ -310,7 +321,7 @@ def render_summary(collector: Collector, status: int, tail_lines: int = 10,
 MAX_LISTED = 8      # hosts or ranks named one by one in a summary; the rest are counted
 
 
-def _not_started(lines: List[str], results, program: str) -> None:
+def _not_started(lines: List[str], results: Sequence["_NotStarted"], program: str) -> None:
     """The hosts where the starter could not start its daemon, each with the ssh check that
     fails there and its fix (the preflight's words: check/hosts.py)."""
     hosts = list(dict.fromkeys(r.host for r in results))

@@ -150,8 +150,8 @@ class _GraceCollector(Collector):
 def grace_lines(collector: Collector, grace: float) -> str:
     """The summary's lines after a graceful stop: which ranks' workers ended within the grace,
     which were killed at its end."""
-    workers = {e.rank: e for e in collector.events
-               if e.role == "worker" and e.cause == "terminated"}
+    workers = {e.rank: e for e in collector.events   # by rank (one without a rank has no name here)
+               if e.role == "worker" and e.cause == "terminated" and e.rank is not None}
     cut = sorted(r for r, e in workers.items() if e.signal == signal.SIGKILL)
     ended = sorted(r for r, e in workers.items() if e.signal != signal.SIGKILL)
     out = f"  graceful stop: SIGTERM to every worker, up to {grace:g} s to save\n"

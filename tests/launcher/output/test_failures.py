@@ -120,3 +120,16 @@ def test_no_result_line_is_the_exit_status_alone():
         137, None, [], 0, "/l/events.jsonl", "/l", None, [])
     assert outcome.KINDS == ("process", "host lost", "not started", "stopped", "stalled",
                              "unreported")
+
+
+def test_the_checker_s_view_of_a_status_line_is_the_namedtuple_it_is():
+    """summary.Event is a namedtuple at run time and a typed NamedTuple for mypy only: the two
+    name the same fields in the same order."""
+    import ast
+    import inspect
+
+    from mpilaunch.output import summary
+
+    tree = ast.parse(inspect.getsource(summary))
+    [typed] = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "_Fields"]
+    assert tuple(a.target.id for a in typed.body if isinstance(a, ast.AnnAssign)) == Event._fields
