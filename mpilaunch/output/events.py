@@ -25,13 +25,13 @@ import time
 from mpilaunch import __version__, contract, procstat
 from mpilaunch.output.jsonline import dumps
 from mpilaunch.output.outcome import PROCESS, event_status
+from mpilaunch.output.summary import who
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Sequence
-
+if TYPE_CHECKING:   # (the launch's config, plan and backend: Any; config/, backends/ are above)
+    from typing import Any, Dict, List, Mapping, Optional, Sequence
     from mpilaunch.output.outcome import Failure
-from mpilaunch.output.summary import who
+    from mpilaunch.output.summary import Collector, Event
 
 SCHEMA = 1
 FILENAME = "events.jsonl"
@@ -77,7 +77,7 @@ class Kind:
 
 
 class _Record:
-    def __init__(self, fd: int, path: str, log_dir: str, env):
+    def __init__(self, fd: int, path: str, log_dir: str, env: Mapping[str, str]) -> None:
         self.fd, self.path, self.log_dir = fd, path, log_dir
         self.secret_env = {k: v for k, v in env.items() if v and contract.is_secret(k)}
         self.seq = itertools.count()
@@ -86,9 +86,8 @@ class _Record:
         self.preflight_t0: "float | None" = None
         self.exception = None    # the last attempt's root cause's exception (job_end)
         self.summary: "str | None" = None   # the last failure summary (the API's result)
-        # the records the API's result draws its ranks from (report/model.py, in memory), kept
-        # only while the API listens
-        self.kept: "list | None" = [] if _api_fd is not None else None
+        # what the API's ranks are drawn from (report/model.py): kept only while it listens
+        self.kept: "List[Dict[str, Any]] | None" = [] if _api_fd is not None else None
 
 
 _rec = None
@@ -103,7 +102,7 @@ _RESULT_KINDS = frozenset({"hosts", "attempt_start", "starter_start", "starter_e
                            "teardown_start", "adapter_up", "process_start", "process_exit"})
 
 
-def api_channel(value) -> None:
+def api_channel(value: Optional[str]) -> None:
     """``MPILAUNCH_API_FD`` as cli.main took it from the environment (never passed on: not
     inherited by anything this process starts)."""
     global _api_fd
@@ -139,7 +138,7 @@ def path() -> "str | None":
     return _rec.path if _rec is not None else None
 
 
-def _mask(value):
+def _mask(value: object) -> Any:
     if isinstance(value, str):
         if _rec is not None and _rec.secret_env:
             value = contract.mask_lines([value], _rec.secret_env)[0]
@@ -154,7 +153,7 @@ def _mask(value):
     return value
 
 
-def emit(kind: str, t: "float | None" = None, **fields) -> None:
+def emit(kind: str, t: "float | None" = None, **fields: object) -> None:
     """One record of ``kind`` (docs/EVENTS.md lists them) for the running attempt."""
     rec = _rec
     if rec is None:
@@ -187,7 +186,7 @@ def _process_start() -> float:
         return now
 
 
-def start(cfg, lr, backend, env=None) -> None:
+def start(cfg: Any, lr: Any, backend: Any, env: Optional[Mapping[str, str]] = None) -> None:
     """Open ``LOG_DIR/events.jsonl`` (a new job: the file starts empty) and write the
     launcher's start and the hosts. ``lr``: config.resilience.Resilience (its ``log_dir`` is LOG_DIR
     itself, also when each attempt logs to ``LOG_DIR/attempt<k>``)."""
@@ -242,7 +241,7 @@ def preflight_start() -> None:
         emit(Kind.PREFLIGHT_START, t=_rec.preflight_t0)
 
 
-def preflight(results):
+def preflight(results: List[Any]) -> List[Any]:
     """The preflight's results, recorded per host (each host's checks ran one after the
     other from the preflight's start, so its end is the start + their seconds); returned
     unchanged."""
@@ -270,7 +269,7 @@ def preflight(results):
     return results
 
 
-def attempt_start(index: int, plan) -> None:
+def attempt_start(index: int, plan: Any) -> None:
     if _rec is None:
         return
     _rec.attempt, _rec.teardown, _rec.summary = index, None, None
@@ -310,11 +309,12 @@ _LIFE_KINDS = {"up": Kind.ADAPTER_UP, "started": Kind.PROCESS_START, "output": K
                "exit": Kind.PROCESS_EXIT}
 
 
-def status(event) -> None:
+def status(event: Event) -> None:
     """A rank's status line (``summary.Event``), recorded with the launcher's clock."""
     if _rec is None:
         return
-    common = {"rank": event.rank, "host": event.host, "role": event.role, "host_t": event.t}
+    common: Dict[str, Any] = {"rank": event.rank, "host": event.host, "role": event.role,
+                              "host_t": event.t}   # Any: spread into emit(), it could name its t
     if event.cause == contract.LIFE_CAUSE:
         kind = _LIFE_KINDS.get(event.event, Kind.RANK_STATUS)
         if kind == Kind.PROCESS_EXIT:
@@ -331,14 +331,14 @@ def status(event) -> None:
              tail=event.tail, **common)
     else:   # the stall watchdog's stall / progress / done, an adapter's graceful stop, an
             # attempt restarted in place (its root cause's exception with it)
-        extra = {"exception": event.exception} if event.exception else {}
+        extra: Dict[str, Any] = {"exception": event.exception} if event.exception else {}
         emit(Kind.RANK_STATUS, event=event.event, cause=event.cause, message=event.message,
              **extra, **common)
     if event.cause == "self" and (event.code or event.signal):
         teardown(f"{who(event)} failed on {event.host}")
 
 
-def attempt_end(attempt, collector) -> None:
+def attempt_end(attempt: Any, collector: Collector) -> None:
     """The attempt's status, cause and root cause (``supervise.attempt.Attempt`` after
     ``finish``: its ``failures``, the root cause first): ``root`` is that first failure when
     it is a process's."""

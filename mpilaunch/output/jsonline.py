@@ -6,9 +6,12 @@ ranks start on the same cores; ``json``'s import (its decoder, scanner, encoder 
 patterns) would cost every launch that (docs/ARCHITECTURE.md, start-up). Both
 ends are the C accelerators json.dumps and json.loads themselves use (``_json``).
 """
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
-def _encoder():
+def _encoder() -> "Callable[[object], str]":
     """``json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)`` from
     ``_json``'s C encoder, the one json.dumps itself uses; json.dumps where that encoder is
     missing or has another signature."""
@@ -28,7 +31,7 @@ def _encoder():
 dumps = _encoder()
 
 
-def _loader():
+def _loader() -> "Callable[[str], Any]":
     """``json.loads`` from ``_json``'s C scanner, the one json.loads itself uses (malformed text
     raises ValueError, as there); json.loads where that scanner is missing or has another
     signature."""
@@ -44,7 +47,7 @@ def _loader():
         # any object with those attributes (the stubs name the scanner's own type)
         scan = _json.make_scanner(_Context())   # type: ignore[arg-type]
 
-        def loads(text: str):
+        def loads(text: str) -> "Any":
             start = len(text) - len(text.lstrip(" \t\n\r"))
             try:
                 obj, end = scan(text, start)

@@ -21,7 +21,7 @@ error found by the launcher (2) never start anything and so never reach here.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Mapping, NamedTuple, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from mpilaunch.output.summary import describe_failure, signal_name, who_and_where
 
@@ -115,12 +115,7 @@ UNREPORTED = "unreported"      # the starter failed and no rank said why
 KINDS = (PROCESS, HOST_LOST, NOT_STARTED, STOPPED, STALLED, UNREPORTED)
 
 
-class _Status(Protocol):
-    code: Optional[int]
-    signal: Optional[int]
-
-
-def event_status(event: _Status) -> int:
+def event_status(event: Event) -> int:
     """A status-line event's status: 128 + N for signal N, else its exit code."""
     return 128 + event.signal if event.signal else int(event.code or 0)
 
