@@ -113,6 +113,7 @@ class ResilientAttempt(Attempt):
         super().__init__(index, lr.stop_grace)
         self.lr, self.np = lr, np
         self.job: Any = None
+        self.board: Any = None      # the monitor's (attempts/monitoring.py), None when it is off
         self.started_at: Optional[float] = None
         self.silent: Dict[int, Any] = {}    # rank -> its last stall event
         self.done: set = set()              # ranks whose worker exited 0
@@ -146,8 +147,8 @@ class ResilientAttempt(Attempt):
         self.collected = _Collector(self, backend)
         return self.collected
 
-    def started(self, job: Any) -> None:
-        self.job, self.started_at = job, time.monotonic()
+    def started(self, job: Any, board: Any = None) -> None:
+        self.job, self.board, self.started_at = job, board, time.monotonic()
 
     # -- graceful stop
     def on_stop(self, job: Any, signum: int, forward: Callable[[int], None]) -> bool:
@@ -206,10 +207,18 @@ class ResilientAttempt(Attempt):
             return
         events.emit(events.Kind.RESTART, next_attempt=self.index, cause=done.cause, delay=0.0,
                     mode="in-place")
-        events.next_attempt_in_place(self.index)
+        self._moved_on()
         print(f"mpilaunch: attempt {done.index} failed ({done.cause}); restarted in place: "
               f"attempt {self.index} of at most {self.lr.max_restarts + 1}", file=sys.stderr,
               flush=True)
+
+    def _moved_on(self) -> None:
+        """Attempt ``index`` runs from here on, in the same starter. This attempt owns the
+        number: the event record's lines and the monitor's board (``mpilaunch top``, /metrics)
+        are told here, as the starter tells them at a relaunch."""
+        events.next_attempt_in_place(self.index)
+        if self.board is not None and self.job is not None:
+            self.board.attempt_started(self.index, self.np, self.collected, self.job.control)
 
     def phase_event(self, event: Any) -> None:
         with self.lock:

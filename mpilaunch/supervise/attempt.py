@@ -64,7 +64,8 @@ class Attempt:
 
     linger()                    -> s to wait for adapters still running after the starter
     collector(backend)          -> the Collector the starter's output goes into
-    started(job)                   the starter runs (``starter.Job``: kill, end, later)
+    started(job, board)            the starter runs (``starter.Job``: kill, end, later; the
+                                   monitor's board, or None: told when the attempt moves on)
     on_stop(job, signum, act)   -> True when the attempt handles this stop itself
                                    (``act(signum)``: the ordinary stop, for later)
     verdict()                   -> keyword arguments for ``outcome.decide`` (stalled, ...)
@@ -96,7 +97,7 @@ class Attempt:
     def collector(self, backend: Any) -> Collector:
         return Collector(backend) if self.stop_grace is None else _GraceCollector(backend)
 
-    def started(self, job: Any) -> None:
+    def started(self, job: Any, board: Any = None) -> None:
         pass
 
     def on_stop(self, job: Any, signum: int, act: Callable[[int], None]) -> bool:

@@ -249,7 +249,7 @@ class _Supervision:
         if proc.stdin is not None:
             relays.StdinRelay(proc.stdin).start()   # not joined: it may wait on the terminal
         backend.watch(plan, job)
-        self.attempt.started(job)
+        self.attempt.started(job, self.board)
         for relay in streams:
             relay.start()
         rc = wait_starter(proc)
