@@ -12,6 +12,9 @@ import os
 import re
 from collections import namedtuple
 
+# the one rule for a library frame (rank/pyspy.py), used here and by this module's readers
+from mpilaunch.rank.pyspy import is_library  # noqa: F401
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Optional, Sequence
@@ -41,10 +44,6 @@ MPI_LINE = re.compile(r"\.(" + "|".join(MPI_CALLS) + r")\(")
 MPI_NATIVE = re.compile(r"^P?MPI_[A-Z][a-z_]+")
 
 Frame = namedtuple("Frame", "func path line source")
-def is_library(path: str) -> bool:
-    """A frame of the interpreter's library or of an installed package, not the user's code."""
-    return ("/site-packages/" in path or "/dist-packages/" in path or "/lib/python" in path
-            or not path.endswith(".py") or path.startswith("<"))
 
 
 def short(path: str) -> str:

@@ -33,6 +33,7 @@ import time
 from mpilaunch import procstat
 from mpilaunch.pdeathsig import SignalsBlocked
 from mpilaunch.rank import descendants, spawn, status
+from mpilaunch.rank.pyspy import MISSING, record_argv
 from mpilaunch.rank.samples import (  # noqa: F401 (the monitor's reading of a record, named here too)
     States, in_sync_region, parse_raw, source_line, summarize, sync_share, wait_of)
 
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 RATE = 10                 # stack samples a second while py-spy records
 REFUSED = ("Permission denied", "Permission Denied", "Operation not permitted")
-NO_PY_SPY = "py-spy is not installed here (pip install 'mpilaunch[stall]', or pip install py-spy)"
+NO_PY_SPY = MISSING
 SCHEDULER = "none: the scheduler's stacks are not sampled (it waits for the workers by design)"
 GIVE_UP = 3               # py-spy failing this many times in a row on one process: no more tries
 RECORD_SHARE = 0.6        # of each interval py-spy records (it takes 1-3 s to attach on a loaded host)
@@ -100,14 +101,6 @@ def first_error(text: str) -> str:
         if line.strip() and not line.startswith(("py-spy>", "Stack backtrace", "   ")):
             return line.strip()[:200]
     return ""
-
-
-def record_argv(py_spy: str, pid: int, seconds: int, rate: int, output: str) -> List[str]:
-    """py-spy's command: every thread (idle ones too: a rank waiting in a collective sleeps in
-    the kernel), without pausing the worker (``--nonblocking``), raw stacks to ``output``."""
-    return [py_spy, "record", "--pid", str(pid), "--duration", str(seconds), "--rate", str(rate),
-            "--format", "raw", "--threads", "--idle", "--nonblocking", "--full-filenames",
-            "--output", output]
 
 
 class Spy:

@@ -1,5 +1,5 @@
-"""What one worker's stack samples say (rank/monitor.py takes them each interval): py-spy's raw
-record parsed on every Python it reads (3.9 to 3.13), the share of samples that wait for the
+"""What one worker's stack samples say (rank/monitor.py takes them each interval; py-spy's raw
+record is parsed in rank/pyspy.py, on every Python it reads): the share of samples that wait for the
 other ranks and the hottest place outside a wait, and the main thread's kernel state that tells
 a wait from work where the stack cannot (DDP's backward, FSDP's collectives: docs/MONITOR.md,
 "DDP and FSDP"). Pure but for :class:`States`' reads of /proc and :func:`source_line`'s of the
@@ -8,6 +8,8 @@ user's file.
 from __future__ import annotations
 
 import os
+
+from mpilaunch.rank.pyspy import parse_raw, source_line  # noqa: F401 (read here, named here too)
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
@@ -28,79 +30,6 @@ SYNC_DIRS = ("/torch/distributed/", "/torch/nn/parallel/", "/deepspeed/")
 # futex(2) (and futex_waitv) by architecture: /proc/PID/syscall gives the number a thread is
 # blocked in; elsewhere the kernel function it sleeps in (wchan) is read instead
 FUTEX = {"x86_64": ("202", "449"), "aarch64": ("98", "449")}
-
-
-def _frame(text: str):
-    """``func (/path/file.py:41)`` -> (func, path, line); None for anything else."""
-    func, sep, where = text.rpartition(" (")
-    if not sep or not where.endswith(")"):
-        return None
-    path, sep, line = where[:-1].rpartition(":")
-    if not sep or not line.isdigit():
-        return func, where[:-1], 0
-    return func, path, int(line)
-
-
-def _thread_id(head: str) -> str:
-    """``thread (8452): MainThread`` -> ``8452``; ``thread (0x7F3D...)`` -> ``0x7F3D...``."""
-    return head[head.find("(") + 1:head.find(")")] if head.startswith("thread (") else ""
-
-
-def _main_python_id(lines: List[Tuple[str, List[str], int]]) -> Optional[str]:
-    """Python 3.9 and 3.10 give py-spy no OS thread id: it prints the thread's Python id in hex
-    (``thread (0x7F3D0A1B2B80)``). The main thread is then the one whose stacks start in the
-    script (``<module>``, or runpy's ``_run_module_as_main`` for ``-m``) or say ``MainThread``,
-    never in threading.py's ``_bootstrap`` (every ``threading.Thread`` starts there)."""
-    votes: Dict[str, int] = {}
-    for head, parts, count in lines:
-        ident = _thread_id(head)
-        if not ident.startswith("0x"):
-            continue
-        outer = parts[0] if parts else ""
-        if head.endswith(": MainThread") or outer.startswith(("<module> (", "_run_module_as_main (")):
-            votes[ident] = votes.get(ident, 0) + count
-        elif "threading.py:" in outer:
-            votes[ident] = votes.get(ident, 0) - count
-    best = max(sorted(votes), key=votes.__getitem__) if votes else None
-    return best if best is not None and votes[best] > 0 else None
-
-
-def parse_raw(text: str, tid: int) -> List[Tuple[list, int]]:
-    """py-spy's ``record --threads --format raw`` -> [(frames of the main thread, innermost
-    first, as (func, path, line)), samples]: one entry a distinct stack. A line is
-    ``thread (TID): NAME;outer (f.py:1);...;inner (g.py:2) COUNT``; TID is the OS thread id
-    (``tid``: the worker's pid for its main thread) on Python 3.11 and later, the Python
-    thread id in hex on 3.9 and 3.10 (:func:`_main_python_id` picks the main thread's)."""
-    lines: List[Tuple[str, List[str], int]] = []
-    for line in text.splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not n.isdigit():
-            continue
-        head, *parts = stack.split(";")
-        lines.append((head, parts, int(n)))
-    want = str(tid)
-    if not any(_thread_id(head) == want for head, _, _ in lines):
-        want = _main_python_id(lines) or want
-    out = []
-    for head, parts, count in lines:
-        if _thread_id(head) != want:
-            continue
-        frames = [f for f in (_frame(p) for p in parts) if f is not None]
-        if frames:
-            out.append((frames[::-1], count))
-    return out
-
-
-def source_line(path: str, line: int) -> str:
-    """Line ``line`` of ``path`` (stripped), '' when it cannot be read."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for i, text in enumerate(f, 1):
-                if i == line:
-                    return text.strip()
-    except OSError:
-        pass
-    return ""
 
 
 def summarize(stacks, read=source_line) -> Tuple[Optional[float], Optional[str], int]:

@@ -5,7 +5,7 @@ The adapter runs ``py-spy dump`` on its own host, on each of its children (the w
 rank 0's MindSpore scheduler), in parallel, and answers with the text: one section per child,
 ``=== worker pid P`` / ``=== scheduler pid P``, then py-spy's output (``--full-filenames``), and
 under each frame of the user's own code its source line (``    > text``), read here where the
-file is: the launcher's grouping (stacks/verdict.py) recognises an mpi4py collective by the call
+file is (rank/pyspy.py's ``annotate``): the launcher's grouping (stacks/verdict.py) recognises an mpi4py collective by the call
 on that line (py-spy shows no C frame without ``--native``).
 
 Loaded only when a request arrives (the rank-side import budget: tests/rank/test_options.py);
@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import threading
 
-NO_PY_SPY = ("py-spy is not installed here: no stacks (pip install 'mpilaunch[stall]', or "
-             "pip install py-spy)")
+from mpilaunch.rank.pyspy import MISSING, annotate
+
+NO_PY_SPY = f"no stacks: {MISSING}"
 NATIVE = "--native"
 
 
@@ -52,30 +53,6 @@ def _is_python(pid: int) -> bool:
         return True     # let py-spy say what is wrong
 
 
-def _source_lines(text: str) -> str:
-    """py-spy's frame lines ``    func (/path/file.py:N)`` of files outside the interpreter's
-    library, each followed by ``    > `` and that line of the file."""
-    out = []
-    for line in text.splitlines():
-        out.append(line)
-        stripped = line.strip()
-        if not (line.startswith("    ") and stripped.endswith(")") and " (" in stripped):
-            continue
-        where = stripped[stripped.rindex(" (") + 2:-1]
-        path, _, num = where.rpartition(":")
-        if not num.isdigit() or not path.startswith("/") or "/lib/python" in path:
-            continue
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                for i, src in enumerate(f, 1):
-                    if i == int(num):
-                        out.append(f"    > {src.strip()}")
-                        break
-        except OSError:
-            pass
-    return "\n".join(out) + "\n"
-
-
 def dump_rank(adapter_pid: int, native: bool = False) -> str:
     """The stacks of every child of the adapter ``adapter_pid`` (this process), as text."""
     from mpilaunch.rank import descendants, watchdog
@@ -95,7 +72,7 @@ def dump_rank(adapter_pid: int, native: bool = False) -> str:
                                  "reads Python stacks only (gdb -p PID reads a native one)\n")
             return
         more = ["--full-filenames"] + ([NATIVE] if native else [])
-        texts[pid] = head + _source_lines(watchdog.py_spy_dump(pid, py_spy, more))
+        texts[pid] = head + annotate(watchdog.py_spy_dump(pid, py_spy, more))
 
     threads = [threading.Thread(target=one, args=(p,), daemon=True) for p in kids]
     for t in threads:

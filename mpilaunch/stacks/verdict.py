@@ -16,19 +16,17 @@ all_reduce (torch.distributed)``.
 """
 from __future__ import annotations
 
-import re
 from collections import namedtuple
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from mpilaunch.rank.collectives import (  # noqa: F401 (the verdict's readers use these names)
     MINDSPORE_DIR, MPI_CALLS, TORCH, TORCH_FILES, Frame, at, collective, collective_of,
     is_library, mpi4py_call, short)
+from mpilaunch.rank.pyspy import dump_frame
 
 Place = namedtuple("Place", "key text collective")
 Rank = namedtuple("Rank", "rank host place note")
 
-_FRAME = re.compile(r"^    (\S.*?) \((.+?):(\d+)\)$")
-_NATIVE_FRAME = re.compile(r"^    (\S.*?) \(([^():]+)\)$")    # py-spy --native: func (lib.so)
 
 
 def parse(text: str) -> Dict[str, List[List[Frame]]]:
@@ -55,13 +53,9 @@ def parse(text: str) -> Dict[str, List[List[Frame]]]:
             last = threads[-1]
             threads[-1] = last._replace(source=raw[6:])
             continue
-        m = _FRAME.match(raw)
-        if m and out.get(role):
-            threads.append(Frame(m.group(1), m.group(2), int(m.group(3)), ""))
-            continue
-        m = _NATIVE_FRAME.match(raw)
-        if m and out.get(role):
-            threads.append(Frame(m.group(1), m.group(2), 0, ""))
+        frame = dump_frame(raw)
+        if frame is not None and out.get(role):
+            threads.append(Frame(*frame, ""))
     return out
 
 

@@ -160,8 +160,8 @@ def test_without_py_spy_one_line_names_the_extra_and_a_finished_job_is_one_line(
     assert proc.wait(60) == 0 and wait_for(lambda: not alive(kids), 10)
     assert got.returncode == 1, got.stdout + got.stderr
     assert got.stdout.splitlines()[1] == (
-        "verdict: no stacks from ranks 0, 1 (mpilaunch.rank: py-spy is not installed here: no "
-        "stacks (pip install 'mpilaunch[stall]', or pip install py-spy))")
+        "verdict: no stacks from ranks 0, 1 (mpilaunch.rank: no stacks: py-spy is not installed "
+        "here (pip install 'mpilaunch[stall]', or pip install py-spy))")
     ended = stacks(tmp_path / "logs")
     assert ended.returncode == 2 and ended.stdout == ""
     assert ended.stderr == (f"mpilaunch: error: no running mpilaunch job writes to {tmp_path / 'logs'} "

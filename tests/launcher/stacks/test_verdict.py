@@ -56,12 +56,12 @@ def test_mpi4py_the_call_on_the_innermost_line_and_with_native_mpi4pys_own_frame
 
 def test_ranks_that_could_not_be_read_and_ranks_that_did_not_answer_are_counted():
     got = answers("torch_gloo")
-    got[3] = ("mpilaunch.rank: py-spy is not installed here: no stacks (pip install "
+    got[3] = ("mpilaunch.rank: no stacks: py-spy is not installed here (pip install "
               "'mpilaunch[stall]', or pip install py-spy)\n")
     line, odd = verdict.verdict(got, hosts(5), missing=[4])
     assert line == ("rank 2 on host vm: stuck.py:14 in load_batch; ranks 0, 1 in all_reduce "
-                    "(torch.distributed); no stacks from rank 3 (mpilaunch.rank: py-spy is not "
-                    "installed here: no stacks (pip install 'mpilaunch[stall]', or pip install "
+                    "(torch.distributed); no stacks from rank 3 (mpilaunch.rank: no stacks: py-spy "
+                    "is not installed here (pip install 'mpilaunch[stall]', or pip install "
                     "py-spy)); no answer from rank 4")
     assert odd == [2]
     assert verdict.verdict({0: got[3]}, hosts(1))[1] == []
