@@ -144,7 +144,9 @@ class Discovery:
     the unit tests; the real ones below)."""
 
     def __init__(self, script: str, user_np: Optional[int], timeout: float = TIMEOUT,
-                 clock=time.monotonic, runner=None, preflight=None):
+                 clock: Callable[[], float] = time.monotonic,
+                 runner: Optional[Callable[[], Any]] = None,
+                 preflight: Optional[Callable[..., Any]] = None) -> None:
         self.script, self.user_np, self.timeout = script, user_np, timeout
         self.clock = clock
         self.runner = runner or (lambda: discover(self.script, self.timeout))
@@ -180,7 +182,7 @@ class Discovery:
         self.health.charge(failed, warn)
 
     def next_hosts(self, k: int, previous: Tuple[hf.Host, ...], lost: Sequence[str],
-                   cfg, warn) -> Tuple[Tuple[hf.Host, ...], Dict[str, str]]:
+                   cfg: Any, warn: Callable[[str], None]) -> Tuple[Tuple[hf.Host, ...], Dict[str, str]]:
         """The hosts of attempt ``k`` (``previous``: attempt k-1's, ``lost``: the names of
         those it lost) -> (hosts, left out: name -> why)."""
         self.charge(lost, warn)

@@ -7,22 +7,27 @@ span."""
 from __future__ import annotations
 
 import html
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING:
+    from mpilaunch.report.model import Attempt
 
 HEIGHT, TOP, BOTTOM = 120, 8, 8
 CALM, SLOW, SPAN = "#90a4ae", "#c62828", "#ffcdd2"
 
 
-def _e(text) -> str:
+def _e(text: object) -> str:
     return html.escape("" if text is None else str(text), quote=True)
 
 
-def spans(att, end: float) -> List[Tuple[int, float, float, dict]]:
+def spans(att: Attempt, end: float) -> List[Tuple[int, float, float, dict]]:
     """(rank, start, end, the record that named it) of every straggler span of ``att``."""
     out: List[Tuple[int, float, float, dict]] = []
     open_: Dict[int, dict] = {}
     for rec in att.stragglers:
         rank = rec.get("rank")
+        if not isinstance(rank, int):   # a record without its rank names no line
+            continue
         if not rec.get("recovered"):
             open_.setdefault(rank, rec)
         elif rank in open_:
@@ -32,7 +37,7 @@ def spans(att, end: float) -> List[Tuple[int, float, float, dict]]:
     return sorted(out, key=lambda s: (s[1], s[0]))
 
 
-def chart(att, scale, t0: float, label: int, width: int) -> str:
+def chart(att: Attempt, scale: Any, t0: float, label: int, width: int) -> str:
     """The attempt's chart (a ``<div>``), or '' when the monitor recorded no wait share."""
     if not att.waits:
         return ""
@@ -65,16 +70,16 @@ def chart(att, scale, t0: float, label: int, width: int) -> str:
     return f'<div class="lane">{svg}</div>'
 
 
-def _lines(att) -> Dict[int, List[Tuple[float, float]]]:
+def _lines(att: Attempt) -> Dict[int, List[Tuple[float, float]]]:
     out: Dict[int, List[Tuple[float, float]]] = {}
     for t, shares in att.waits:
         for rank, share in enumerate(shares):
-            if share is not None:
+            if share is not None and t is not None:
                 out.setdefault(rank, []).append((t, share))
     return out
 
 
-def facts(att, t0: float) -> List[str]:
+def facts(att: Attempt, t0: float) -> List[str]:
     """One ``<p>`` per straggler span: who, when, how much the others waited, its hot frame."""
     out = []
     for rank, start, stop, rec in spans(att, att.end or t0):

@@ -246,7 +246,7 @@ class Control:
                 self.sample_failed = True
                 warn(f"the monitor's consumer failed on a sample: {exc!r}")
 
-    def _drop(self, conn: _socket.socket, rank) -> None:
+    def _drop(self, conn: _socket.socket, rank: Optional[int]) -> None:
         try:
             self.sel.unregister(conn)
         except (KeyError, ValueError):

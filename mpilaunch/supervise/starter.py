@@ -82,7 +82,7 @@ def wait_starter(proc: subprocess.Popen) -> int:
     return proc.returncode
 
 
-def _child_setup_for(prctl):
+def _child_setup_for(prctl: Callable[..., int]) -> Callable[[], None]:
     def setup() -> None:  # runs in the child between fork and exec
         os.setpgid(0, 0)
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -286,7 +286,7 @@ class _Supervision:
                 relay.failed(event.rank)
         return relay, on_event
 
-    def _teardown(self, previous, keep_tune: bool) -> None:
+    def _teardown(self, previous: Mapping[signal.Signals, Any], keep_tune: bool) -> None:
         """Every exit path: nothing of this attempt left running, the launcher's signal state
         as it was, the run files removed."""
         proc = self.proc
@@ -354,7 +354,7 @@ def starter_environment(base: Mapping[str, str], control: Mapping[str, str],
     return out
 
 
-def _linger(control, seconds: float, program: str, lost: Callable[[], List[str]]) -> None:
+def _linger(control: control_channel.Control, seconds: float, program: str, lost: Callable[[], List[str]]) -> None:
     """The starter ended while adapters still run (Open MPI 5's prterun leaves its ranks when
     Slurm's scancel signals it with them, while they save): wait for them, so the job (and a
     batch step) ends with them, not before; not for those on a host the starter lost."""
@@ -366,7 +366,7 @@ def _linger(control, seconds: float, program: str, lost: Callable[[], List[str]]
         control.wait_gone(seconds, lost)
 
 
-def _end_leftovers(control, program: str) -> None:
+def _end_leftovers(control: control_channel.Control, program: str) -> None:
     """Processes of this attempt still on this host once its starter has ended (an adapter
     started as the starter exited never got its parent-death signal): ended (leftovers.py).
     Only looked for when some rank did not say its last word; a quiet job pays nothing (not
@@ -381,7 +381,10 @@ def _end_leftovers(control, program: str) -> None:
               "could not be ended on this host", file=sys.stderr, flush=True)
 
 
-def _open_control(backend, plan, attempt, on_dead=None, on_sample=None):
+def _open_control(backend: Backend, plan: Plan, attempt: Attempt,
+                  on_dead: Optional[Callable[[int, Optional[int], str], None]] = None,
+                  on_sample: Optional[Callable[[Any], None]] = None
+                  ) -> Optional[control_channel.Control]:
     """The control channel, for every supervised launch: a dead adapter is seen on it (its
     connection closes without its last word), ``mpilaunch stacks`` asks the ranks over it
     (docs/HANGS.md), the graceful stop and the signals the starter does not forward travel on

@@ -88,7 +88,7 @@ class Forwarder:
         for sig in SIGNALS:     # until the next attempt's ranks run: no one to give it to
             signal.signal(sig, _no_ranks)
 
-    def _on_signal(self, signum, _frame) -> None:
+    def _on_signal(self, signum: int, _frame: object) -> None:
         self.deliver(signum, None)
 
     def deliver(self, signum: int, sender: Optional[int]) -> None:
@@ -160,5 +160,5 @@ def _say(text: str) -> None:
     print(f"mpilaunch: {text}", file=sys.stderr, flush=True)
 
 
-def _no_ranks(signum, _frame) -> None:
+def _no_ranks(signum: int, _frame: object) -> None:
     """A workers' signal between two attempts (or after the job): no rank runs to get it."""
