@@ -1,8 +1,8 @@
-"""The Hugging Face Trainer's straggler named (docs/MONITOR.md, "DDP and FSDP"): 2 ranks on
-gloo (tests/helpers/train_hf.py: a GPT-2 of two tiny layers from its config, nothing
-downloaded), rank 1's Dataset reading each sequence 40 ms slower. The Trainer wraps the model
-in DistributedDataParallel (through Accelerate) and calls ``accelerator.backward(loss)``, so
-its ranks wait for the gradients' all-reduce as any DDP job does: in C++ under autograd's
+"""The Hugging Face Trainer's straggler named (docs/MONITOR.md, "DDP and FSDP"): 2 ranks on gloo
+(tests/helpers/train_hf.py: a GPT-2 of two tiny layers from its config, nothing downloaded),
+rank 1's Dataset reading each sequence 80 ms slower. The Trainer wraps the model in
+DistributedDataParallel (through Accelerate) and calls ``accelerator.backward(loss)``, so its
+ranks wait for the gradients' all-reduce as any DDP job does: in C++ under autograd's
 ``_engine_run_backward``, asleep on a futex, which rank/samples.py counts as waiting. The
 launcher names rank 1 with its reader's frame in ``top --once``, in a ``straggler`` event and in
 the job's end lines, within 30 s of its steps."""
