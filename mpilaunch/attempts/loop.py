@@ -30,6 +30,8 @@ from mpilaunch.output import events
 # imported where a launch that uses it first needs it (docs/ARCHITECTURE.md, start-up)
 if TYPE_CHECKING:
     from mpilaunch.attempts.hostsource import HostSource, NextHosts
+    from mpilaunch.backends.base import Backend
+    from mpilaunch.config.launchconfig import LaunchConfig
 
 
 class NotStarted(Exception):
@@ -48,7 +50,7 @@ class State(enum.Enum):
     RELAUNCH = "relaunch"
 
 
-def _no_checks(cfg: Any, run_dir: str) -> Any:
+def _no_checks(cfg: "LaunchConfig", run_dir: str) -> "LaunchConfig":
     return cfg
 
 
@@ -62,11 +64,11 @@ class JobContext(NamedTuple):
     before attempt 0, in its run dir (run.py: the ssh preflight; raises :class:`NotStarted`);
     ``verbose``: attempt 0's argv is said."""
 
-    backend: Any
+    backend: "Backend[Any]"
     env: Mapping[str, str]
-    cfg: Any
+    cfg: "LaunchConfig"
     hosts: Optional["HostSource"] = None
-    first_checks: Callable[[Any, str], Any] = _no_checks
+    first_checks: Callable[["LaunchConfig", str], "LaunchConfig"] = _no_checks
     verbose: bool = False
     board: Any = None       # the monitor's, across the attempts (attempts/monitoring.py)
     metrics: Any = None     # --metrics-port's server (monitor/metrics.py), listening already
@@ -129,7 +131,7 @@ def judge(records: Sequence[AttemptRecord], lr: Resilience) -> State:
     return State.RELAUNCH
 
 
-def run_one(job: JobContext, cfg: Any, k: int) -> Tuple[AttemptRecord, Any]:
+def run_one(job: JobContext, cfg: "LaunchConfig", k: int) -> Tuple[AttemptRecord, "LaunchConfig"]:
     """Attempt ``k`` (``cfg``: its config): planned in a run dir of its own, run to its end ->
     (its record, its config: attempt 0's as the launch's checks left it)."""
     run_dir = rundir.new()
@@ -209,7 +211,7 @@ def _dropped(nxt: "NextHosts", k: int) -> str:
             f"world size {cfg.np}")
 
 
-def _wait(cfg: Any, k: int) -> Tuple[Optional[int], Any]:
+def _wait(cfg: "LaunchConfig", k: int) -> Tuple[Optional[int], "LaunchConfig"]:
     """The restart delay, attempt ``k``'s config, the user's port let go of -> (the stop
     signal that came meanwhile or None, that config)."""
     stop = BetweenAttempts()

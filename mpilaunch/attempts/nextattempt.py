@@ -4,7 +4,7 @@ check, in-place coordination); and, when the user gave the port, the wait until 
 has let go of it."""
 import os
 import time
-from typing import Any, Callable, Dict, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional
 
 from mpilaunch import contract, net
 from mpilaunch.backends import placement, rankcmd
@@ -12,6 +12,9 @@ from mpilaunch.config import allocation
 from mpilaunch.config import resilience
 from mpilaunch.errors import UsageError
 from mpilaunch.supervise.attempt import AttemptRecord
+
+if TYPE_CHECKING:
+    from mpilaunch.config.launchconfig import LaunchConfig
 
 PORT_WAIT = 60.0
 
@@ -22,7 +25,7 @@ class Between(NamedTuple):
     (its resilience settings in it); ``master_addr``, the user's (a new set of hosts decides
     rank 0's address again unless the user gave it); ``last``, how the last attempt ended."""
 
-    cfg: Any
+    cfg: "LaunchConfig"
     master_addr: Optional[str]
     last: AttemptRecord
     k: int
@@ -35,7 +38,7 @@ def log_dir_of(lr: resilience.Resilience, k: int) -> str:
     return contract.attempt_log_dir(lr.log_dir, k) if lr.max_restarts else lr.log_dir
 
 
-def attempt_cfg(cfg: Any, k: int) -> Any:
+def attempt_cfg(cfg: "LaunchConfig", k: int) -> "LaunchConfig":
     """The config of attempt ``k``: its log dir, port and adapter flags."""
     lr = resilience.of(cfg)
     changes: Dict[str, Any] = {"log_dir": log_dir_of(lr, k)}

@@ -20,7 +20,10 @@ hosts' clocks (one clock on one host; NTP's skew across hosts).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+if TYPE_CHECKING:
+    from mpilaunch.output.summary import Event
 
 MARKS = ("restart", "stopped", "started", "output")
 SPARE_MARKS = {"spare-ready": "ready", "spare-waited": "waited for", "spare-busy": "busy",
@@ -38,7 +41,7 @@ class RestartPhases:
         self.failed: Dict[int, float] = {}                  # attempt -> its failure's time
         self.done: set = set()
 
-    def feed(self, event: Any) -> Optional[Dict[str, Any]]:
+    def feed(self, event: "Event") -> Optional[Dict[str, Any]]:
         """A lifecycle line; the phases of a restart when this completes them."""
         rank, t = event.rank, event.t
         if rank is None or t is None or event.role != "worker":

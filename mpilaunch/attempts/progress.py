@@ -27,7 +27,10 @@ the limit off).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Set
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Set
+
+if TYPE_CHECKING:
+    from mpilaunch.output.summary import Event
 
 LEAD = 5.0   # s between a worker's first output and the first failure: more than a traceback's
 
@@ -44,7 +47,7 @@ class RankFacts:
         self.done: Set[int] = set()                # ranks whose worker exited 0
         self.heartbeat: Set[int] = set()           # ranks with a watchdog progress event
 
-    def feed(self, event: Any) -> None:
+    def feed(self, event: "Event") -> None:
         """A status line (``summary.Event``) of this attempt, as it arrives."""
         if event.cause == "self" and (event.code or event.signal):
             if self.first_failure is None:

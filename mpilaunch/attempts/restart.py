@@ -45,13 +45,13 @@ from mpilaunch.attempts.progress import RankFacts
 from mpilaunch.supervise.attempt import LINGER, Attempt, AttemptRecord, grace_lines
 from mpilaunch.output import events, outcome
 from mpilaunch.output.outcome import Failure, event_status, process_failure
-from mpilaunch.output.summary import DEAD_MESSAGE, Collector, describe_status, how_it_ended
+from mpilaunch.output.summary import DEAD_MESSAGE, Collector, Event, describe_status, how_it_ended
 
 IN_PLACE_NOTE = "; restarted in place"   # the attempts' summary, after the cause
 
 
 def fallback_reason(lr: Resilience, index: int, status: int, stopped: object, lost: List[str],
-                    dead: List[Any]) -> str:
+                    dead: List[Event]) -> str:
     """Why attempt ``index`` of the in-place mode ended the starter instead of being restarted
     in place ('': it was not to be restarted at all: success, a stop, a usage error, the
     budget's last attempt, or the relaunch mode). ``lost``: the hosts the starter lost;
@@ -88,7 +88,7 @@ class _Collector(Collector):
         super().__init__(backend)
         self.attempt = attempt
 
-    def feed_status(self, event: Any) -> None:
+    def feed_status(self, event: Event) -> None:
         self.attempt.facts.feed(event)   # did any worker make progress (progress.py)
         if event.cause == LIFE_CAUSE and event.event == "up" and event.rank is not None:
             self.attempt.rank_hosts[event.rank] = event.host   # where each rank runs
@@ -115,13 +115,13 @@ class ResilientAttempt(Attempt):
         self.job: Any = None
         self.board: Any = None      # the monitor's (attempts/monitoring.py), None when it is off
         self.started_at: Optional[float] = None
-        self.silent: Dict[int, Any] = {}    # rank -> its last stall event
+        self.silent: Dict[int, Event] = {}    # rank -> its last stall event
         self.done: set = set()              # ranks whose worker exited 0
         # the silent ranks' events when the job was ended for it; the odd rank out, from every
         # rank's stacks (docs/HANGS.md)
-        self.stalled: Optional[Dict[int, Any]] = None
+        self.stalled: Optional[Dict[int, Event]] = None
         self.stall_verdict: Optional[str] = None
-        self.grace_stops: List[Any] = []   # adapters that made one (asked or not: see finish)
+        self.grace_stops: List[Event] = []   # adapters that made one (asked or not: see finish)
         self.foreign: Optional[int] = None  # a stop signal an adapter got, mpilaunch not asking
         self.lock = threading.Lock()
         self.in_place: List[AttemptRecord] = []   # the attempts before this one restarted in place
@@ -157,7 +157,7 @@ class ResilientAttempt(Attempt):
             return False
         return super().on_stop(job, signum, forward)
 
-    def grace_event(self, event: Any) -> None:
+    def grace_event(self, event: Event) -> None:
         """An adapter stopped its worker gracefully on a stop signal it got itself (SIGTERM
         to that rank from another process, Slurm's scancel to every process of the job).
         Not asked by us, and not the teardown of a failure: the job cannot finish without
@@ -177,7 +177,7 @@ class ResilientAttempt(Attempt):
             job.control.stop(self.lr.term_grace)
 
     # -- in-place restarts
-    def in_place_event(self, event: Any) -> None:
+    def in_place_event(self, event: Event) -> None:
         """Rank 0's adapter restarted attempt ``index`` in place (rank/inplace/): it is
         recorded like a relaunched attempt (its status and root cause), and this one becomes
         the next."""
@@ -220,7 +220,7 @@ class ResilientAttempt(Attempt):
         if self.board is not None and self.job is not None:
             self.board.attempt_started(self.index, self.np, self.collected, self.job.control)
 
-    def phase_event(self, event: Any) -> None:
+    def phase_event(self, event: Event) -> None:
         with self.lock:
             timed = self.phases.feed(event)
         if timed is not None:
@@ -236,7 +236,9 @@ class ResilientAttempt(Attempt):
                     total=timed["total"], phases=timed["phases"], spare=timed["spare"])
 
     # -- stall watchdog
-    def stall_event(self, event: Any) -> None:
+    def stall_event(self, event: Event) -> None:
+        if event.rank is None:   # the watchdog's lines name their rank; one without names no one
+            return
         with self.lock:
             if event.event == "stall":
                 self.silent[event.rank] = event
@@ -319,7 +321,7 @@ class ResilientAttempt(Attempt):
         sig = self.foreign
         foreign = bool(sig) and not self.graceful and self.status == 128 + (sig or 0)
         if foreign and sig:
-            ranks = ", ".join(str(e.rank) for e in sorted(self.grace_stops, key=lambda e: e.rank))
+            ranks = ", ".join(str(e.rank) for e in sorted(self.grace_stops, key=lambda e: e.rank or 0))
             text = (f"mpilaunch: job failed (exit status {self.status})\n"
                     f"  root cause: {signal.Signals(sig).name} reached the ranks, but "
                     "mpilaunch did not send it (a process, or the scheduler, sent it to the "

@@ -25,6 +25,7 @@ import threading
 from typing import Any, Optional
 
 from mpilaunch.output import events
+from mpilaunch.output.summary import Collector, Event
 from mpilaunch.supervise.stopping import StopState
 
 
@@ -39,7 +40,7 @@ class Ending:
         self.stop = StopState()
         self.job: Any = None        # starter.Job, once the starter runs
         self.plan: Any = None
-        self.collector: Any = None  # the attempt's Collector, once it has one (a dead adapter's)
+        self.collector: Optional[Collector] = None  # the attempt's, once it has one (a dead adapter's)
         self.signals: "SimpleQueue[Optional[tuple]]" = SimpleQueue()
         self.thread: Optional[threading.Thread] = None
 
@@ -112,7 +113,7 @@ class Ending:
             print("mpilaunch: already stopping; signal again to force", file=sys.stderr, flush=True)
 
     # -- the failures
-    def rank_failed(self, event: Any) -> None:
+    def rank_failed(self, event: Event) -> None:
         """From a relay: a rank's own failure (a status line); the first one ends the job."""
         if event.cause == "self" and (event.code or event.signal):
             with self.stop.lock:
