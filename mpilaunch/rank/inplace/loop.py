@@ -19,20 +19,20 @@ ordinary one: status lines, the adapter exits with the worker's status, the star
 job down. An adapter whose worker exited 0 waits for ``finish`` (a rank may still fail and
 restart everyone, its own rank included) before it exits.
 
-**The spare worker** (rank/inplace/prestart.py, rank/inplace/spare.py). While attempt K runs, each adapter starts attempt K+1's worker
-interpreter (rank/inplace/spare.py) with the heavy modules the script imports (``torch``,
-``mindspore``... ``MPILAUNCH_SPARE_PRELOAD`` overrides the list, empty: no spare) already
-imported, blocked on a socket; the restart hands it the attempt's environment and log and it
-runs the script. While a worker runs, it says what it imported (rank/inplace/learn.py), and
-the next attempt's spare imports that too. A fresh interpreter importing torch is most of a restart's time otherwise.
-It costs one idle interpreter per rank (~300 MB RSS with torch) and its import's CPU at the
-attempt's start. Only a plain ``PYTHON SCRIPT`` worker gets one (not ``--no-python``,
+**The spare worker** (rank/inplace/prestart.py, spare.py). While attempt K runs, each adapter
+starts attempt K+1's worker interpreter with the heavy modules the script imports (``torch``...;
+``MPILAUNCH_SPARE_PRELOAD`` overrides the list, empty: no spare) and what the running worker
+says it imported (rank/inplace/learn.py), blocked on a socket; the restart hands it the
+attempt's environment and output, and it runs the script (a fresh interpreter's imports are
+most of a restart's time). It costs one idle interpreter per rank (~300 MB RSS with torch) and
+its imports' CPU. Only a plain ``PYTHON SCRIPT`` worker gets one (not ``--no-python``,
 ``--module``, a NUMA wrapper).
 """
 from __future__ import annotations
 
 import os
 import _signal as signal   # not signal: its enums cost every rank (docs/ARCHITECTURE.md, start-up)
+import threading
 import time
 
 TYPE_CHECKING = False
@@ -43,17 +43,14 @@ from mpilaunch.contract import attempt_log_dir
 from mpilaunch.rank import status
 from mpilaunch.rank.inplace.coordinate import Client, Coordinator
 from mpilaunch.rank.inplace.learn import LEARN_VAR, SPARE_LIFE, Known, Learner
-from mpilaunch.rank.inplace.prestart import (Spare, machine_has_room, run_argv, spare_modules,
-                                             start_spare)
+from mpilaunch.rank.inplace.prestart import Spare, run_argv, spare_modules, start_spare
 from mpilaunch.rank.supervisor import RESTART, TEARDOWN_SIGNALS, Supervisor
 
 
-# s a restart waits for a woken spare still importing, on a machine with room: a fresh worker
-# would import the same modules from the start (torch: ~1.4 s here); past this, something is
-# wrong with the spare, and a fresh worker meets the script's own imports as it would anyway
+# s a restart waits for a woken spare still importing, on a machine with room (a fresh worker
+# would import it all from the start); past this, something is wrong with the spare
 SPARE_WAIT = 60.0
-# set in the workers' environment: each adapter says on stderr what became of its spare at a
-# restart (ready, waited for, or why a fresh worker was started instead)
+# in the workers' environment: each adapter says on stderr what became of its spare, and why
 DEBUG_SPARE_VAR = "MPILAUNCH_DEBUG_SPARE"
 
 # ------------------------------------------------------------------ the supervisor
@@ -72,7 +69,6 @@ class InPlaceSupervisor(Supervisor):
         self.worker_spec = worker.spec if worker is not None else None
         self.learn: bool = learn     # the worker says what it imported (rank/inplace/learn.py)
         self.channel: Any = None     # the adapter's end of that conversation, once started
-        self.spare_why = ""          # why a spare waited for was not adopted (debug line)
         self.held: List[Tuple[Any, str, str, float]] = []   # (child, cause, event, when seen)
         if spare is not None:
             if spare.proc is not None:
@@ -118,14 +114,13 @@ class InPlaceSupervisor(Supervisor):
         spare = self.spare
         if child.spec.role == "worker" and spare is not None:
             self.spare = None
-            how = self._spare_state(spare)
+            how = spare.state(SPARE_WAIT, lambda: self.stopping)
             # where the restart's time went (the launcher's attempt lines: attempts/restart.py)
             status.life(self.rank, self.host, "worker", SPARE_LIFE[how])
             if child.spec.env.get(DEBUG_SPARE_VAR):   # tests and bench/: which way it went
                 status.write_stderr(f"mpilaunch.rank: rank {self.rank}: spare {how}\n")
-                if self.spare_why:
-                    status.write_stderr(f"mpilaunch.rank: rank {self.rank}: the spare's wait "
-                                        f"{self.spare_why}\n")
+                if spare.why:
+                    status.write_stderr(f"mpilaunch.rank: rank {self.rank}: {spare.why}\n")
             if how not in ("ready", "waited for"):
                 spare.discard(at_once=True)
                 self._run_fresh(child)
@@ -160,24 +155,6 @@ class InPlaceSupervisor(Supervisor):
         finally:
             theirs.close()
             ours.close()
-
-    def _spare_state(self, spare) -> str:
-        """Whether the spare becomes the worker: ``ready``, ``waited for`` (still importing, on
-        a machine with room, and it got ready), else why not: ``discarded on a busy machine`` (a
-        fresh worker instead: machine_has_room says why) or ``not ready in time``. On a machine
-        with room the woken spare is ahead of any fresh interpreter."""
-        if spare.ready():
-            return "ready"
-        if not machine_has_room():
-            return "discarded on a busy machine"
-        t0 = time.monotonic()
-        if spare.wait_ready(SPARE_WAIT, lambda: self.stopping):
-            return "waited for"
-        why = (f"it exited (status {spare.returncode})" if not spare.usable()
-               else "the rank is stopping" if self.stopping else "ran out")
-        self.spare_why = (f"ended after {time.monotonic() - t0:.2f} s: {why} ({spare.acks} "
-                          f"acks of {1 + spare.primes})")
-        return "not ready in time"
 
     def _adopt(self, child, spare) -> bool:
         """The spare becomes this attempt's worker. False: it could not (start one anew)."""
@@ -251,6 +228,7 @@ class Restarts:
         lr = opts.resilience
         self.inbox, self.opts, self.argv, self.specs_for = inbox, opts, argv, specs_for
         self.k, self.last = lr.restart_count or 0, lr.max_restarts or 0
+        self.deliver_lock = threading.Lock()    # the attempt (k) against the coordinator's word
         self.rank, self.host = rank, hostname
         self.status = 0          # the rank's, once next() said there is no next attempt
         self.spare: Optional[Spare] = None   # the next attempt's worker, already started (prestart.py)
@@ -274,14 +252,22 @@ class Restarts:
 
     def _deliver(self, ev) -> None:
         """The coordinator's word, to where the adapter waits; a restart first wakes the next
-        attempt's spare and, on rank 0, has it listen on the new rendezvous port (prestart.py)."""
-        spare, client = self.spare, self.client
-        if ev[0] == "restart":    # the restart's phases: told (attempts/restart.py)
-            status.life(self.rank, self.host, "worker", "restart", code=ev[1])
-        if ev[0] == "restart" and spare is not None and client is not None and client.latest:
-            spare.wake()
-            spare.listen(client.latest[1])
-        self.inbox.put(ev)
+        attempt's spare and, on rank 0, has it listen on the new rendezvous port (prestart.py).
+
+        A restart to an attempt this rank went on to already is dropped: the client sets
+        ``latest`` before this call, and the failing rank waits for ``latest`` (:meth:`_wait`),
+        so it may run the attempt (:meth:`next`, under the same lock) before this word lands
+        there as a restart that tears it down (its spare given up: "the rank is stopping")."""
+        with self.deliver_lock:
+            if ev[0] == "restart" and ev[1] <= self.k:
+                return
+            spare, client = self.spare, self.client
+            if ev[0] == "restart":    # the restart's phases: told (attempts/restart.py)
+                status.life(self.rank, self.host, "worker", "restart", code=ev[1])
+                if spare is not None and client is not None and client.latest:
+                    spare.wake()
+                    spare.listen(client.latest[1])
+            self.inbox.put(ev)
 
     def restartable(self) -> bool:
         """A failure of this attempt is restarted in place (not the budget's last)."""
@@ -289,8 +275,7 @@ class Restarts:
 
     def supervisor(self, specs, rank: int, hostname: str, **kw) -> InPlaceSupervisor:
         worker = next((s for s in specs if s.role == "worker"), None)
-        learn = (self.restartable() and worker is not None
-                 and worker.env.get(LEARN_VAR) != "0"
+        learn = (self.restartable() and worker is not None and worker.env.get(LEARN_VAR) != "0"
                  and bool(spare_modules(worker, self.argv, self.opts)))
         sup = InPlaceSupervisor(specs, rank, hostname, quiet=self.restartable(), spare=self.spare,
                                 learn=learn, **kw)
@@ -341,7 +326,8 @@ class Restarts:
         assert self.client is not None and self.client.latest is not None   # a restart came
         # the last attempt's children are gone: the restart's teardown is over here
         status.life(self.rank, self.host, "worker", "stopped", code=self.k)
-        self.k, port = self.client.latest
+        with self.deliver_lock:    # a late word of this restart is dropped from now on
+            self.k, port = self.client.latest
         return self.specs_for(self.k, port)
 
     def stopped(self, sup) -> None:

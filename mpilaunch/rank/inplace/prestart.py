@@ -79,6 +79,7 @@ class Spare:
         self.pending = b""       # a listen() line to send once prime() lets go of the socket
         self.primes = 0          # prime() messages sent
         self.recv_lock = threading.Lock()
+        self.why = ""            # how a wait for it ended without it (state(): a debug line)
         self.thread = threading.Thread(target=self._run, args=(sup, worker_child, theirs, modules),
                                        name="spare", daemon=True)
         with SignalsBlocked():
@@ -212,6 +213,25 @@ class Spare:
             self._read_acks()
             self.imported = self.acks >= 1
         return self.imported
+
+    def state(self, wait: float, stopping) -> str:
+        """Whether it becomes the worker: ``ready``, ``waited for`` (still importing, on a
+        machine with room, and it got ready within ``wait`` s), else why not: ``discarded on a
+        busy machine`` (a fresh worker instead: machine_has_room says why) or ``not ready in
+        time`` (:attr:`why` says how the wait ended). On a machine with room the woken spare is
+        ahead of any fresh interpreter."""
+        if self.ready():
+            return "ready"
+        if not machine_has_room():
+            return "discarded on a busy machine"
+        t0 = time.monotonic()
+        if self.wait_ready(wait, stopping):
+            return "waited for"
+        end = (f"it exited (status {self.returncode})" if not self.usable()
+               else "the rank is stopping" if stopping() else "the wait ran out")
+        self.why = (f"the spare's wait ended after {time.monotonic() - t0:.2f} s: {end} "
+                    f"({self.acks} of {1 + self.primes} imports acknowledged)")
+        return "not ready in time"
 
     def wait_ready(self, timeout: float, stopping) -> bool:
         """Wait until its imports are done, up to ``timeout`` s; False when it died, the wait
