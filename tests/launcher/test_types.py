@@ -21,9 +21,9 @@ SETUP_CFG = os.path.join(REPO, "setup.cfg")
 # The share of the package's expressions whose type is Any (mypy --any-exprs-report), at most:
 # an Any is an expression nothing checks. 13.4 % before the configuration, the backends'
 # protocol and the modules setup.cfg lists with disallow_untyped_defs were typed, 9.6 % after;
-# 8.5 % once a rank's status line and the output/, attempts/, supervise/ and report/ packages
-# were; lower it as more is typed, never raise it.
-ANY_SHARE_CAP = 9.0
+# 8.0 % once a rank's status line, the loop's config and the output/, attempts/, supervise/ and
+# report/ packages were; lower it as more is typed, never raise it.
+ANY_SHARE_CAP = 8.5
 
 
 def _pinned() -> str:
