@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Mapping, Optional, Sequence
+import argparse
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from mpilaunch import backends, contract, net
 from mpilaunch.config import allocation, launchconfig, mpiargs, options, rankcheck, resilience
@@ -13,11 +14,16 @@ from mpilaunch.errors import UsageError
 from mpilaunch.attempts import loop, nextattempt
 from mpilaunch.output import events
 
+if TYPE_CHECKING:
+    from mpilaunch.backends.base import Backend
+    from mpilaunch.config.launchconfig import LaunchConfig
+    from mpilaunch.monitor.metrics import Exporter
+
 # A plain launch imports only what it uses: ssh's helpers, host discovery (and its source of
 # hosts) and the ssh preflight are imported where they are used (docs/ARCHITECTURE.md, start-up).
 
 
-def preflight_fails(cfg: Any, mux: Optional[str] = None) -> bool:
+def preflight_fails(cfg: LaunchConfig, mux: Optional[str] = None) -> bool:
     """Before a multi-host launch: every host resolves, its ssh port answers, ssh logs in
     without a prompt. One line per failure naming the host, instead of Open MPI's
     "daemon failed to report back" after its own time-out. ``mux``: a ControlPath where each
@@ -42,7 +48,7 @@ def _ssh_args_in_mca(cfg: launchconfig.LaunchConfig) -> bool:
     return mpiargs.ssh_params_given(cfg.mpi_pieces)
 
 
-def _ssh_checks(cfg: Any, backend: Any, run_dir: str) -> Any:
+def _ssh_checks(cfg: LaunchConfig, backend: Backend[Any], run_dir: str) -> LaunchConfig:
     """The ssh preflight of a multi-host launch, or its replacement; -> the config to launch.
 
     A backend that explains a failed start itself (``explains_start``: Open MPI, whose mpirun
@@ -90,7 +96,7 @@ def _flat_ssh(cfg: launchconfig.LaunchConfig) -> bool:
                for i, t in enumerate(tokens))
 
 
-def open_file_limit(cfg: Any, n_remote: int, n_local: int = 0) -> None:
+def open_file_limit(cfg: LaunchConfig, n_remote: int, n_local: int = 0) -> None:
     """Flat ssh to ``n_remote`` hosts (and ``n_local`` ranks here): raise this process's soft
     open-file limit (mpirun inherits it) to what mpirun needs, or stop with the one line that says
     which limit to raise. Raised
@@ -151,7 +157,7 @@ def main(argv: Sequence[str]) -> int:
     return loop.run_job(job)
 
 
-def _metrics(args: Any, env: Mapping[str, str], dry_run: bool) -> Any:
+def _metrics(args: argparse.Namespace, env: Mapping[str, str], dry_run: bool) -> Optional[Exporter]:
     """``--metrics-port``: /metrics listening (monitor/metrics.py; a port in use is a usage
     error, nothing started), else None; with ``--dry-run`` the value is only checked."""
     raw, source = options.setting(args, env, "metrics_port")
@@ -166,11 +172,12 @@ def _metrics(args: Any, env: Mapping[str, str], dry_run: bool) -> Any:
     return metrics.Exporter(str(addr).strip(), port, source)
 
 
-def _launch_checks(args: Any, backend: Any, env: Mapping[str, str]) -> Callable[[Any, str], Any]:
+def _launch_checks(args: argparse.Namespace, backend: Backend[Any], env: Mapping[str, str]
+                   ) -> Callable[[LaunchConfig, str], LaunchConfig]:
     """The checks before attempt 0, in its run dir (``loop.JobContext.first_checks``):
     ``--preflight deep``'s, the open-file limit of flat ssh, the ssh preflight (or its
     replacement); -> the config to launch, or ``loop.NotStarted``."""
-    def checks(cfg: Any, run_dir: str) -> Any:
+    def checks(cfg: LaunchConfig, run_dir: str) -> LaunchConfig:
         # --preflight deep is asked for by name: --no-preflight (which `mpilaunch job` adds
         # once it saw every host) skips the ssh preflight only
         if cfg.preflight == "deep":   # check --deep first (mpilaunch/check/deep.py)

@@ -107,7 +107,7 @@ class Collector:
         self.backend = backend   # backends.base.Backend: how its starter's words are read
         self.events: List[Event] = []
         self.unreachable: List[str] = []   # hosts a backend found unreachable (Hydra)
-        self.not_started: Sequence[_NotStarted] = ()   # checks of hosts where no daemon started
+        self.not_started: Sequence[_NotStarted] = []   # checks of hosts where no daemon started
         self.ranks_seen: set = set()       # ranks that sent any status line: the job had started
         self.dead: List[Event] = []        # adapters whose control connection closed without a bye
         self._streams = {"stdout": _Tail(self.TAIL), "stderr": _Tail(self.TAIL)}
