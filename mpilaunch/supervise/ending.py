@@ -22,11 +22,23 @@ from _queue import SimpleQueue   # queue's own, without its imports (heapq, thre
 import signal
 import sys
 import threading
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from mpilaunch.output import events
 from mpilaunch.output.summary import Collector, Event
 from mpilaunch.supervise.stopping import StopState
+
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Protocol
+
+    class _Running(Protocol):   # the running starter (supervise/starter.py's Job)
+        proc: subprocess.Popen
+        ended: bool
+
+        def end(self, escalate: float = ...) -> None: ...
+
+        def kill(self, sig: int) -> None: ...
 
 
 class Ending:
@@ -38,7 +50,7 @@ class Ending:
     def __init__(self, backend: Any, attempt: Any) -> None:
         self.backend, self.attempt = backend, attempt
         self.stop = StopState()
-        self.job: Any = None        # starter.Job, once the starter runs
+        self.job: Optional[_Running] = None   # once the starter runs
         self.plan: Any = None
         self.collector: Optional[Collector] = None  # the attempt's, once it has one (a dead adapter's)
         self.signals: "SimpleQueue[Optional[tuple]]" = SimpleQueue()
@@ -77,7 +89,7 @@ class Ending:
                 self.stop.handled = number
                 self._act(signum)
 
-    def attach(self, job: Any, plan: Any) -> None:
+    def attach(self, job: _Running, plan: Any) -> None:
         """The starter runs: a stop signal that came while it was being started, or an adapter
         that died before, is acted on now (each once: ``StopState.handled``)."""
         with self.stop.lock:
@@ -98,6 +110,8 @@ class Ending:
     def _act(self, signum: int) -> None:
         """The first stop, a repeated one, a forced one (under the lock)."""
         stop, job = self.stop, self.job
+        if job is None:   # every caller has the running job (stopper, attach, the grace's timer)
+            return
         if not stop.graceful and self.attempt.on_stop(job, signum, self.act):
             stop.graceful = True      # --term-grace: the workers save first (restart.py)
         elif not stop.forwarded:
