@@ -192,9 +192,10 @@ class Board:
                 self.seen.append(seen)
             self.open[rank] = seen
             seen.spans.append((now, None))
-            seen.hot_frame = sample.hot_frame or seen.hot_frame
-            change = Change(rank, sample.host, score, sample.hot_frame, False,
-                            straggler.became_line(rank, sample.host, score, sample.hot_frame))
+            hot = self._own_place(rank, sample)
+            seen.hot_frame = hot or seen.hot_frame
+            change = Change(rank, sample.host, score, hot, False,
+                            straggler.became_line(rank, sample.host, score, hot))
             seen.add(score.others, change.slowdown)
             out.append(change)
         for rank, seen in self.open.items():    # the worst while it lasts
@@ -208,6 +209,13 @@ class Board:
             out.append(Change(rank, seen.host, score, None, True,
                               straggler.recovered_line(rank, seen.host, score)))
         return out
+
+    def _own_place(self, rank: int, sample: Sample) -> Optional[str]:
+        """Where a straggler's time goes that the other ranks' does not (straggler.own_place),
+        else its hottest place."""
+        others = [s.places for (r, role), (s, _, _) in self.latest.items()
+                  if role == "worker" and r != rank and s.places]
+        return straggler.own_place(sample.places, others) or sample.hot_frame
 
     # -- what top and /metrics read
     def view(self) -> JobView:
@@ -246,8 +254,9 @@ class Board:
                 wait is None or self.blind):
             wait, note = None, "cannot tell"
         cpu = round(self.cpu_before.get((rank, role), 0.0) + s.cpu_s, 3)
+        late = role == "worker" and rank in self.stragglers
         return RankView(rank, s.host, role, state, cpu, pct, s.rss, age, wait,
-                        s.hot_frame, role == "worker" and rank in self.stragglers,
+                        self._own_place(rank, s) if late else s.hot_frame, late,
                         score.score if score is not None else None, up, note)
 
     def _state(self, rank: int, role: str, sampled: bool) -> str:

@@ -25,6 +25,10 @@ class Sample:
     stack_samples: int = 0        # how many stack samples the wait share is from
     sampler: str = "py-spy"       # "py-spy", or "none: <why>" (not installed, ptrace refused)
     host: str = ""                # filled by the launcher from the control channel's hello
+    # the commonest places outside a wait, each with its share of the stack samples, commonest
+    # first ([["train.py:41 in load_batch", 0.62], ...]): the straggler's own place is the one
+    # it spends more time in than the others do (straggler.own_place)
+    places: List[List] = field(default_factory=list)
 
     def to_wire(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()

@@ -155,6 +155,26 @@ def persists(rounds: Sequence[Mapping[int, Optional[float]]], rank: int) -> bool
     return True
 
 
+def own_place(own: Sequence[Sequence], others: Sequence[Sequence[Sequence]]) -> Optional[str]:
+    """The place where a rank spends more of its time than the others do (``own``: its
+    ``[place, share]`` pairs; ``others``: each other rank's), None when no place of its is
+    above the others' median share of it. A straggler's hottest place can be one every rank
+    shares: in a framework's job (Lightning's or the Hugging Face Trainer), the library's own
+    forward, backward and optimizer run under the one line of the script that calls ``fit`` or
+    ``train``, as long on every rank; the slow reader's frame is where the straggler's time goes
+    that the others' does not."""
+    if not own or not others:
+        return None
+    best, lead = None, 0.0
+    for place, share in own:
+        theirs = sorted(dict((p, s) for p, s in o).get(place, 0.0) for o in others)
+        m = len(theirs)
+        median = theirs[m // 2] if m % 2 else (theirs[m // 2 - 1] + theirs[m // 2]) / 2
+        if share - median > lead:
+            best, lead = place, share - median
+    return best
+
+
 def pct(share: float) -> str:
     return f"{round(share * 100)}%"
 

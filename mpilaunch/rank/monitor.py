@@ -35,7 +35,7 @@ from mpilaunch.pdeathsig import SignalsBlocked
 from mpilaunch.rank import descendants, spawn, status
 from mpilaunch.rank.pyspy import MISSING, record_argv
 from mpilaunch.rank.samples import (  # noqa: F401 (the monitor's reading of a record, named here too)
-    States, in_sync_region, parse_raw, source_line, summarize, sync_share, wait_of)
+    States, in_sync_region, parse_raw, source_line, summarize, sync_share, top_places, wait_of)
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
@@ -283,21 +283,21 @@ class Monitor(threading.Thread):
         got = usage(pid)
         if got is None:
             return None
-        wait, hot, n, sampler = None, None, 0, self.sampler
+        wait, hot, n, sampler, places = None, None, 0, self.sampler, []
         if role != "worker":
             sampler = SCHEDULER
         elif self.py_spy:
-            wait, hot, n, sampler = self.stacks(role, pid)
+            wait, hot, n, sampler, places = self.stacks(role, pid)
         return self.Sample(rank=self.rank, role=role, pid=pid, t=time.time(), cpu_s=got[0],
                            rss=got[1], output_t=output_time(log), wait_share=wait, hot_frame=hot,
-                           stack_samples=n, sampler=sampler)
+                           stack_samples=n, sampler=sampler, places=places)
 
     def stacks(self, role: str, pid: int):
-        """(wait share, hot frame, samples, sampler) of the last interval's record, and the
-        next record started."""
+        """(wait share, hot frame, samples, sampler, top places) of the last interval's record,
+        and the next record started."""
         spy = self.spies.get(role)
-        out: Tuple[Optional[float], Optional[str], int, str] = (
-            None, None, 0, self.notes.get(pid, "py-spy"))
+        out: Tuple[Optional[float], Optional[str], int, str, list] = (
+            None, None, 0, self.notes.get(pid, "py-spy"), [])
         if spy is not None and spy.pid == pid and spy.wait(min(2.0, self.interval / 4)):
             del self.spies[role]
             raw, said = spy.texts()
@@ -306,10 +306,12 @@ class Monitor(threading.Thread):
             if stacks:
                 self.failures[pid] = 0
                 self.notes.pop(pid, None)
-                collective, hot, n = summarize(stacks)
-                out = (wait_of(collective, sync_share(stacks), futex), hot, n, "py-spy")
+                places: Dict[str, int] = {}
+                collective, hot, n = summarize(stacks, places=places)
+                out = (wait_of(collective, sync_share(stacks), futex), hot, n, "py-spy",
+                       top_places(places, n))
             elif first_error(said):
-                out = self.failed(pid, said)
+                out = (*self.failed(pid, said), [])
         elif spy is not None and spy.pid != pid:    # restarted in place: a new worker
             self.spies.pop(role).stop()
         if role not in self.spies and self.py_spy and self.failures.get(pid, 0) < GIVE_UP:

@@ -32,14 +32,16 @@ SYNC_DIRS = ("/torch/distributed/", "/torch/nn/parallel/", "/deepspeed/")
 FUTEX = {"x86_64": ("202", "449"), "aarch64": ("98", "449")}
 
 
-def summarize(stacks, read=source_line) -> Tuple[Optional[float], Optional[str], int]:
+def summarize(stacks, read=source_line,
+              places: Optional[Dict[str, int]] = None) -> Tuple[Optional[float], Optional[str], int]:
     """(wait share, hot frame, samples) of one thread's stacks (:func:`parse_raw`). A stack
     waits in a collective by rank/collectives.py's rule; its innermost user frame's source line
-    is read (``read(path, line)``) for mpi4py, whose calls have no Python frame of their own."""
+    is read (``read(path, line)``) for mpi4py, whose calls have no Python frame of their own.
+    ``places``, when given, gets every place outside a wait and its samples."""
     from mpilaunch.rank import collectives
 
     waiting, total = 0, 0
-    places: Dict[str, int] = {}
+    places = {} if places is None else places
     lines: Dict[Tuple[str, int], str] = {}
     for raw, count in stacks:
         frames = [collectives.Frame(f, p, n, "") for f, p, n in raw]
@@ -59,6 +61,14 @@ def summarize(stacks, read=source_line) -> Tuple[Optional[float], Optional[str],
         return None, None, 0
     hot = max(sorted(places), key=places.__getitem__) if places else None
     return waiting / total, hot, total
+
+
+def top_places(places: Dict[str, int], total: int, keep: int = 4) -> List[Tuple[str, float]]:
+    """The ``keep`` commonest places outside a wait, each with its share of all ``total``
+    samples, commonest first: the launcher tells a straggler's own place from the one every
+    rank shares (monitor/straggler.py's ``own_place``)."""
+    ranked = sorted(places.items(), key=lambda kv: (-kv[1], kv[0]))[:keep]
+    return [(place, round(n / total, 3)) for place, n in ranked] if total else []
 
 
 def in_sync_region(frames: List[Tuple[str, str, int]]) -> bool:

@@ -1,6 +1,6 @@
 """The Hugging Face Trainer's straggler named (docs/MONITOR.md, "DDP and FSDP"): 2 ranks on gloo
 (tests/helpers/train_hf.py: a GPT-2 of two tiny layers from its config, nothing downloaded),
-rank 1's Dataset reading each sequence 80 ms slower. The Trainer wraps the model in
+rank 1's Dataset reading each sequence 40 ms slower. The Trainer wraps the model in
 DistributedDataParallel (through Accelerate) and calls ``accelerator.backward(loss)``, so its
 ranks wait for the gradients' all-reduce as any DDP job does: in C++ under autograd's
 ``_engine_run_backward``, asleep on a futex, which rank/samples.py counts as waiting. The

@@ -1,13 +1,13 @@
 """A 2-rank Hugging Face Trainer job (DDP on gloo, CPU) as people write it, for
 tests/e2e/test_straggler_hf.py: a GPT-2 of two tiny layers built from its config (nothing
-downloaded), one sequence a step from a Dataset whose ``__getitem__`` sleeps 80 ms on
+downloaded), one sequence a step from a Dataset whose ``__getitem__`` sleeps 40 ms on
 ``SLOW_RANK`` (a slow reader). The slow rank's time outside a wait goes to two places: the
 reader, and the line that calls ``Trainer.train`` (the Trainer's own work: forward, backward,
-the optimizer, its loop, none of it in a function of the script). At 40 ms the reader held 2-4
-times the other's stack samples at a load average of 5, and as many (24 to 25) at 9-12 with a
-model 4x as large: 80 ms keeps the reader's frame the one named on a loaded machine. Run as ``train.py OUT_DIR
-SLOW_RANK``: writes OUT_DIR/training at its first step and stops at the next 25th step after
-OUT_DIR/stop appears (rank 0 tells every rank by a broadcast, so all stop at the same step)."""
+the optimizer, its loop, none of it in a function of the script), as long on every rank: the
+launcher names the reader, where its time goes that the others' does not (monitor/straggler.py's
+``own_place``). Run as ``train.py OUT_DIR SLOW_RANK``: writes OUT_DIR/training at its first step
+and stops at the next 25th step after OUT_DIR/stop appears (rank 0 tells every rank by a
+broadcast, so all stop at the same step)."""
 import os
 import sys
 import time
@@ -29,7 +29,7 @@ class Sequences(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         if rank == slow:
-            time.sleep(0.08)
+            time.sleep(0.04)
         ids = torch.randint(VOCAB, (SEQ,), generator=torch.Generator().manual_seed(i))
         return {"input_ids": ids, "labels": ids}
 

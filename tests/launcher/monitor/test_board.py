@@ -2,10 +2,12 @@
 record and line, the job view top and /metrics read, the end-of-job lines."""
 import json
 import threading
+from dataclasses import replace
 
 from mpilaunch.attempts import monitoring
 from mpilaunch.backends.openmpi import OpenMpi
 from mpilaunch.config.mpi import OMPI5, MpiInfo
+from mpilaunch.monitor import straggler
 from mpilaunch.monitor.board import Board
 from mpilaunch.monitor.model import JobView, Sample
 from mpilaunch.output.summary import Collector, Event
@@ -246,3 +248,31 @@ def test_a_ranks_cpu_counter_only_grows_across_restarts_and_attempts():
     b.attempt_started(1, 1, Collector(OMPI), None)
     b.feed(sample(0, clock.t + 3, None, cpu=1.0, pid=300))    # the next attempt's
     assert b.view().ranks[0].cpu_s == 8.5
+
+
+def test_a_stragglers_frame_is_where_its_time_goes_that_the_others_does_not():
+    """A Trainer's job: every rank runs the library's forward and backward under the script's
+    ``trainer.train()`` line; the slow rank's hottest place is that line, but its own time is
+    its reader's (the others spend as long at the line and none in the reader)."""
+    b, clock, changes, _ = board()
+    line, reader = "train.py:50 in <module>", "train.py:28 in Sequences.__getitem__"
+    for _ in range(3):
+        clock.t += 1.0
+        for r, w in enumerate([0.64, 0.60, 0.02, 0.66]):
+            places = [[line, 0.52], [reader, 0.46]] if r == 2 else [[line, round(0.98 - w, 2)]]
+            b.feed(replace(sample(r, clock.t, w, hot=line), places=places))
+    assert [(c.rank, c.hot_frame) for c in changes] == [(2, reader)]
+    assert changes[0].line.endswith("; its time goes to " + reader)
+    rows = {r.rank: r for r in b.view().ranks}
+    assert (rows[2].straggler, rows[2].hot_frame, rows[0].hot_frame) == (True, reader, line)
+    assert monitoring.end_lines(b).endswith("; its time went to " + reader + "\n")
+
+
+def test_the_own_place_is_the_one_furthest_above_the_others_median():
+    own = [["a.py:1 in train", 0.5], ["a.py:9 in read", 0.3], ["a.py:5 in log", 0.1]]
+    others = [[["a.py:1 in train", 0.5], ["a.py:5 in log", 0.2]], [["a.py:1 in train", 0.45]],
+              [["a.py:9 in read", 0.35]]]
+    # train: 0.5 - 0.5; read: 0.3 - 0 (the median of 0, 0, 0.35); log: 0.1 - 0
+    assert straggler.own_place(own, others) == "a.py:9 in read"
+    assert straggler.own_place(own, [own]) is None       # the same as the others': nothing own
+    assert straggler.own_place([], others) is None and straggler.own_place(own, []) is None
