@@ -77,6 +77,7 @@ class Board:
         self.collector: Any = None      # output.summary.Collector of the running attempt
         self.control: Any = None        # supervise.control.Control of the running attempt
         self.seen: List[straggler.Seen] = []
+        self.pauses: List[straggler.Pause] = []
         # CPU seconds of a rank's earlier processes (restarts in place, earlier attempts), so
         # that its CPU counter only ever grows over the job, as Prometheus's counters do
         self.cpu_before: Dict[Tuple[int, str], float] = {}
@@ -96,11 +97,13 @@ class Board:
         self.blind = False              # the last round saw no rank wait anywhere
         self.scores: Dict[int, straggler.Score] = {}
         self.open: Dict[int, straggler.Seen] = {}   # the stragglers' records, while they last
+        self.pausing: Dict[int, List[Tuple[straggler.Gap, Optional[str]]]] = {}    # runs going on
 
     # -- the attempts
     def attempt_started(self, index: int, np: int, collector: Any = None, control: Any = None) -> None:
         with self.lock:
             self._close_spans()
+            self._end_pauses()
             self._clear()
             self.attempt, self.restarts, self.np = index, index, np
             self.collector, self.control = collector, control
@@ -158,7 +161,29 @@ class Board:
         self.rounds = (self.rounds + [shares])[-straggler.KEEP:]
         step = straggler.step(self.rounds, self.stragglers)
         self.stragglers, self.scores = set(step.stragglers), {**self.scores, **step.scores}
+        self._pauses(shares, step)
         return record, step
+
+    def _pauses(self, shares: Dict[int, Optional[float]], step: straggler.Step) -> None:
+        """A judged rank the others waited for this round joins its run of such rounds; a run
+        ends as a pause when the rank stops being waited for, and is no pause when the rank
+        became a straggler (it was the drag's start)."""
+        for rank, g in straggler.gaps(shares).items():
+            if rank in step.stragglers:
+                self.pausing.pop(rank, None)
+            elif g.gap >= straggler.PAUSE and rank in step.scores:
+                sample = self.latest[(rank, "worker")][0]
+                self.pausing.setdefault(rank, []).append((g, self._own_place(rank, sample)))
+            elif rank in self.pausing:
+                self._paused(rank, self.pausing.pop(rank))
+
+    def _paused(self, rank: int, run: List[Tuple[straggler.Gap, Optional[str]]]) -> None:
+        pause = next((p for p in self.pauses if (p.attempt, p.rank) == (self.attempt, rank)), None)
+        if pause is None:
+            host = self.latest[(rank, "worker")][0].host if (rank, "worker") in self.latest else ""
+            pause = straggler.Pause(rank, host, self.attempt)
+            self.pauses.append(pause)
+        pause.add(run, self.interval)
 
     def _steady(self, shares: Dict[int, Optional[float]]) -> bool:
         """Whether every rank of this round had been seen waiting before it; learns who waits."""
@@ -276,3 +301,14 @@ class Board:
         """One line per straggler the job had (its summary's), or none."""
         with self.lock:
             return straggler.seen_lines(self.seen, self.wall())
+
+    def pause_lines(self) -> List[str]:
+        """One line per rank that paused the job without being a straggler, or none (a run
+        of rounds still going on at the end counts)."""
+        with self.lock:
+            self._end_pauses()
+            return straggler.pause_lines(self.pauses)
+
+    def _end_pauses(self) -> None:
+        for rank in [r for r in self.pausing if r not in self.stragglers]:
+            self._paused(rank, self.pausing.pop(rank))

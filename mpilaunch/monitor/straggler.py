@@ -44,6 +44,7 @@ WINDOW = 2      # rounds a score averages
 PERSIST = 3     # rounds in a row a rank's gap must be OFF or more to become a straggler
 KEEP = max(WINDOW, PERSIST)     # the rounds the rule reads
 BUSY_FLOOR = 0.05   # the least busy share a slowdown is computed against
+PAUSE = 0.5     # a round's gap at which the others waited for a rank that is no straggler: a pause
 
 
 @dataclass(frozen=True)
@@ -229,3 +230,41 @@ class Seen:
         self.slowdowns.append(slowdown)
         ordered = sorted(self.slowdowns)
         self.slowdown = ordered[len(ordered) // 2]
+
+
+@dataclass
+class Pause:
+    """A rank the others waited for (a gap of ``PAUSE`` or more) in runs of rounds too short to
+    be a drag (``PERSIST``): a checkpoint, an evaluation, a logging burst. ``times``: the runs;
+    ``seconds``: the others' wait for it (each round's gap times the interval); ``others``: the
+    others' highest wait share; ``hot_frame``: its place in its longest wait."""
+    rank: int
+    host: str
+    attempt: int
+    hot_frame: Optional[str] = None
+    times: int = 0
+    seconds: float = 0.0
+    others: float = 0.0
+    worst: float = 0.0
+
+    def add(self, run: Sequence[Tuple[Gap, Optional[str]]], interval: float) -> None:
+        """One more run of rounds it paused in (each round's gap and place)."""
+        self.times += 1
+        for g, hot in run:
+            self.seconds += g.gap * interval
+            self.others = max(self.others, g.others)
+            if g.gap > self.worst:
+                self.worst, self.hot_frame = g.gap, hot or self.hot_frame
+
+
+def pause_lines(pauses: Sequence[Pause]) -> List[str]:
+    """The end of job's lines for the pauses: one per rank that paused the job."""
+    out = []
+    for p in pauses:
+        text = (f"rank {p.rank}" + (f" on host {p.host}" if p.host else "")
+                + (f" (attempt {p.attempt})" if p.attempt else "")
+                + f": paused the job {p.times} time" + ("s" if p.times > 1 else "")
+                + f", about {p.seconds:.0f} s in all (others waited up to {pct(p.others)} of a "
+                f"round for it), never for {PERSIST} rounds in a row: not a straggler")
+        out.append(text + (f"; its time went to {p.hot_frame}" if p.hot_frame else ""))
+    return out

@@ -276,3 +276,28 @@ def test_the_own_place_is_the_one_furthest_above_the_others_median():
     assert straggler.own_place(own, others) == "a.py:9 in read"
     assert straggler.own_place(own, [own]) is None       # the same as the others': nothing own
     assert straggler.own_place([], others) is None and straggler.own_place(own, []) is None
+
+
+def test_rank_0s_checkpoints_are_pauses_not_a_straggler():
+    """Balanced rounds (every rank 20 %) and rank 0 saving a checkpoint now and then: the rounds
+    that hold a save read it at 0 % and the others at 60-70 %, one round, then two in a row,
+    never three: no straggler, and the end lines say what it was (docs/MONITOR.md)."""
+    b, clock, changes, _ = board(interval=5.0)
+    calm, save = [0.2, 0.22, 0.18, 0.2], [0.0, 0.6, 0.7, 0.65]
+    hot = {0: "train.py:30 in save_checkpoint"}
+    for waits in (calm, save, calm, calm, save, save, calm, calm):
+        one_round(b, clock, waits, hot=hot)
+    assert changes == [] and b.seen_lines() == []
+    # the others' median 0.65 (rounds with a save): three rounds x 0.65 x 5 s = 9.75 s
+    assert b.pause_lines() == [
+        "rank 0 on host h0: paused the job 2 times, about 10 s in all (others waited up to 65% "
+        "of a round for it), never for 3 rounds in a row: not a straggler; its time went to "
+        "train.py:30 in save_checkpoint"]
+
+
+def test_a_drags_first_rounds_are_no_pause():
+    b, clock, changes, _ = board()
+    for _ in range(4):
+        one_round(b, clock, [0.64, 0.60, 0.02, 0.66])
+    assert [c.rank for c in changes] == [2]
+    assert b.pause_lines() == []
