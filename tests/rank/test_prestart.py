@@ -62,3 +62,17 @@ def test_a_listen_while_a_prime_holds_the_socket_goes_right_after_it():
     assert lines == [{"import": ["json"]}, {"listen": 29500, "world": 2, "libuv": True}]
     ours.close()
     theirs.close()
+
+
+@pytest.mark.parametrize("capeff, want", [
+    ("000001fffeffffff", True),     # root with the full set
+    ("00000000a80425fb", False),    # Docker's default set for root: no CAP_SYS_NICE
+    ("0000000000800000", True),     # CAP_SYS_NICE alone
+    ("0000000000000000", False),
+])
+def test_a_spare_is_started_idle_only_where_it_can_be_woken(capeff, want):
+    from mpilaunch.rank.inplace.prestart import has_cap_sys_nice
+
+    text = f"Name:\tpython3\nUid:\t0\t0\t0\t0\nCapPrm:\t{capeff}\nCapEff:\t{capeff}\n"
+    assert has_cap_sys_nice(text) is want
+    assert has_cap_sys_nice("Name:\tpython3\n") is False

@@ -314,13 +314,32 @@ def start_spare(sup, worker, argv, opts) -> Optional[Spare]:
     return Spare(sup, sup.children["worker"], modules, spec=worker)
 
 
+CAP_SYS_NICE = 23
+
+
+def has_cap_sys_nice(status_text: str) -> bool:
+    """CAP_SYS_NICE in the effective set of a ``/proc/PID/status`` text. Not uid 0: root in a
+    container is often without it (Docker's default set), and a spare started at SCHED_IDLE
+    there could never be woken: it would import on idle CPU only, however long the wait."""
+    for line in status_text.splitlines():
+        if line.startswith("CapEff:"):
+            try:
+                return bool(int(line.split()[1], 16) >> CAP_SYS_NICE & 1)
+            except (IndexError, ValueError):
+                return False
+    return False
+
+
 def _can_leave_idle() -> bool:
     """A SCHED_IDLE process may go back to SCHED_OTHER at nice 0 only with CAP_SYS_NICE or an
     RLIMIT_NICE of 20 (the kernel's can_nice): else the spare is started at normal priority."""
     import resource
 
     try:
-        return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20
+        if resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20:
+            return True
+        with open("/proc/self/status") as fh:
+            return has_cap_sys_nice(fh.read())
     except (OSError, ValueError, AttributeError):
         return False
 
