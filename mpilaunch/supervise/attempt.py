@@ -66,8 +66,9 @@ class Attempt:
     collector(backend)          -> the Collector the starter's output goes into
     started(job, board)            the starter runs (``starter.Job``: kill, end, later; the
                                    monitor's board, or None: told when the attempt moves on)
-    on_stop(job, signum, act)   -> True when the attempt handles this stop itself
-                                   (``act(signum)``: the ordinary stop, for later)
+    on_stop(job, signum, act)   -> True when the attempt handles this stop itself, and is
+                                   ``graceful`` from then on (the fact's one owner;
+                                   ``act(signum)``: the ordinary stop, for later)
     verdict()                   -> keyword arguments for ``outcome.decide`` (stalled, ...)
     finish(status, collector, stopped_by)    the attempt's status and cause, recorded
     summary(text, collector)    -> the failure summary, amended

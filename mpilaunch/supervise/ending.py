@@ -96,7 +96,7 @@ class Ending:
             self.job, self.plan = job, plan
             stop = self.stop
             number = stop.signals       # read once: a later signal is the stopper's
-            if stop.first is not None and not stop.forwarded and not stop.graceful:
+            if stop.first is not None and not stop.forwarded and not self.attempt.graceful:
                 stop.handled = number
                 self._act(stop.first)
             elif stop.dead_early:
@@ -112,9 +112,9 @@ class Ending:
         stop, job = self.stop, self.job
         if job is None:   # every caller has the running job (stopper, attach, the grace's timer)
             return
-        if not stop.graceful and self.attempt.on_stop(job, signum, self.act):
-            stop.graceful = True      # --term-grace: the workers save first (restart.py)
-        elif not stop.forwarded:
+        if not self.attempt.graceful and self.attempt.on_stop(job, signum, self.act):
+            return    # --term-grace: the workers save first (on_stop made the attempt graceful)
+        if not stop.forwarded:
             stop.forwarded = True
             print(f"mpilaunch: {signal.Signals(signum).name} received, stopping the job",
                   file=sys.stderr, flush=True)

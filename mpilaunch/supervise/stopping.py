@@ -22,7 +22,6 @@ class StopState:
     signals      how many came (the third forces: SIGKILL to the starter)
     (those two are written by the stop-signal handler alone, which never takes ``lock``:
     supervise/ending.py says why; everything below is read and written under ``lock``)
-    graceful     the attempt took the stop itself (``--term-grace``: the workers save first)
     forwarded    the starter was asked to end (once: a second SIGTERM makes Open MPI 4.1 exit
                  and orphan its ranks)
     rank_failed  the first failure of a rank (or its adapter) was handed to the backend
@@ -30,15 +29,16 @@ class StopState:
     handled      the number of the last stop signal acted on (each is acted on once)
     lock         the one door of the attempt's ending (supervise/ending.py): the first failure
                  taken, the starter asked to end (``starter.Job.end``), the escalation
+    (Whether the attempt took the stop itself, ``--term-grace``'s graceful stop, is the
+    attempt's own fact: ``supervise.attempt.Attempt.graceful``.)
     """
 
-    __slots__ = ("first", "signals", "graceful", "forwarded", "rank_failed", "dead_early",
-                 "handled", "lock")
+    __slots__ = ("first", "signals", "forwarded", "rank_failed", "dead_early", "handled", "lock")
 
     def __init__(self) -> None:
         self.first: Optional[int] = None
         self.signals = 0
-        self.graceful = self.forwarded = self.rank_failed = self.dead_early = False
+        self.forwarded = self.rank_failed = self.dead_early = False
         self.handled = 0
         self.lock = threading.RLock()
 
