@@ -133,3 +133,28 @@ def test_the_checker_s_view_of_a_status_line_is_the_namedtuple_it_is():
     tree = ast.parse(inspect.getsource(summary))
     [typed] = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "_Fields"]
     assert tuple(a.target.id for a in typed.body if isinstance(a, ast.AnnAssign)) == Event._fields
+
+
+def test_the_api_reads_a_result_longer_than_the_pipe_while_it_waits():
+    """A result bigger than a pipe's buffer (many ranks, a long summary) is read as it comes:
+    the launcher writing it never waits on a parent that waits for it to exit."""
+    import subprocess
+    import sys
+
+    many = [{"kind": "process_exit", "attempt": 0, "seq": i, "t": 1.0, "rank": i, "role": "worker",
+             "host": "h", "status": 0, "cause": "ok", "by": "itself"} for i in range(3000)]
+    said = json.dumps({"status": 0, "attempts": 1, "summary": None, "failures": [],
+                       "records": many})
+    assert len(said) > 4 * 65536
+    child = ("import os, sys\nfd = int(sys.argv[1])\nos.write(fd, b'ready /x/events.jsonl\\n')\n"
+             "data = sys.stdin.buffer.read()\nwhile data:\n    data = data[os.write(fd, data):]\n")
+    rfd, wfd = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", child, str(wfd)], pass_fds=(wfd,),
+                            stdin=subprocess.PIPE)
+    os.close(wfd)
+    proc.stdin.write(b"result " + said.encode() + b"\n")
+    proc.stdin.close()
+    pipe = os.fdopen(rfd, "rb")
+    assert pipe.readline() == b"ready /x/events.jsonl\n"
+    res = api.Launch(proc, "/x/events.jsonl", "/x", pipe).wait(timeout=60)
+    assert res.status == 0 and len(res.ranks) == 3000 and res.ranks[2999].rank == 2999
