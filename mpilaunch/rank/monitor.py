@@ -33,7 +33,8 @@ import time
 from mpilaunch import procstat
 from mpilaunch.pdeathsig import SignalsBlocked
 from mpilaunch.rank import descendants, spawn, status
-from mpilaunch.rank.pyspy import MISSING, record_argv
+from mpilaunch.rank.pyspy import (  # noqa: F401 (py-spy's words, read here and named here too)
+    MISSING, REFUSED, first_error, record_argv, refused)
 from mpilaunch.rank.samples import (  # noqa: F401 (the monitor's reading of a record, named here too)
     States, in_sync_region, parse_raw, source_line, summarize, sync_share, top_places, wait_of)
 
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from typing import Callable, Dict, List, Optional, Set, Tuple
 
 RATE = 10                 # stack samples a second while py-spy records
-REFUSED = ("Permission denied", "Permission Denied", "Operation not permitted")
 NO_PY_SPY = MISSING
 SCHEDULER = "none: the scheduler's stacks are not sampled (it waits for the workers by design)"
 GIVE_UP = 3               # py-spy failing this many times in a row on one process: no more tries
@@ -84,23 +84,6 @@ def to_tick(now: float, interval: float) -> float:
     milliseconds)."""
     left = interval - now % interval
     return left if left > 1e-3 else interval
-
-
-def refused(text: str) -> Optional[str]:
-    """py-spy's words when the kernel refused it the worker (ptrace), else None."""
-    for word in REFUSED:
-        if word in text:
-            return f"py-spy may not read the worker here (ptrace refused: {word}; docs/MONITOR.md)"
-    return None
-
-
-def first_error(text: str) -> str:
-    """py-spy's first line that is not a hint or a backtrace ('' when it said nothing else:
-    a record without a sample, or one the rank's teardown ended)."""
-    for line in text.splitlines():
-        if line.strip() and not line.startswith(("py-spy>", "Stack backtrace", "   ")):
-            return line.strip()[:200]
-    return ""
 
 
 class Spy:

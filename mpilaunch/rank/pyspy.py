@@ -3,7 +3,8 @@ live monitor's sampler (rank/monitor.py, rank/samples.py), the stacks on demand
 (rank/stacks.py) and the launcher's verdict on them (stacks/verdict.py).
 
 * :data:`MISSING`: the one wording of "py-spy is not here"; each user says what it goes
-  without around it.
+  without around it. :func:`refused` and :func:`first_error` read what py-spy said instead of
+  stacks.
 * :func:`is_library`: the one rule for a frame that is not the user's own code (the
   interpreter's library, an installed package, a native frame): the hot frame, the verdict's
   place and the source lines under a dump's frames all follow it.
@@ -22,12 +23,30 @@ if TYPE_CHECKING:
     from typing import Callable, Dict, List, Optional, Tuple
 
 MISSING = "py-spy is not installed here (pip install 'mpilaunch[stall]', or pip install py-spy)"
+REFUSED = ("Permission denied", "Permission Denied", "Operation not permitted")
 
 
 def is_library(path: str) -> bool:
     """A frame of the interpreter's library or of an installed package, not the user's code."""
     return ("/site-packages/" in path or "/dist-packages/" in path or "/lib/python" in path
             or not path.endswith(".py") or path.startswith("<"))
+
+
+def refused(text: str) -> Optional[str]:
+    """py-spy's words when the kernel refused it the worker (ptrace), else None."""
+    for word in REFUSED:
+        if word in text:
+            return f"py-spy may not read the worker here (ptrace refused: {word}; docs/MONITOR.md)"
+    return None
+
+
+def first_error(text: str) -> str:
+    """py-spy's first line that is not a hint or a backtrace ('' when it said nothing else:
+    a record without a sample, or one the rank's teardown ended)."""
+    for line in text.splitlines():
+        if line.strip() and not line.startswith(("py-spy>", "Stack backtrace", "   ")):
+            return line.strip()[:200]
+    return ""
 
 
 def record_argv(py_spy: str, pid: int, seconds: int, rate: int, output: str) -> List[str]:
