@@ -3,9 +3,11 @@
 rank 1's Dataset reading each sequence 40 ms slower. The Trainer wraps the model in
 DistributedDataParallel (through Accelerate) and calls ``accelerator.backward(loss)``, so its
 ranks wait for the gradients' all-reduce as any DDP job does: in C++ under autograd's
-``_engine_run_backward``, asleep on a futex, which rank/samples.py counts as waiting. The
-launcher names rank 1 with its reader's frame in ``top --once``, in a ``straggler`` event and in
-the job's end lines, within 30 s of its steps."""
+``_engine_run_backward``, asleep on a futex, which rank/samples.py counts as waiting; and in the
+``all_gather`` of each batch's token count that the Trainer's ``get_batch_samples`` makes every
+step, a collective's own frame (docs/MONITOR.md, measured). The launcher names rank 1 with its
+reader's frame in ``top --once``, in a ``straggler`` event and in the job's end lines, within 30
+s of its steps."""
 import os
 import re
 import socket
