@@ -262,7 +262,8 @@ class ResilientAttempt(Attempt):
     # -- the outcome
     def verdict(self) -> dict:
         return dict(stalled=self.stalled is not None,
-                    foreign_grace=None if self.graceful else self.foreign)
+                    foreign_grace=None if self.graceful else self.foreign,
+                    ended_at=None if self.no_progress is None else self.no_progress.status)
 
     def finish(self, status: int, collector: Collector, stopped_by: Optional[int]) -> None:
         super().finish(status, collector, stopped_by)
@@ -286,8 +287,8 @@ class ResilientAttempt(Attempt):
                                                     for d in collector.dead])
         if stopped_by is not None:
             return
-        if self.no_progress is not None:    # the job is the failure that ended it
-            self.status, self.failures = self.no_progress.status, self.no_progress.failures
+        if self.no_progress is not None:    # the job is the failure that ended it (its status:
+            self.failures = self.no_progress.failures   # outcome.decide's, from verdict())
             self.progress, self.fallback = False, ""
         elif self.stalled is not None:
             self._first(Failure(outcome.STALLED, "stalled: no progress from ranks "

@@ -4,19 +4,21 @@ record of a failure (:class:`Failure`) every later step reads instead of words.
 In order (the first that applies):
 
 1. a stop asked of mpilaunch (SIGINT, SIGTERM, SIGHUP): 128 + that signal, as a shell reports it;
-2. the stall watchdog ended the job: 124 (as ``timeout(1)``);
-3. with ``--term-grace``, the ranks got a stop signal mpilaunch did not send (SIGTERM to a
+2. the launcher ended the job at a failure its adapters had restarted in place, the last of
+   ``--max_no_progress_restarts`` in a row without progress: that failure's status;
+3. the stall watchdog ended the job: 124 (as ``timeout(1)``);
+4. with ``--term-grace``, the ranks got a stop signal mpilaunch did not send (SIGTERM to a
    rank, Slurm's scancel to every process), saved and exited 0: 128 + that signal, the status
    the job has without ``--term-grace``;
-4. a host was lost: 255 (also when the starter itself said 0: Open MPI 5 sometimes does);
-5. the starter ended non-zero and a rank failed on its own: that rank's status (its exit code,
+5. a host was lost: 255 (also when the starter itself said 0: Open MPI 5 sometimes does);
+6. the starter ended non-zero and a rank failed on its own: that rank's status (its exit code,
    or 128 + N for signal N: also a user's SIGUSR1/SIGUSR2 that killed a worker without a
    handler for it, forwarded by mpilaunch or not; the summary says which). Each starter has its own idea of its status after a failure
    (Hydra's mpiexec 15 or 255 after our SIGTERM, srun the status of a rank it tore down, Open
    MPI the first rank it noticed): the root cause the summary names is the one reported;
-6. otherwise the starter's own status (128 + N when a signal ended it).
+7. otherwise the starter's own status (128 + N when a signal ended it).
 
-A usage error an adapter found is its exit 2 (rule 5); a preflight failure (1) and a usage
+A usage error an adapter found is its exit 2 (rule 6); a preflight failure (1) and a usage
 error found by the launcher (2) never start anything and so never reach here.
 """
 from __future__ import annotations
@@ -121,12 +123,15 @@ def event_status(event: Event) -> int:
 
 
 def decide(returncode: int, collector: Any, stopped_by: Optional[int] = None, stalled: bool = False,
-           foreign_grace: Optional[int] = None) -> int:
+           foreign_grace: Optional[int] = None, ended_at: Optional[int] = None) -> int:
     """``returncode``: the starter's, as Popen gives it (negative: killed by that signal);
-    ``foreign_grace``: the stop signal of rule 3, if any."""
+    ``foreign_grace``: the stop signal of rule 4, if any; ``ended_at``: the status of rule 2's
+    failure, if any."""
     status = 128 - returncode if returncode < 0 else returncode
     if stopped_by is not None:
         return 128 + stopped_by
+    if ended_at is not None:
+        return ended_at
     if stalled:
         return STALL_STATUS
     if foreign_grace and status == 0:

@@ -113,3 +113,19 @@ def test_starters_own_reports_count_when_no_adapter_spoke():
     assert outcome.decide(143, collector(BACKENDS["srun"], text=srun)) == 5
     # each backend reads only its own starter's words
     assert outcome.decide(143, collector(BACKENDS["ompi5"], text=srun)) == 143
+
+
+def test_a_failure_the_launcher_ended_the_job_at_is_its_status_after_a_stop_only():
+    """--max_no_progress_restarts reached in place: the launcher ends the job at that failure
+    (attempts/restart.py's verdict), whose status beats what the teardown left behind."""
+    from mpilaunch.attempts import restart
+    from mpilaunch.config.resilience import Resilience
+    from mpilaunch.supervise.attempt import AttemptRecord
+
+    c = collector(BACKENDS["ompi5"], failed(0, sig=15, cause="terminated"))
+    c.unreachable = ["h9"]
+    assert outcome.decide(-15, c, ended_at=3, stalled=True) == 3
+    assert outcome.decide(-15, c, stopped_by=2, ended_at=3) == 130
+    att = restart.ResilientAttempt(1, Resilience(5, 0.0, None, None, False, "/l", False, True), 2)
+    att.no_progress = AttemptRecord(1, 3, "rank 1 (worker) on host a: exit code 3", progress=False)
+    assert outcome.decide(-15, c, **att.verdict()) == 3
