@@ -39,6 +39,7 @@ from mpilaunch.output.summary import Collector, render_summary, write_ranks_file
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
 
 if TYPE_CHECKING:
+    from mpilaunch.config.launchconfig import LaunchConfig
     from mpilaunch.backends.base import Backend, Plan
     from mpilaunch.supervise.attempt import Attempt
 
@@ -142,7 +143,7 @@ class Job:
 
 
 def run_attempt(backend: Backend, plan: Plan, env: Mapping[str, str], run_dir: str,
-                keep_tune: bool, attempt: Attempt, board: Any = None, cfg: Any = None) -> int:
+                keep_tune: bool, attempt: Attempt, board: Any = None, cfg: Optional[LaunchConfig] = None) -> int:
     """Start ``plan`` with ``backend`` and supervise it to its end; the attempt's exit status.
     ``attempt``: the protocol of supervise/attempt.py (``Attempt`` for a plain launch;
     attempts/restart.py's ``ResilientAttempt`` for the graceful stop and the stall watchdog).
@@ -162,7 +163,7 @@ class _Supervision:
     and the control thread act on it through ``self.ending`` (ending.py: one lock for every
     decision that ends the attempt); what they learnt is ``self.stop``."""
 
-    console_cfg: Any = None   # the LaunchConfig the console's settings come from (run_attempt)
+    console_cfg: Optional[LaunchConfig] = None   # the console's settings (run_attempt's cfg)
 
     def __init__(self, backend: Backend, plan: Plan, attempt: Attempt, run_dir: str,
                  board: Any = None) -> None:
