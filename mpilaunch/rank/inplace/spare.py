@@ -10,7 +10,8 @@ process then becomes that worker: the environment replaced, fd 1 and 2 redirecte
 as ``__main__``. The socket closing
 without a message (the adapter is gone, or the spare is not wanted) ends it with status 0.
 Rank 0's spare may first get ``{"listen": PORT, ...}`` as soon as the restart is decided: it
-then starts the attempt's rendezvous store on PORT (:func:`_listen`).
+then starts the attempt's rendezvous store on PORT (:func:`_listen`), between two imports if
+it is still importing (a settled DDP job's spare may still be in its ~830 learnt modules).
 
 **What the worker imported, imported again** (``{"import": [NAMES]}``, any number of times
 before the restart). A script imports far more than its ``import`` lines say: a DDP model's
@@ -64,20 +65,49 @@ class _Lines:
     """The adapter's messages, one JSON line each; the descriptors that came with them."""
 
     def __init__(self, sock):
-        self.sock, self.buf, self.fds = sock, b"", []
+        self.sock, self.buf, self.fds, self.eof = sock, b"", [], False
+
+    def _read(self):
+        import socket
+
+        chunk, got, _flags, _addr = socket.recv_fds(self.sock, 1 << 20, 4)
+        self.fds += got
+        self.eof = self.eof or not chunk
+        self.buf += chunk
 
     def next(self):
         import json
-        import socket
 
         while b"\n" not in self.buf:
-            chunk, got, _flags, _addr = socket.recv_fds(self.sock, 1 << 20, 4)
-            self.fds += got
-            if not chunk:
+            if self.eof:
                 return None
-            self.buf += chunk
+            self._read()
         line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line)
+
+    def listen_now(self):
+        """A ``listen`` line already sent, taken out of turn (no wait: between two imports of a
+        long list, so that rank 0's store is up as soon as the restart is decided, not after
+        the list; the other lines keep their order)."""
+        import json
+        import select   # not recv_fds' flags: Python 3.11's ignores them (a blocking read)
+
+        try:
+            if not self.eof and select.select([self.sock], [], [], 0)[0]:
+                self._read()
+        except (OSError, ValueError):    # gone: the blocking read says so
+            pass
+        if b'"listen"' not in self.buf:
+            return
+        lines = self.buf.split(b"\n")
+        for i, line in enumerate(lines[:-1]):
+            if b'"listen"' in line:
+                msg = json.loads(line)
+                if "listen" in msg:
+                    self.buf = b"\n".join(lines[:i] + lines[i + 1:])
+                    _normal_priority()
+                    _listen(msg)
+                    return
 
 
 _STORE: list = []     # the rendezvous store this process listens on before its script runs
@@ -122,9 +152,10 @@ def _device_held():
         return False
 
 
-def _import(names):
+def _import(names, lines=None):
     """Import ``names`` in their order (a package before its modules, as the worker did);
-    one that fails is the worker's to meet. Ends this process once a device is held."""
+    one that fails is the worker's to meet. Ends this process once a device is held. Between
+    two imports, a ``listen`` the adapter sent meanwhile is done at once (``lines``)."""
     for name in names:
         if name in sys.modules:
             continue
@@ -134,6 +165,8 @@ def _import(names):
             pass
         if _device_held():
             os._exit(0)
+        if lines is not None and not _STORE:
+            lines.listen_now()
 
 
 def _library_dirs():
@@ -228,16 +261,16 @@ def main():
     import socket
 
     sock = socket.socket(fileno=fd)
-    _import(filter(None, modules.split(",")))
+    lines = _Lines(sock)
+    _import(filter(None, modules.split(",")), lines)
     try:
         sock.send(b"+")     # ready: the adapter adopts only a spare that is (prestart.py)
     except OSError:
         pass
-    lines = _Lines(sock)
     msg = lines.next()
     while msg is not None and ("listen" in msg or "import" in msg):
         if "import" in msg:
-            _import(msg["import"])
+            _import(msg["import"], lines)
             try:
                 sock.send(b"+")     # and these too (the adapter counts: prestart.py caught_up)
             except OSError:

@@ -1,0 +1,74 @@
+"""rank/inplace/spare.py, the real process: a ``listen`` that comes while the spare imports a
+long list of learnt modules is done between two of them, not after the list (rank 0's store is
+then up when the restart is decided, and the other ranks' clients find it instead of backing
+off). Two modules of the list block until the test releases them; the store's port is
+connected to while the second still blocks."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers.ports import free_port
+from helpers.procs import wait_for
+from mpilaunch.rank.inplace.prestart import SPARE
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run([sys.executable, "-c", "import torch.distributed"],
+                   capture_output=True).returncode != 0, reason="torch not installed")
+
+# says it started, then waits for the test's go file
+BLOCKING = """\
+import os, time
+d = os.environ["SPARE_TEST_DIR"]
+open(os.path.join(d, "started_" + __name__), "w").close()
+while not os.path.exists(os.path.join(d, "go_" + __name__)):
+    time.sleep(0.02)
+"""
+
+
+def _accepts(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_a_listen_during_learnt_imports_opens_the_store_before_the_last_one(tmp_path):
+    for name in ("blocka", "blockb"):
+        (tmp_path / f"{name}.py").write_text(BLOCKING)
+    port = int(free_port())
+    ours, theirs = socket.socketpair()
+    env = dict(os.environ, SPARE_TEST_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(
+        p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.Popen([sys.executable, SPARE, "torch", str(theirs.fileno())], env=env,
+                            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+    theirs.close()
+    try:
+        ours.settimeout(120)
+        assert ours.recv(1) == b"+"          # torch imported: ready
+        ours.sendall(json.dumps({"import": ["blocka", "blockb"]}).encode() + b"\n")
+        assert wait_for(lambda: (tmp_path / "started_blocka").exists(), timeout=60)
+        ours.sendall(json.dumps({"listen": port, "world": 1, "libuv": True}).encode() + b"\n")
+        (tmp_path / "go_blocka").touch()
+        assert wait_for(lambda: (tmp_path / "started_blockb").exists(), timeout=60)
+        # blockb still blocks: the list is not done, and the store is up
+        assert wait_for(lambda: _accepts(port), timeout=60), "no store while blockb imports"
+        assert not (tmp_path / "go_blockb").exists()
+        (tmp_path / "go_blockb").touch()
+        assert ours.recv(1) == b"+"          # the list done
+    finally:
+        for name in ("blocka", "blockb"):    # never left blocking in an import
+            (tmp_path / f"go_{name}").touch()
+        ours.close()                         # EOF: the spare leaves
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0
