@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-from typing import TYPE_CHECKING, List, Mapping, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, Tuple
 
 from mpilaunch import contract, net, rundir
 from mpilaunch.backends.base import (SSH_CLOSED, Backend, LaunchPlan, find_all, plan_facts, show_files,
@@ -72,7 +72,7 @@ class OpenMpi(Backend[LaunchPlan]):
         self.mpi: MpiInfo = mpi
 
     def plan(self, cfg: LaunchConfig, env: Mapping[str, str], run_dir: str, euid: int) -> LaunchPlan:
-        return make_plan(cfg, env, self.mpi, run_dir, euid)
+        return make_plan(cfg, env, self.mpi, run_dir, euid, cpus=len(os.sched_getaffinity(0)))
 
     def argv(self, plan: LaunchPlan) -> List[str]:
         return argv(plan)
@@ -118,8 +118,9 @@ class OpenMpi(Backend[LaunchPlan]):
 
 
 def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: str,
-              euid: int) -> LaunchPlan:
-    """LaunchConfig + environment -> the plan of an Open MPI launch (pure)."""
+              euid: int, cpus: Optional[int] = None) -> LaunchPlan:
+    """LaunchConfig + environment -> the plan of an Open MPI launch (pure); ``cpus``: the CPUs
+    this launch may use, when every rank runs here."""
     dialect = mpi.dialect
     tokens: List[str] = []
     for piece in cfg.mpi_pieces:
@@ -134,6 +135,8 @@ def make_plan(cfg: LaunchConfig, env: Mapping[str, str], mpi: MpiInfo, run_dir: 
     if not net.all_here(cfg.hosts):   # daemons on other hosts
         restarts = cfg.resilience.max_restarts if cfg.resilience is not None else 0
         tokens += mpiargs.keepalive_tokens(dialect, tokens, fast=restarts > 0)
+    elif cpus is not None and cfg.np > cpus:
+        tokens += mpiargs.yield_tokens(tokens, env)
 
     selected, only_in_file = broadcast.selection(env, cfg.env_prefixes, cfg.tune_import)
     moved = {**moved, **only_in_file}

@@ -147,6 +147,24 @@ def test_own_interpreter_starts_the_adapter_without_site(tmp_path):
     assert rankcmd.rank_command(cfg, launcher_python="/other/python")[:3] == [sys.executable, "-m", "mpilaunch.rank"]
 
 
+def test_more_local_ranks_than_cpus_yield_when_idle_unless_the_user_said(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+
+    def args(cfg_argv, env, cpus):
+        ns = run_parser().parse_args(["--python", PY] + cfg_argv + [str(script)])
+        return openmpi.argv(openmpi.make_plan(launchconfig.build(ns, env), env, M5, "/run", 1000, cpus=cpus))
+
+    assert "mpi_yield_when_idle" not in args(["-np", "2"], {}, 2)
+    argv = args(["-np", "4"], {}, 2)
+    assert argv[argv.index("mpi_yield_when_idle") - 1:argv.index("mpi_yield_when_idle") + 2] == \
+        ["--mca", "mpi_yield_when_idle", "1"]
+    mine = args(["-np", "4", "--mca-args", "-mca mpi_yield_when_idle 0"], {}, 2)
+    assert mine[mine.index("mpi_yield_when_idle") + 1] == "0" and mine.count("mpi_yield_when_idle") == 1
+    assert "mpi_yield_when_idle" not in args(["-np", "4"], {"OMPI_MCA_mpi_yield_when_idle": "0"}, 2)
+    assert "mpi_yield_when_idle" not in args(["-H", "a:2,b:2", "-np", "4"], {}, 2)   # not this host's CPUs
+
+
 def test_keepalive_only_for_remote_hosts_and_not_twice(tmp_path):
     local, _ = make(["-np", "2"], {}, M5, tmp_path)
     assert "oob_tcp_keepalive_time" not in openmpi.argv(local)
