@@ -4,9 +4,11 @@ worker failed waits for the client's ``latest``, not for the word) is dropped, a
 tear down the attempt it announced. Loopback TCP and the real coordinator, in one process; the
 late delivery is held by the test, released once the rank's next attempt runs."""
 import _queue
+import json
 import threading
 from types import SimpleNamespace
 
+from mpilaunch.contract import STATUS_PREFIX
 from mpilaunch.rank.inplace import coordinate
 from mpilaunch.rank.inplace.loop import Restarts
 from mpilaunch.rank.runner import Inbox
@@ -14,6 +16,11 @@ from mpilaunch.rank.supervisor import RESTART
 
 from helpers.ports import free_port
 from helpers.procs import wait_for
+
+
+def _status_lines(text):
+    return [json.loads(ln[len(STATUS_PREFIX):]) for ln in text.splitlines()
+            if ln.startswith(STATUS_PREFIX)]
 
 
 def _opts(port):
@@ -51,6 +58,11 @@ def test_a_restart_heard_after_the_rank_went_on_to_it_does_not_stop_that_attempt
         release.set()
         assert delivered.wait(30)
         assert attempt1.events.empty()       # before: ("restart", 1), and attempt 1 torn down
+        # the launcher's phases (attempts/phases.py) still have this rank's "told" line, once,
+        # before its "stopped" one
+        life = [(d["event"], d["code"]) for d in _status_lines(capfd.readouterr().err)
+                if d["rank"] == 1 and d["cause"] == "life"]
+        assert life == [("restart", 1), ("stopped", 0)], life
         rank1.client.restart(2, new_port + 1)   # the next restart still reaches it
         assert attempt1.events.get(timeout=5) == ("restart", 2)
     finally:

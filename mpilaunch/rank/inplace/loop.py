@@ -12,12 +12,10 @@ has, the scheduler's) and every other adapter keeps one connection to it.
 
 The first ``fail K`` of attempt K (a later one is a consequence: a peer's gloo broke) makes
 the coordinator send ``restart K+1`` at once and, after ``ROOT_WINDOW`` s, write one status
-line ``event: restart-in-place`` for the launcher with the earliest failure of those it got
-(the launcher's summary and event record list the attempt like a relaunched one). A failure
-in the last attempt of the budget, or an adapter that cannot reach the coordinator, is the
-ordinary one: status lines, the adapter exits with the worker's status, the starter tears the
-job down. An adapter whose worker exited 0 waits for ``finish`` (a rank may still fail and
-restart everyone, its own rank included) before it exits.
+line ``event: restart-in-place`` with the earliest failure it got. A failure in the budget's
+last attempt, or an adapter that cannot reach the coordinator, is the ordinary one: status
+lines, the adapter exits with the worker's status, the starter tears the job down. An adapter
+whose worker exited 0 waits for ``finish`` (a rank may still fail and restart everyone).
 
 **The spare worker** (rank/inplace/prestart.py, spare.py). While attempt K runs, each adapter
 starts attempt K+1's worker interpreter with the heavy modules the script imports (``torch``...;
@@ -44,8 +42,7 @@ from mpilaunch.rank import status
 from mpilaunch.rank.inplace.coordinate import Client, Coordinator
 from mpilaunch.rank.inplace.learn import LEARN_VAR, SPARE_LIFE, Known, Learner
 from mpilaunch.rank.inplace.prestart import Spare, run_argv, spare_modules, start_spare
-from mpilaunch.rank.supervisor import RESTART, TEARDOWN_SIGNALS, Supervisor
-
+from mpilaunch.rank.supervisor import RESTART, TEARDOWN_SIGNALS, Supervisor, exit_status
 
 # s a restart waits for a woken spare still importing, on a machine with room (a fresh worker
 # would import it all from the start); past this, something is wrong with the spare
@@ -208,8 +205,6 @@ class InPlaceSupervisor(Supervisor):
         if watch is not None:
             watch.stop()
         rc = spare.returncode
-        from mpilaunch.rank.supervisor import exit_status
-
         child.status = exit_status(rc)
         child.signal = -rc if rc < 0 else None
         self.events.put(("exit", spec.role))
@@ -228,7 +223,8 @@ class Restarts:
         lr = opts.resilience
         self.inbox, self.opts, self.argv, self.specs_for = inbox, opts, argv, specs_for
         self.k, self.last = lr.restart_count or 0, lr.max_restarts or 0
-        self.deliver_lock = threading.Lock()    # the attempt (k) against the coordinator's word
+        self.told = self.k       # the newest attempt this rank was told of or went on to, and
+        self.deliver_lock = threading.Lock()    # its lock against the coordinator's word
         self.rank, self.host = rank, hostname
         self.status = 0          # the rank's, once next() said there is no next attempt
         self.spare: Optional[Spare] = None   # the next attempt's worker, already started (prestart.py)
@@ -254,15 +250,15 @@ class Restarts:
         """The coordinator's word, to where the adapter waits; a restart first wakes the next
         attempt's spare and, on rank 0, has it listen on the new rendezvous port (prestart.py).
 
-        A restart to an attempt this rank went on to already is dropped: the client sets
-        ``latest`` before this call, and the failing rank waits for ``latest`` (:meth:`_wait`),
-        so it may run the attempt (:meth:`next`, under the same lock) before this word lands
-        there as a restart that tears it down (its spare given up: "the rank is stopping")."""
+        A restart to an attempt this rank went on to is dropped: the client sets ``latest``
+        first, and the failing rank goes on by it (:meth:`_wait`, :meth:`next`, under this lock):
+        late, the word would tear down the attempt it announced (its spare given up)."""
         with self.deliver_lock:
-            if ev[0] == "restart" and ev[1] <= self.k:
+            if ev[0] == "restart" and ev[1] <= self.told:
                 return
             spare, client = self.spare, self.client
             if ev[0] == "restart":    # the restart's phases: told (attempts/restart.py)
+                self.told = ev[1]
                 status.life(self.rank, self.host, "worker", "restart", code=ev[1])
                 if spare is not None and client is not None and client.latest:
                     spare.wake()
@@ -324,11 +320,15 @@ class Restarts:
                 self.status = end
                 return None
         assert self.client is not None and self.client.latest is not None   # a restart came
+        with self.deliver_lock:    # a late word of this restart is dropped from now on
+            k, port = self.client.latest
+            if self.told < k:      # and the phases' "told" line is this rank's now, before
+                self.told = k      # its "stopped" (attempts/phases.py reads them in order)
+                status.life(self.rank, self.host, "worker", "restart", code=k)
         # the last attempt's children are gone: the restart's teardown is over here
         status.life(self.rank, self.host, "worker", "stopped", code=self.k)
-        with self.deliver_lock:    # a late word of this restart is dropped from now on
-            self.k, port = self.client.latest
-        return self.specs_for(self.k, port)
+        self.k = k
+        return self.specs_for(k, port)
 
     def stopped(self, sup) -> None:
         """``sup`` was torn down by a stop signal: the failures it held back, reported."""
