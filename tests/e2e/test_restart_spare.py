@@ -6,7 +6,8 @@ module (``MPILAUNCH_SPARE_PRELOAD``) sleeps in its import, so the spare is still
 when rank 1 fails, and the job itself leaves the machine idle meanwhile (every process of it
 sleeps: the case ``machine_has_room`` answers yes to). On a machine busy with other work the
 adapter starts a fresh worker instead, by design; each adapter says which it did
-(``MPILAUNCH_DEBUG_SPARE``), and the test holds that branch to its own outcome."""
+(``MPILAUNCH_DEBUG_SPARE``), and the test holds that branch to its own outcome. Then a worker
+restarted in its spare splits its streams for torchrun's ``--redirects`` as a fresh one does."""
 import os
 import subprocess
 
