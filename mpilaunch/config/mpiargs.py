@@ -185,8 +185,8 @@ def yield_tokens(tokens: Sequence[str], env: Mapping[str, str]) -> List[str]:
     """More ranks than this host's CPUs: the ranks yield the CPU while they wait in MPI. Open
     MPI does so by itself only when the ranks outnumber the slots, and a local launch gives a
     slot per rank (as torchrun's --nproc_per_node does), so its waiting ranks would spin and
-    take the CPUs from the ranks they wait for (8 mpi4py ranks on 2 cores: a step of 43 ms
-    took 420 ms). What the user set (option or OMPI_MCA_ variable) is left alone."""
+    take the CPUs from the ranks they wait for (docs/PERFORMANCE.md, "Oversubscribed"). What
+    the user set (option or OMPI_MCA_ variable) is left alone."""
     if has_param(tokens, ("mpi_yield_when_idle",)) or "OMPI_MCA_mpi_yield_when_idle" in env:
         return []
     return ["--mca", "mpi_yield_when_idle", "1"]
