@@ -6,7 +6,7 @@ The package root stays import-light (every rank imports it): the API is loaded o
 
 __version__ = "0.1.0"
 
-_API = ("launch", "start", "Launch", "Result", "RootCause", "RankRecord")
+_API = ("launch", "start", "Launch", "Result", "Failure", "Raised", "RootCause", "RankRecord")
 
 
 def __getattr__(name: str) -> object:
