@@ -35,6 +35,7 @@ from mpilaunch.pdeathsig import SignalsBlocked
 from mpilaunch.rank import descendants, spawn, status
 from mpilaunch.rank.pyspy import (  # noqa: F401 (py-spy's words, read here and named here too)
     MISSING, REFUSED, first_error, record_argv, refused)
+from mpilaunch.rank.pyspy import find as pyspy_find
 from mpilaunch.rank.samples import (  # noqa: F401 (the monitor's reading of a record, named here too)
     States, in_sync_region, parse_raw, source_line, summarize, sync_share, top_places, wait_of)
 
@@ -200,9 +201,7 @@ class Monitor(threading.Thread):
         if self.done.wait(self.interval + to_tick(time.time(), self.interval)):
             return
         if self.py_spy is None:
-            from mpilaunch.rank import watchdog    # its subprocess import: not on the start path
-
-            self.py_spy = watchdog.find_py_spy(os.environ.get("PATH"))
+            self.py_spy = pyspy_find(os.environ.get("PATH"))
         if not self.py_spy:
             self.sampler = f"none: {NO_PY_SPY}"
             self.say(NO_PY_SPY)

@@ -12,18 +12,48 @@ live monitor's sampler (rank/monitor.py, rank/samples.py), the stacks on demand
   reads, 3.9 to 3.13); ``dump``: :func:`dump_frame` (one frame line) and :func:`annotate` (the
   user's source line under each of its frames).
 
-Found where the stall watchdog finds it (rank/watchdog.py's ``find_py_spy``, which also runs
-its dumps). Pure but for :func:`source_line`'s reads of the user's files; imports only ``os``
-(every sampled rank loads it).
+* :func:`find` (beside this interpreter, else on the worker's PATH) and :func:`dump` (``py-spy
+  dump``, for the stall watchdog's stacks file and the stacks on demand).
+
+Pure but for :func:`find`, :func:`dump` and :func:`source_line`'s reads of the user's files;
+imports only ``os`` (every sampled rank loads it; :func:`dump` imports subprocess when it runs).
 """
 from __future__ import annotations
 
+import os
+
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Optional, Tuple
+    from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 MISSING = "py-spy is not installed here (pip install 'mpilaunch[stall]', or pip install py-spy)"
 REFUSED = ("Permission denied", "Permission Denied", "Operation not permitted")
+DUMP_TIMEOUT = 20.0   # s a ``py-spy dump`` may take before it is given up
+
+
+def find(env_path: "Optional[str]") -> str:
+    """``py-spy`` next to this interpreter, else on the worker's PATH, else ""."""
+    import sys
+
+    dirs = [os.path.dirname(sys.executable)] + (env_path or os.defpath).split(os.pathsep)
+    for d in dirs:
+        candidate = os.path.join(d or ".", "py-spy")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return ""
+
+
+def dump(pid: int, py_spy: str, more: "Sequence[str]" = ()) -> str:
+    """``py-spy dump --pid PID [more]``, headed by the command and its exit status."""
+    import subprocess
+
+    extra = "".join(f" {m}" for m in more)
+    try:
+        r = subprocess.run([py_spy, "dump", "--pid", str(pid), *more], capture_output=True,
+                           text=True, timeout=DUMP_TIMEOUT, stdin=subprocess.DEVNULL)
+        return f"== py-spy dump --pid {pid}{extra} (exit {r.returncode})\n{r.stdout}{r.stderr}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"== py-spy dump --pid {pid}{extra}: {exc}\n"
 
 
 def is_library(path: str) -> bool:

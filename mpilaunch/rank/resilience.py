@@ -146,7 +146,7 @@ class Hooks:
 
 
 def start_watchdog(sup, opts, rank: int, hostname: str, timeout: float):
-    from mpilaunch.rank import watchdog
+    from mpilaunch.rank import pyspy, watchdog
 
     worker = sup.children.get("worker")
     if worker is None:
@@ -158,7 +158,7 @@ def start_watchdog(sup, opts, rank: int, hostname: str, timeout: float):
     dog = watchdog.Watchdog(timeout, worker.spec.log_path,
                             watchdog.heartbeat_path(opts.log_dir, rank),
                             watchdog.stacks_path(opts.log_dir, rank), pid_of, rank, hostname,
-                            watchdog.find_py_spy(worker.spec.env.get("PATH")),
+                            pyspy.find(worker.spec.env.get("PATH")),
                             status_of=lambda: worker.status)
     dog.start()
     return dog

@@ -9,8 +9,7 @@ file is (rank/pyspy.py's ``annotate``): the launcher's grouping (stacks/verdict.
 on that line (py-spy shows no C frame without ``--native``).
 
 Loaded only when a request arrives (the rank-side import budget: tests/rank/test_options.py);
-py-spy is the ``stall`` extra, found as the stall watchdog finds it (rank/watchdog.py, whose
-``py_spy_dump`` runs it). A child that is not a Python process (a native program) cannot be
+py-spy is the ``stall`` extra, found and run by rank/pyspy.py (as for the stall watchdog). A child that is not a Python process (a native program) cannot be
 read by py-spy: said in one line.
 """
 from __future__ import annotations
@@ -55,9 +54,9 @@ def _is_python(pid: int) -> bool:
 
 def dump_rank(adapter_pid: int, native: bool = False) -> str:
     """The stacks of every child of the adapter ``adapter_pid`` (this process), as text."""
-    from mpilaunch.rank import descendants, watchdog
+    from mpilaunch.rank import descendants, pyspy
 
-    py_spy = watchdog.find_py_spy(os.environ.get("PATH"))
+    py_spy = pyspy.find(os.environ.get("PATH"))
     if not py_spy:
         return f"mpilaunch.rank: {NO_PY_SPY}\n"
     kids = [p for p in descendants.children(adapter_pid) if not _is_py_spy(p)]
@@ -72,12 +71,12 @@ def dump_rank(adapter_pid: int, native: bool = False) -> str:
                                  "reads Python stacks only (gdb -p PID reads a native one)\n")
             return
         more = ["--full-filenames"] + ([NATIVE] if native else [])
-        texts[pid] = head + annotate(watchdog.py_spy_dump(pid, py_spy, more))
+        texts[pid] = head + annotate(pyspy.dump(pid, py_spy, more))
 
     threads = [threading.Thread(target=one, args=(p,), daemon=True) for p in kids]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(watchdog.DUMP_TIMEOUT + 5)
+        t.join(pyspy.DUMP_TIMEOUT + 5)
     return "".join(texts.get(p, f"=== {_role(p)} pid {p}\nmpilaunch.rank: py-spy did not answer\n")
                    for p in kids)

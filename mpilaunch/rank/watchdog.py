@@ -24,7 +24,6 @@ every process of the job).
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 
@@ -32,12 +31,11 @@ from mpilaunch import procstat
 
 TYPE_CHECKING = False   # no typing at run time (docs/ARCHITECTURE.md, start-up)
 if TYPE_CHECKING:
-    from typing import Callable, Optional, Sequence, Tuple
+    from typing import Callable, Optional, Tuple
 from mpilaunch.pdeathsig import SignalsBlocked
-from mpilaunch.rank import status
+from mpilaunch.rank import pyspy, status
 
 HEARTBEAT_VAR = "MPILAUNCH_HEARTBEAT_FILE"
-DUMP_TIMEOUT = 20.0
 STOPPED_GAP = 1.0   # a poll this much later than due: the adapter itself was stopped
 
 
@@ -57,39 +55,15 @@ def _mark(path: str) -> Optional[Tuple[int, int]]:
     return (st.st_size, st.st_mtime_ns)
 
 
-def find_py_spy(env_path: Optional[str]) -> str:
-    """``py-spy`` next to this interpreter, else on the worker's PATH, else ""."""
-    import sys
-
-    dirs = [os.path.dirname(sys.executable)] + (env_path or os.defpath).split(os.pathsep)
-    for d in dirs:
-        candidate = os.path.join(d or ".", "py-spy")
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return ""
-
-
 def dump_stacks(pid: int, out_path: str, py_spy: str) -> str:
     """Write the stacks of ``pid`` (and its Python children) to ``out_path``; a one-line note."""
     if not py_spy:
-        note = "py-spy is not installed: no stacks (pip install py-spy)"
+        note = f"no stacks: {pyspy.MISSING}"
         _write(out_path, note + "\n")
         return note
-    texts = [py_spy_dump(p, py_spy) for p in [pid] + _children(pid)]
+    texts = [pyspy.dump(p, py_spy) for p in [pid] + _children(pid)]
     _write(out_path, "\n".join(texts))
     return f"stacks: {out_path}"
-
-
-def py_spy_dump(pid: int, py_spy: str, more: Sequence[str] = ()) -> str:
-    """``py-spy dump --pid PID [more]``, headed by the command and its exit status (also what
-    ``mpilaunch stacks`` gathers: rank/stacks.py)."""
-    extra = "".join(f" {m}" for m in more)
-    try:
-        r = subprocess.run([py_spy, "dump", "--pid", str(pid), *more], capture_output=True,
-                           text=True, timeout=DUMP_TIMEOUT, stdin=subprocess.DEVNULL)
-        return f"== py-spy dump --pid {pid}{extra} (exit {r.returncode})\n{r.stdout}{r.stderr}"
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"== py-spy dump --pid {pid}{extra}: {exc}\n"
 
 
 def is_stopped(pid: Optional[int]) -> bool:

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from helpers.adapter import status_lines
-from mpilaunch.rank import watchdog
+from mpilaunch.rank import pyspy, watchdog
 
-NO_PY_SPY = "py-spy is not installed: no stacks (pip install py-spy)"
+NO_PY_SPY = "no stacks: py-spy is not installed here (pip install 'mpilaunch[stall]', or pip install py-spy)"
 
 
 def _unused_pid():
@@ -55,14 +55,14 @@ def test_find_py_spy_takes_the_first_executable_on_the_workers_path(tmp_path, no
     found = _executable(tmp_path / "b" / "py-spy")
     _executable(tmp_path / "c" / "py-spy")
     path = os.pathsep.join(str(tmp_path / d) for d in ("missing", "a", "b", "c"))
-    assert watchdog.find_py_spy(path) == found
-    assert watchdog.find_py_spy(str(tmp_path / "missing")) == ""
+    assert pyspy.find(path) == found
+    assert pyspy.find(str(tmp_path / "missing")) == ""
 
 
 def test_find_py_spy_prefers_the_one_beside_the_interpreter(tmp_path, no_py_spy_beside_python):
     beside = _executable(no_py_spy_beside_python / "py-spy")
     _executable(tmp_path / "b" / "py-spy")
-    assert watchdog.find_py_spy(str(tmp_path / "b")) == beside
+    assert pyspy.find(str(tmp_path / "b")) == beside
 
 
 def test_dump_without_py_spy_says_so_in_the_stacks_file(tmp_path):
