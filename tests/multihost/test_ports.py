@@ -65,7 +65,7 @@ def test_three_hosts_three_ports(request, layout, mpi, tmp_path):
     script.write_text(WHERE)
     p = _in_host1(th, [mpi.python, "-m", "mpilaunch", "--mpirun", mpi.mpirun,
                        "--hostfile", _hostfile(th, tmp_path), "--ssh-args", f"-F {th.ssh_config}",
-                       str(script)])
+                       "--log_dir", str(tmp_path / "logs"), str(script)])
     _check_placement(th, p)
 
 
@@ -78,7 +78,8 @@ def test_port_forms_hydra_file_and_host_list(sharedhosts, form, tmp_path):
     hosts = (["--hostfile", _hostfile(th, tmp_path, "hydra")] if form == "hydra" else
              ["-H", ",".join(f"{h.addr}:1@{h.port}" for h in th.hosts)])
     p = _in_host1(th, [OMPI5.python, "-m", "mpilaunch", "--mpirun", OMPI5.mpirun, *hosts,
-                       "--ssh-args", f"-F {th.ssh_config}", str(script)])
+                       "--ssh-args", f"-F {th.ssh_config}", "--log_dir", str(tmp_path / "logs"),
+                       str(script)])
     _check_placement(th, p)
 
 
@@ -116,7 +117,8 @@ def test_mpilaunch_job_on_three_containers_behind_one_address(sharedhosts, tmp_p
         procs.append(subprocess.Popen(
             ["nsenter", "-t", str(h.sshd_pid), "-u", "--", "ip", "netns", "exec", h.netns,
              OMPI5.python, "-m", "mpilaunch", "job", "--wait-hosts", "60",
-             "--ssh-args", f"-F {th.ssh_config}", "--master_port", "38140", str(script)],
+             "--ssh-args", f"-F {th.ssh_config}", "--master_port", "38140",
+             "--log_dir", str(tmp_path / f"logs{i}"), str(script)],
             env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         out.close()
     codes = []
