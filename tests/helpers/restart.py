@@ -114,6 +114,12 @@ for step in range(start + 1, start + 4):
             time.sleep(600)
 put(f"done_{rank}", "ok")
 dist.destroy_process_group()
+# No interpreter finalization: with torch's gloo threads about, a C++ destructor at exit aborts
+# the process now and then ("terminate called without an active exception", SIGABRT; seen
+# under torchrun as under mpilaunch, docs/FROM_TORCHRUN.md); the run the test reads is over.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
 '''
 
 
