@@ -29,7 +29,7 @@ def for_mpi(info: MpiInfo) -> Backend[Any]:
 
 def select(cfg: LaunchConfig, env: Mapping[str, str]) -> Backend[Any]:
     """``--launcher srun``: Slurm's srun; else the mpirun/mpiexec found (``--mpirun``, ...)."""
-    if cfg.launcher == "srun":
+    if cfg.starter == "srun":
         from mpilaunch.backends.srun import Srun
 
         return Srun.detect(env)

@@ -76,8 +76,9 @@ class LaunchConfig(NamedTuple):
     visible_devices: Optional[str]
     # a tune file the user already wrote (ModelArts recipe), read, never overwritten
     tune_import: Optional[tuneimport.TuneImport] = None
-    # what starts the ranks: "mpirun" or "srun" (mpilaunch/backends/srun.py)
-    launcher: str = "mpirun"
+    # the starter, the program that starts the ranks (--launcher): "mpirun" or "srun"
+    # (mpilaunch/backends/srun.py)
+    starter: str = "mpirun"
     module: Optional[str] = None        # -m MODULE (script is then None)
     stdin: Optional[str] = None         # mpirun's --stdin target
     scheduler_why: str = ""             # why the scheduler is (not) started
@@ -201,7 +202,7 @@ def build(args: argparse.Namespace, env: Mapping[str, str]) -> LaunchConfig:
     bind_args, x_args = _layer(args, env, "bind_args"), _layer(args, env, "x_args")
     mca_args, extra_args = _layer(args, env, "mca_args"), _layer(args, env, "extra_args")
     pieces = mpiargs.pieces((bind_args, x_args, mca_args, extra_args), tune_import)
-    port, extra, launcher = _ssh(args, env, hosts, hosts_source, pieces)
+    port, extra, starter = _ssh(args, env, hosts, hosts_source, pieces)
     cfg = LaunchConfig(
         bind_numa=msrun.bind_numa(args.bind_numa), sim_level=sim_level, sim_rank_id=sim_rank_id,
         sim_world=sim_world, rank_table_file=msrun.rank_table(args.rank_table_file),
@@ -219,7 +220,7 @@ def build(args: argparse.Namespace, env: Mapping[str, str]) -> LaunchConfig:
             contract.parse_tail_spec(_layer(args, env, "tail_worker_log").value)),
         master_addr=master_addr, master_port=master_port, cluster_time_out=time_out,
         bind_core=args.bind_core, scheduler=scheduler, exec_mode=bool(args.exec_mode),
-        no_python=bool(args.no_python), visible_devices=args.visible_devices, launcher=launcher,
+        no_python=bool(args.no_python), visible_devices=args.visible_devices, starter=starter,
         # only a torch worker reads it (not MindSpore's, not an --exec program)
         run_id=(torchrun.run_id(options.setting(args, env, "rdzv_id"))
                 if not scheduler and not args.exec_mode else None),
@@ -315,20 +316,20 @@ def _rendezvous(args: argparse.Namespace, env: Mapping[str, str], hosts: Sequenc
 
 def _ssh(args: argparse.Namespace, env: Mapping[str, str], hosts: Sequence[hf.Host], hosts_source: str,
          pieces: Sequence[mpiargs.Piece]) -> Tuple[Optional[int], Tuple[str, ...], str]:
-    """(the ssh port, the ssh args, the launcher), the ssh options given once and valid for
+    """(the ssh port, the ssh args, the starter), the ssh options given once and valid for
     the hosts (a port per host: every ssh of the launch can use it)."""
     port, extra = ssh_port(args, env), ssh_extra(args)
-    launcher = _launcher(args, env)
-    if launcher == "mpirun" and (port is not None or extra) and mpiargs.ssh_params_given(pieces):
+    starter = _starter(args, env)
+    if starter == "mpirun" and (port is not None or extra) and mpiargs.ssh_params_given(pieces):
         raise UsageError("the ssh options are given twice: SSHD_PORT/--ssh-port/--ssh-args and a "
                          "plm_rsh_args in the MCA/extra args; keep one")
-    sshconfig.validate(hosts, hosts_source, extra, launcher, allocation.in_slurm(env),
+    sshconfig.validate(hosts, hosts_source, extra, starter, allocation.in_slurm(env),
                        mpiargs.ssh_params_given(pieces))
-    return port, extra, launcher
+    return port, extra, starter
 
 
-def _launcher(args: argparse.Namespace, env: Mapping[str, str]) -> str:
-    value, source = options.setting(args, env, "launcher")
+def _starter(args: argparse.Namespace, env: Mapping[str, str]) -> str:
+    value, source = options.setting(args, env, "starter")   # source: --launcher or its variable
     if value not in ("mpirun", "srun"):
         raise UsageError(f"{source}={value!r}: give mpirun or srun")
     return value

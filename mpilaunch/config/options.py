@@ -75,8 +75,9 @@ OPTIONS = (
     # -- mpirun
     _o(("--mpirun",), "mpirun", "mpirun to use", "mpirun", var="MPILAUNCH_MPIRUN",
        shown="the embedded Open MPI next to this Python, else `mpirun` on PATH", metavar="PATH"),
-    _o(("--launcher",), "launcher",
-       "what starts the ranks: mpirun, or srun (inside a Slurm allocation, no mpirun)", "mpirun",
+    _o(("--launcher",), "starter",
+       "picks the starter, the program that starts the ranks: mpirun, or srun (inside a Slurm "
+       "allocation, no mpirun)", "mpirun",
        var="MPILAUNCH_LAUNCHER", default="mpirun", metavar="mpirun|srun"),
     _o(("--ssh-port",), "ssh_port", "sshd port on the hosts", "mpirun", var="SSHD_PORT",
        shown="ssh's default", metavar="PORT"),

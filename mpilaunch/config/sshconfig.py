@@ -78,14 +78,14 @@ def conflicts(hosts: Sequence) -> Optional[str]:
     return None
 
 
-def validate(hosts: Sequence, hosts_source: str, extra: Sequence[str], launcher: str,
+def validate(hosts: Sequence, hosts_source: str, extra: Sequence[str], starter: str,
              in_slurm: bool, ssh_in_mca: bool) -> None:
     """The ports of the entries can reach every ssh of the launch; else UsageError (exit 2)."""
     with_port = [h for h in hosts if getattr(h, "port", None) is not None]
     if not with_port:
         return
     first = label(with_port[0])
-    if launcher == "srun" or in_slurm:
+    if starter == "srun" or in_slurm:
         raise UsageError(f"{hosts_source}: {first}: an ssh port on a Slurm-allocated host list; "
                          "inside a Slurm job the ranks are started through srun, not ssh: drop the port")
     if ssh_in_mca:

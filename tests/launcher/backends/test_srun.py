@@ -55,7 +55,7 @@ SLURM = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_N
 def test_plan_and_argv(tmp_path):
     env = {**SLURM, "MA_SECRET_TOKEN": "s3cr3t", "MA_PLAIN": "a b", "OPENMPI_X_ARGS": "-x FOO=1"}
     cfg = _cfg(tmp_path, env, "--launcher", "srun")
-    assert cfg.launcher == "srun" and cfg.np == 4
+    assert cfg.starter == "srun" and cfg.np == 4
     plan = srun.make_plan(cfg, env, "/usr/bin/srun", "pmix", "/run/x")
     cmd = srun.argv(plan)
     assert cmd[:5] == ["/usr/bin/srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=4",

@@ -64,7 +64,7 @@ def test_split_user_config_takes_the_last_F():
      "f: host 'port22-a' is also the alias of a port 22; rename the host"),
 ])
 def test_validate(hosts, kw, message):
-    args = dict(extra=(), launcher="mpirun", in_slurm=False, ssh_in_mca=False)
+    args = dict(extra=(), starter="mpirun", in_slurm=False, ssh_in_mca=False)
     args.update(kw)
     with pytest.raises(UsageError) as err:
         sshconfig.validate(hosts, "f", **args)
