@@ -2,7 +2,8 @@
 stderr relay (a rank's own failure), the control thread (an adapter died), the stop-signal
 handler, timers (the graceful stop's end), a backend's watcher (Hydra's proxy watch:
 ``starter.Job.host_lost``) and a long job's stall watchdog. Each decision (the first failure
-taken, the starter asked to end, the escalation to SIGKILL) is made under one lock,
+taken, the starter asked to end, the escalation to SIGKILL) is a transition of the attempt's
+state (``stopping.StopState``: its table says which thread moves what) made under one lock,
 ``StopState.lock``, which ``starter.Job`` holds too: the starter gets exactly one SIGTERM (a
 second makes Open MPI 4.1's mpirun exit and orphan its ranks, supervise/starter.py).
 
@@ -34,7 +35,9 @@ if TYPE_CHECKING:
 
     class _Running(Protocol):   # the running starter (supervise/starter.py's Job)
         proc: subprocess.Popen
-        ended: bool
+
+        @property
+        def ended(self) -> bool: ...
 
         def end(self, escalate: float = ...) -> None: ...
 
@@ -91,15 +94,17 @@ class Ending:
 
     def attach(self, job: _Running, plan: Any) -> None:
         """The starter runs: a stop signal that came while it was being started, or an adapter
-        that died before, is acted on now (each once: ``StopState.handled``)."""
+        that died before, is acted on now (each once: ``StopState.handled``). Nothing of the
+        ending was acted on before: every action needs the job, and the job is handed over
+        here, under the lock."""
         with self.stop.lock:
             self.job, self.plan = job, plan
             stop = self.stop
             number = stop.signals       # read once: a later signal is the stopper's
-            if stop.first is not None and not stop.forwarded and not self.attempt.graceful:
+            if stop.first is not None:
                 stop.handled = number
                 self._act(stop.first)
-            elif stop.dead_early:
+            elif stop.failed:   # an adapter died before the job existed (adapter_died)
                 self.backend.on_rank_failure(plan, job)
 
     def act(self, signum: int) -> None:
@@ -114,14 +119,14 @@ class Ending:
             return
         if not self.attempt.graceful and self.attempt.on_stop(job, signum, self.act):
             return    # --term-grace: the workers save first (on_stop made the attempt graceful)
-        if not stop.forwarded:
-            stop.forwarded = True
+        if not stop.ending:
             print(f"mpilaunch: {signal.Signals(signum).name} received, stopping the job",
                   file=sys.stderr, flush=True)
-            job.end()   # once: a second SIGTERM makes Open MPI 4.1 exit and orphan its ranks
+            job.end()   # RUNNING -> ENDING, once: a second SIGTERM orphans Open MPI 4.1's ranks
         elif stop.signals >= 3:
             print(f"mpilaunch: stopping now (SIGKILL to {self.backend.program})", file=sys.stderr,
                   flush=True)
+            stop.force()
             job.kill(signal.SIGKILL)
         else:
             print("mpilaunch: already stopping; signal again to force", file=sys.stderr, flush=True)
@@ -149,5 +154,4 @@ class Ending:
                   file=sys.stderr, flush=True)
             if job is not None:
                 self.backend.on_rank_failure(self.plan, job)
-            else:
-                stop.dead_early = True
+            # else: ``attach`` hands the failure taken to the backend once the job exists

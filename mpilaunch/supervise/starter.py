@@ -26,14 +26,14 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import IO, TYPE_CHECKING, Any, Callable, ContextManager, List, Mapping, Optional, cast
+from typing import IO, TYPE_CHECKING, Any, Callable, List, Mapping, Optional, cast
 
 from mpilaunch import rundir
 from mpilaunch.config import allocation
 from mpilaunch.supervise import control as control_channel
 from mpilaunch.supervise import relays, usersignals
 from mpilaunch.supervise.ending import Ending
-from mpilaunch.supervise.stopping import STOP_SIGNALS
+from mpilaunch.supervise.stopping import STOP_SIGNALS, StopState
 from mpilaunch.output import events, outcome
 from mpilaunch.output.summary import Collector, render_summary, write_ranks_file
 from mpilaunch.pdeathsig import PR_SET_PDEATHSIG, prctl
@@ -93,17 +93,22 @@ def _child_setup_for(prctl: Callable[..., int]) -> Callable[[], None]:
 
 class Job:
     """The running starter (mpirun, mpiexec, srun), as backends and attempts act on it.
-    ``lock``: the attempt's one door of its ending (``StopState.lock``: supervise/ending.py),
-    under which :meth:`end` decides; its own when none is given."""
+    ``stop``: the attempt's state (``stopping.StopState``: its lock is the one door of the
+    attempt's ending, supervise/ending.py), which :meth:`end` moves; its own when none is given."""
 
     def __init__(self, proc: subprocess.Popen, collector: Optional[Collector], program: str,
-                 lock: Optional[ContextManager[Any]] = None):
+                 stop: Optional[StopState] = None):
         self.proc, self.pid, self.collector, self.program = proc, proc.pid, collector, program
         self.timers: List[threading.Timer] = []
-        self.ended = False
         self.control: Optional[control_channel.Control] = None   # when the attempt has the channel
         self.np = 0
-        self.lock = lock if lock is not None else threading.RLock()
+        self.stop = stop if stop is not None else StopState()
+        self.lock = self.stop.lock
+
+    @property
+    def ended(self) -> bool:
+        """The starter was asked to end (the attempt's state: ENDING or FORCED)."""
+        return self.stop.ending
 
     def kill(self, sig: int) -> None:
         try:
@@ -121,9 +126,8 @@ class Job:
         """SIGTERM to the starter (its own teardown of every rank), SIGKILL after ``escalate``
         s if it has not ended (the adapters then end by PDEATHSIG). Once, whoever asks."""
         with self.lock:
-            if self.ended:
+            if not self.stop.end():
                 return
-            self.ended = True
             events.teardown(f"mpilaunch ended {self.program}")   # the event record (docs/EVENTS.md)
             self.kill(signal.SIGTERM)
             self.later(escalate, self.kill, signal.SIGKILL)
@@ -224,7 +228,7 @@ class _Supervision:
         )
         rundir.record_mpirun(self.run_dir, proc.pid)
         events.emit(events.Kind.STARTER_START, program=backend.program, pid=proc.pid, argv=self.cmd)
-        job = Job(proc, self.collector, backend.program, lock=stop.lock)
+        job = Job(proc, self.collector, backend.program, stop=stop)
         job.control, job.np = control, plan.np
         self.job = job
         from mpilaunch.stacks import server as hang_server   # once started: not on the way to Popen

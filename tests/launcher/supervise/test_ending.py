@@ -67,7 +67,7 @@ def one_round(proc, backend):
     previous = signal.signal(signal.SIGTERM, ending.on_signal)
     threading.settrace(yielding)    # every thread started from here: the stopper too
     ending.start()
-    job = Job(proc, ending.collector, "toy", lock=ending.stop.lock)
+    job = Job(proc, ending.collector, "toy", stop=ending.stop)
     ending.attach(job, None)
     failure = Event(1, "h", "worker", "exit", 7, None, "self", None, [], 0.0)
     go = threading.Barrier(4)
@@ -112,3 +112,23 @@ def test_every_way_to_end_an_attempt_at_once_sends_one_sigterm():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_attempts_state_moves_only_forward_and_each_transition_once():
+    """stopping.StopState: the starter is asked to end once (Job.ended reads the state), the
+    first failure is taken once, the third signal forces; nothing moves back."""
+    from mpilaunch.supervise.stopping import Stop, StopState
+
+    stop = StopState()
+    job = Job.__new__(Job)      # the state alone: no process behind it
+    job.stop = stop
+    assert (stop.state, stop.failed, job.ended) == (Stop.RUNNING, False, False)
+    assert [stop.take_failure(), stop.take_failure()] == [True, False]
+    assert stop.state is Stop.RUNNING and not job.ended     # a failure alone ends nothing
+    assert [stop.end(), stop.end()] == [True, False]
+    assert stop.state is Stop.ENDING and job.ended
+    stop.force()
+    assert stop.state is Stop.FORCED and job.ended and not stop.end()
+    assert stop.state is Stop.FORCED
+    assert [stop.signal_came(signal.SIGINT), stop.signal_came(signal.SIGTERM)] == [1, 2]
+    assert stop.first == signal.SIGINT and stop.asked
