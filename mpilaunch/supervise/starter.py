@@ -92,9 +92,8 @@ def _child_setup_for(prctl: Callable[..., int]) -> Callable[[], None]:
 
 
 class Job:
-    """The running starter (mpirun, mpiexec, srun), as backends and attempts act on it.
-    ``stop``: the attempt's state (``stopping.StopState``: its lock is the one door of the
-    attempt's ending, supervise/ending.py), which :meth:`end` moves; its own when none is given."""
+    """The running starter (mpirun, mpiexec, srun), as backends and attempts act on it. ``stop``:
+    the attempt's state (stopping.StopState), which :meth:`end` moves; its own when none is given."""
 
     def __init__(self, proc: subprocess.Popen, collector: Optional[Collector], program: str,
                  stop: Optional[StopState] = None):
@@ -103,11 +102,9 @@ class Job:
         self.control: Optional[control_channel.Control] = None   # when the attempt has the channel
         self.np = 0
         self.stop = stop if stop is not None else StopState()
-        self.lock = self.stop.lock
 
     @property
-    def ended(self) -> bool:
-        """The starter was asked to end (the attempt's state: ENDING or FORCED)."""
+    def ended(self) -> bool:   # the starter was asked to end (the attempt's state: ENDING, FORCED)
         return self.stop.ending
 
     def kill(self, sig: int) -> None:
@@ -125,7 +122,7 @@ class Job:
     def end(self, escalate: float = ESCALATE_AFTER) -> None:
         """SIGTERM to the starter (its own teardown of every rank), SIGKILL after ``escalate``
         s if it has not ended (the adapters then end by PDEATHSIG). Once, whoever asks."""
-        with self.lock:
+        with self.stop.lock:
             if not self.stop.end():
                 return
             events.teardown(f"mpilaunch ended {self.program}")   # the event record (docs/EVENTS.md)
@@ -134,7 +131,7 @@ class Job:
 
     def host_lost(self, hosts: List[str], escalate: float) -> None:
         """A backend found hosts lost (their connection ended, their ssh port does not answer)."""
-        with self.lock:
+        with self.stop.lock:
             if self.collector is not None:
                 self.collector.unreachable = list(hosts)
             print(f"mpilaunch: host {', '.join(hosts)} lost (its ssh connection ended and its ssh "
@@ -228,9 +225,8 @@ class _Supervision:
         )
         rundir.record_mpirun(self.run_dir, proc.pid)
         events.emit(events.Kind.STARTER_START, program=backend.program, pid=proc.pid, argv=self.cmd)
-        job = Job(proc, self.collector, backend.program, stop=stop)
+        self.job = job = Job(proc, self.collector, backend.program, stop=stop)
         job.control, job.np = control, plan.np
-        self.job = job
         from mpilaunch.stacks import server as hang_server   # once started: not on the way to Popen
         if self.board is not None:
             self.board.attempt_started(self.attempt.index, plan.np, self.collector, control)
