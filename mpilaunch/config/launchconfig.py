@@ -76,8 +76,7 @@ class LaunchConfig(NamedTuple):
     visible_devices: Optional[str]
     # a tune file the user already wrote (ModelArts recipe), read, never overwritten
     tune_import: Optional[tuneimport.TuneImport] = None
-    # the starter, the program that starts the ranks (--launcher): "mpirun" or "srun"
-    # (mpilaunch/backends/srun.py)
+    # the starter, what starts the ranks (--launcher): "mpirun" or "srun" (backends/srun.py)
     starter: str = "mpirun"
     module: Optional[str] = None        # -m MODULE (script is then None)
     stdin: Optional[str] = None         # mpirun's --stdin target
