@@ -74,7 +74,7 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
     from mpilaunch.rank import agree
 
     if opts.resilience is not None and opts.resilience.expect is not None:
-        # the node index from the launcher's plan, when it matches what the MPI launcher says
+        # the node index from the launcher's plan, when it matches what the starter says
         # here: ranks across hosts then need no MPI_Init just to learn it
         from mpilaunch.rank import span
 
@@ -91,7 +91,7 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
     cpus, numa = _cpus(opts)
     specs = plan.children(opts, info, ag.sched_addr, ag.sched_port, user_env, argv, hostname,
                           ip=ip, gloo_ifname=ifname, cpus=cpus, numa_nodes=numa)
-    specs = _pass_launcher_fds(specs, ag.used_mpi, user_env)
+    specs = _pass_starter_fds(specs, ag.used_mpi, user_env)
     for spec in specs:
         if os.path.dirname(spec.log_path):
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
@@ -122,7 +122,7 @@ def _attempt_specs(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifna
     _make_log_dir(opts.log_dir)
     specs = plan.children(opts, info, ag.sched_addr, port, env, argv, hostname, ip=ip,
                           gloo_ifname=ifname, cpus=cpus, numa_nodes=numa)
-    specs = _pass_launcher_fds(specs, ag.used_mpi, user_env)
+    specs = _pass_starter_fds(specs, ag.used_mpi, user_env)
     _no_stale_error_file(specs)
     return specs
 
@@ -140,14 +140,14 @@ def _no_stale_error_file(specs) -> None:
                 pass
 
 
-def _pass_launcher_fds(specs, used_mpi: bool, user_env: dict):
-    """The worker keeps the MPI launcher's fds when the adapter did not speak PMI itself: the
+def _pass_starter_fds(specs, used_mpi: bool, user_env: dict):
+    """The worker keeps the starter's fds when the adapter did not speak PMI itself: the
     worker is then the first in this process to."""
     if used_mpi:
         return specs
-    from mpilaunch.rank.identity import launcher_fds
+    from mpilaunch.rank.identity import starter_fds
 
-    fds = launcher_fds(user_env)
+    fds = starter_fds(user_env)
     return [s._replace(pass_fds=fds) if s.role == "worker" else s for s in specs]
 
 

@@ -2,10 +2,10 @@
 
 MPI (mpi4py, imported lazily) is used only when the environment alone cannot answer: the
 ranks span nodes (node index or rank 0's address unknown), ``--master-port 0`` was asked
-(rank 0 picks, everyone must learn it), or the launcher gave only ``PMIX_RANK``.
+(rank 0 picks, everyone must learn it), or the starter (the MPI program that started the ranks) gave only ``PMIX_RANK``.
 
 With MPI, every rank allgathers ``(hostname, non-loopback IPv4s then global IPv6s, node
-leader, local rank, local size)``. A node is a hostname, checked against the launcher's local ranks; the node
+leader, local rank, local size)``. A node is a hostname, checked against the starter's local ranks; the node
 leader (lowest world rank in the ``COMM_TYPE_SHARED`` communicator) only separates two
 hosts that share a hostname (see :func:`nodes_of`). Node index = order of nodes by their
 lowest rank, so node 0 is rank 0's node. Rank 0 then chooses the scheduler address and port and broadcasts the
@@ -126,7 +126,7 @@ def _consistent(nodes: List[List[Peer]]) -> bool:
 def nodes_of(peers: Sequence[Peer]) -> List[List[Peer]]:
     """Peers grouped by node, nodes ordered by their lowest rank, ranks sorted in each.
 
-    A node is a hostname, checked against the launcher's local ranks/sizes; if two nodes
+    A node is a hostname, checked against the starter's local ranks/sizes; if two nodes
     share a hostname, the MPI shared-memory leader tells them apart. (The leader alone is
     not trusted: mpi4py's Open MPI 5 library under Open MPI 4.1's mpirun put two ranks of
     one remote host in different shared-memory communicators.)
@@ -136,7 +136,7 @@ def nodes_of(peers: Sequence[Peer]) -> List[List[Peer]]:
         if _consistent(nodes):
             return nodes
     raise UsageError(
-        "cannot tell which ranks share a node: hostnames and the launcher's local ranks "
+        "cannot tell which ranks share a node: hostnames and the starter's local ranks "
         "disagree (" + "; ".join(f"rank {p.rank} on {p.hostname} local {p.local_rank}/"
                                  f"{p.local_size}" for p in sorted(peers, key=lambda p: p.rank))
         + ")")
@@ -197,7 +197,7 @@ def mca_tweak(env: Mapping[str, str]) -> Optional[str]:
 def node_from_plan(info: RankInfo, expect: Tuple[int, str, Tuple[Tuple[str, int], ...]]) -> RankInfo:
     """Node index and count from the launcher's plan (``--expect-ranks``, parsed by
     ``rank/span.py``) in ``exact`` mode (hostfile slots filled in order), when it agrees with
-    what the MPI launcher says here (world size, this host's rank count, local rank = rank -
+    what the starter says here (world size, this host's rank count, local rank = rank -
     the host's first rank): ranks spanning hosts then need no MPI agreement (MPI_Init in every
     rank) only to learn their node index. Anything else (other modes, a mismatch): ``info`` unchanged."""
     if expect is None or not info.complete or info.node_index is not None:
@@ -252,7 +252,7 @@ def _agree_mpi(info: RankInfo, master_addr: Optional[str], master_port: int,
     except (ImportError, RuntimeError) as exc:
         why = ("the ranks span several nodes" if info.complete and not info.single_node
                else "--master-port 0 was asked" if master_port == 0
-               else f"the {info.launcher} launcher gives only the rank")
+               else f"the starter ({info.starter}) gives only the rank")
         raise UsageError(f"mpi4py is needed because {why}, but it cannot be loaded: "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
 
@@ -261,7 +261,7 @@ def _agree_mpi(info: RankInfo, master_addr: Optional[str], master_port: int,
         rank, size = comm.Get_rank(), comm.Get_size()
         shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
         leader = shared.allreduce(rank, op=MPI.MIN)
-        # the launcher's local rank/size when it gave them, else MPI's shared-memory view
+        # the starter's local rank/size when it gave them, else MPI's shared-memory view
         me = Peer(rank, info.hostname, tuple(local_ipv4s()) + tuple(local_ipv6s()), leader,
                   shared.Get_rank() if info.local_rank is None else info.local_rank,
                   shared.Get_size() if info.local_size is None else info.local_size)
@@ -283,9 +283,9 @@ def _agree_mpi(info: RankInfo, master_addr: Optional[str], master_port: int,
             raise UsageError(str(result[1]))
         raise PeerFailed(f"rank 0 failed: {result[1]}")
     if rank != info.rank or (info.size is not None and size != info.size):
-        # mpi4py's libmpi is not the launcher's MPI (MPI_Init became a singleton).
+        # mpi4py's libmpi is not the starter's MPI (MPI_Init became a singleton).
         raise UsageError(
-            f"mpi4py's MPI sees rank {rank} of {size} but the {info.launcher} launcher says "
+            f"mpi4py's MPI sees rank {rank} of {size} but the starter ({info.starter}) says "
             f"rank {info.rank} of {info.size}: mpi4py is built for a different MPI "
             f"(set MPI4PY_LIBMPI or use the matching mpirun)")
     return Agreement(complete_info(info, peers), str(result[1]), int(result[2]), used_mpi=True)
@@ -295,7 +295,7 @@ def _decide(info: RankInfo, rank: int, size: int, master_addr: Optional[str],
             master_port: int, peers: Sequence[Peer]) -> Tuple[str, int]:
     if rank != info.rank or (info.size is not None and size != info.size):
         raise UsageError(
-            f"mpi4py's MPI sees rank {rank} of {size} but the {info.launcher} launcher says "
+            f"mpi4py's MPI sees rank {rank} of {size} but the starter ({info.starter}) says "
             f"rank {info.rank} of {info.size}: mpi4py is built for a different MPI "
             f"(set MPI4PY_LIBMPI or use the matching mpirun)")
     nodes = nodes_of(peers)

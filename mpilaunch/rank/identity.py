@@ -1,9 +1,10 @@
-"""Who am I in the job: a :class:`RankInfo` read from the MPI launcher's environment.
+"""Who am I in the job: a :class:`RankInfo` read from the environment the starter
+(mpirun, mpiexec, srun, prterun: the MPI program that starts the ranks) gives the rank.
 
 Pure: :func:`read_identity` looks only at the mapping it is given. Sources, first match wins:
 
 ==========  =======================================================================
-launcher    variables
+starter     variables
 ==========  =======================================================================
 openmpi     ``OMPI_COMM_WORLD_RANK``, ``_SIZE``, ``_LOCAL_RANK``, ``_LOCAL_SIZE``
 hydra       ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``, ``MPI_LOCALNRANKS``
@@ -34,9 +35,9 @@ if TYPE_CHECKING:
 from mpilaunch.errors import UsageError
 
 
-class RankInfo(namedtuple("RankInfo", "rank size local_rank local_size node_index num_nodes hostname launcher")):
+class RankInfo(namedtuple("RankInfo", "rank size local_rank local_size node_index num_nodes hostname starter")):
     """rank: int; size, local_rank, local_size, node_index, num_nodes: Optional[int];
-    hostname: str; launcher: "openmpi" | "hydra" | "slurm" | "pmix".
+    hostname: str; starter (whose variables these are): "openmpi" | "hydra" | "slurm" | "pmix".
     (A namedtuple, not a dataclass: docs/ARCHITECTURE.md, start-up.)"""
 
     __slots__ = ()
@@ -119,8 +120,8 @@ def _local_node(info: RankInfo) -> RankInfo:
     return info
 
 
-def launcher_fds(env: Mapping[str, str]) -> tuple:
-    """Descriptors the MPI launcher left open for the rank, which the worker (the real MPI
+def starter_fds(env: Mapping[str, str]) -> tuple:
+    """Descriptors the starter left open for the rank, which the worker (the real MPI
     process) must inherit. Hydra's simple PMI (MPICH, Intel MPI) names its socket to the proxy
     in ``PMI_FD``; a worker started with that socket closed fails in ``MPI_Init`` (MPICH:
     "PMIU_write error ... Bad file descriptor", Intel MPI: SIGSEGV after "PMI_Get_appnum
@@ -135,9 +136,9 @@ def launcher_fds(env: Mapping[str, str]) -> tuple:
     return (int(raw),)
 
 
-# The variables each MPI launcher gives a rank (measured: docs/OPENMPI_FACTS.md); neither says
+# The variables each starter gives a rank (measured: docs/OPENMPI_FACTS.md); neither says
 # which node the rank is on (Slurm's do: below).
-_LAUNCHER_VARS = {
+_STARTER_VARS = {
     "openmpi": dict(rank="OMPI_COMM_WORLD_RANK", size="OMPI_COMM_WORLD_SIZE",
                     local_rank="OMPI_COMM_WORLD_LOCAL_RANK", local_size="OMPI_COMM_WORLD_LOCAL_SIZE"),
     "hydra": dict(rank="PMI_RANK", size="PMI_SIZE", local_rank="MPI_LOCALRANKID",
@@ -145,12 +146,12 @@ _LAUNCHER_VARS = {
 }
 
 
-def _from_vars(env: Mapping[str, str], launcher: str, hostname: str) -> RankInfo:
-    names = _LAUNCHER_VARS[launcher]
+def _from_vars(env: Mapping[str, str], starter: str, hostname: str) -> RankInfo:
+    names = _STARTER_VARS[starter]
     info = RankInfo(
         rank=_int(env, names["rank"]), size=_int(env, names["size"], 1),
         local_rank=_int(env, names["local_rank"]), local_size=_int(env, names["local_size"], 1),
-        node_index=None, num_nodes=None, hostname=hostname, launcher=launcher)
+        node_index=None, num_nodes=None, hostname=hostname, starter=starter)
     return _local_node(_check(info, names))
 
 
@@ -182,14 +183,14 @@ def read_identity(env: Mapping[str, str], hostname: str = "") -> RankInfo:
         info = RankInfo(
             rank=_int(env, names["rank"]), size=_int(env, names["size"], 1),
             local_rank=_int(env, names["local_rank"]), local_size=per_node[node_id],
-            node_index=node_id, num_nodes=num_nodes, hostname=hostname, launcher="slurm")
+            node_index=node_id, num_nodes=num_nodes, hostname=hostname, starter="slurm")
         return _check(info, names)
 
     if "PMIX_RANK" in env:
         return RankInfo(rank=_int(env, "PMIX_RANK"), size=None, local_rank=None,
                         local_size=None, node_index=None, num_nodes=None,
-                        hostname=hostname, launcher="pmix")
+                        hostname=hostname, starter="pmix")
 
     raise UsageError(
-        "no MPI launcher variables found (OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, "
+        "no starter's variables found (OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, "
         "PMIX_RANK); run mpilaunch.rank under mpirun/mpiexec/srun")

@@ -49,7 +49,7 @@ class ChildSpec(namedtuple("ChildSpec", "role argv env log_path tail_prefix cpus
     hidden: with a tail_prefix, the stream kept off the console (1 stdout, 2 stderr; torchrun's
     --redirects): it goes to the log alone;
     cpus: affinity list (None = do not bind); inherit_stdin: else /dev/null;
-    pass_fds: descriptors the child keeps open (the MPI launcher's, identity.launcher_fds)."""
+    pass_fds: descriptors the child keeps open (the starter's, identity.starter_fds)."""
 
     __slots__ = ()
 
@@ -187,9 +187,9 @@ def exec_check(opts, info) -> None:
     node -> node index 0 and ``127.0.0.1``; Slurm -> node index from ``SLURM_NODEID``,
     ``--master-addr`` required; Open MPI / Hydra across nodes -> ``--master-addr`` required
     and ``NODE_RANK`` / ``GROUP_RANK`` are left unset. ``--master-port 0`` and a PMIx-only
-    launcher are usage errors."""
+    starter are usage errors."""
     if not info.complete:
-        raise UsageError(f"--exec: the {info.launcher} launcher does not give the world size "
+        raise UsageError(f"--exec: the starter ({info.starter}) does not give the world size "
                          f"and local rank; run without --exec")
     if opts.master_port == 0:
         raise UsageError("--exec cannot use --master-port 0 here (picking a port needs the MPI "

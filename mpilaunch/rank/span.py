@@ -9,7 +9,7 @@ The launcher sends ``--expect-ranks SPEC`` (``mpilaunch/backends/placement.py`` 
   ...): a host may run up to its slots, no more;
 * ``size``: more ranks than slots (``--oversubscribe``): only the world size is checked.
 
-Each rank checks what the MPI launcher told it (world size, ranks on its host) before the
+Each rank checks what the starter (mpirun, srun, ...) told it (world size, ranks on its host) before the
 agreement and before the script starts; no communication is needed, so it costs nothing.
 When all ranks share one host (``local_size == size``: a hostfile silently overridden, two
 names for one machine), every rank sees the whole running table and says so.

@@ -1,5 +1,5 @@
 """agree.node_from_plan: the node index from the launcher's plan instead of
-an MPI agreement, only when the plan is "slots in order" and the MPI launcher agrees."""
+an MPI agreement, only when the plan is "slots in order" and the starter agrees."""
 from mpilaunch.rank import agree
 from mpilaunch.rank.identity import RankInfo
 
@@ -28,7 +28,7 @@ def test_anything_that_does_not_fit_leaves_the_info_alone():
         (info(2, 0, 3), (5, "exact", TABLE)),               # this host runs another count
         (info(2, 1, 2), (5, "exact", TABLE)),               # local ranks not in order
         (info(7, 0, 1, size=5), (5, "exact", TABLE)),       # beyond the table
-        (info(2, 0, 2, node_index=1), (5, "exact", TABLE)), # the launcher already said
+        (info(2, 0, 2, node_index=1), (5, "exact", TABLE)), # the starter already said
         (RankInfo(2, None, None, None, None, None, "h", "pmix"), (5, "exact", TABLE)),
     ]
     for before, expect in cases:

@@ -1,4 +1,4 @@
-"""framework_env: exact child environments for recorded launcher envs."""
+"""framework_env: exact child environments for environments recorded from real starters."""
 import pytest
 
 from mpilaunch.errors import UsageError

@@ -1,4 +1,5 @@
-"""read_identity on environments recorded from real launchers (rank 1 of 2 unless noted)."""
+"""read_identity on environments recorded from real starters (mpirun, mpiexec, srun), rank 1 of 2
+unless noted."""
 import pytest
 
 from mpilaunch.errors import UsageError
@@ -10,32 +11,32 @@ from helpers.rankenvs import HYDRA, OMPI5, OMPI41, OMPI_2NODES, PMIX_ONLY, SLURM
 def test_open_mpi_5_single_node():
     assert read_identity(OMPI5, "vm") == RankInfo(
         rank=1, size=2, local_rank=1, local_size=2, node_index=0, num_nodes=1,
-        hostname="vm", launcher="openmpi")
+        hostname="vm", starter="openmpi")
 
 
 def test_open_mpi_41_single_node():
     assert read_identity(OMPI41, "vm") == RankInfo(
         rank=1, size=2, local_rank=1, local_size=2, node_index=0, num_nodes=1,
-        hostname="vm", launcher="openmpi")
+        hostname="vm", starter="openmpi")
 
 
 def test_open_mpi_multi_node_has_no_node_index():
     # OMPI_COMM_WORLD_NODE_RANK=1 is the rank within the node, not node 1.
     assert read_identity(OMPI_2NODES, "node-b") == RankInfo(
         rank=3, size=4, local_rank=1, local_size=2, node_index=None, num_nodes=None,
-        hostname="node-b", launcher="openmpi")
+        hostname="node-b", starter="openmpi")
 
 
 def test_hydra():
     assert read_identity(HYDRA, "node-b") == RankInfo(
         rank=3, size=4, local_rank=1, local_size=2, node_index=None, num_nodes=None,
-        hostname="node-b", launcher="hydra")
+        hostname="node-b", starter="hydra")
 
 
 def test_slurm():
     assert read_identity(SLURM, "node-b") == RankInfo(
         rank=3, size=4, local_rank=1, local_size=2, node_index=1, num_nodes=2,
-        hostname="node-b", launcher="slurm")
+        hostname="node-b", starter="slurm")
 
 
 def test_slurm_uneven_tasks_per_node():
@@ -48,24 +49,24 @@ def test_slurm_uneven_tasks_per_node():
 def test_pmix_only_is_incomplete():
     info = read_identity(PMIX_ONLY, "vm")
     assert info == RankInfo(rank=2, size=None, local_rank=None, local_size=None,
-                            node_index=None, num_nodes=None, hostname="vm", launcher="pmix")
+                            node_index=None, num_nodes=None, hostname="vm", starter="pmix")
     assert not info.complete
 
 
 def test_open_mpi_wins_over_stale_slurm_of_the_batch_step():
     env = dict(OMPI5, SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_LOCALID="0", SLURM_NODEID="0",
                SLURM_TASKS_PER_NODE="1")
-    assert read_identity(env, "vm").launcher == "openmpi"
+    assert read_identity(env, "vm").starter == "openmpi"
 
 
 def test_hydra_inside_slurm_allocation():
     env = dict(HYDRA, SLURM_PROCID="0", SLURM_NODEID="0", SLURM_TASKS_PER_NODE="1")
-    assert read_identity(env, "x").launcher == "hydra"
+    assert read_identity(env, "x").starter == "hydra"
 
 
 def test_srun_pmi2_without_hydra_localid_is_slurm():
     env = dict(SLURM, PMI_RANK="3", PMI_SIZE="4")
-    assert read_identity(env, "x").launcher == "slurm"
+    assert read_identity(env, "x").starter == "slurm"
 
 
 @pytest.mark.parametrize("env, name", [

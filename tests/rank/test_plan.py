@@ -165,7 +165,7 @@ def test_exec_across_hosts_without_node_index_and_with_bind_core():
      "--exec cannot use --master-port 0"),
     (("--exec",), info(2, 4, 0, 2, None, None), "--exec with ranks on several hosts needs --master-addr"),
     (("--exec",), RankInfo(0, None, None, None, None, None, "h", "pmix"),
-     "--exec: the pmix launcher does not give the world size"),
+     r"--exec: the starter \(pmix\) does not give the world size"),
 ])
 def test_exec_check(flags, rank_info, needle):
     with pytest.raises(UsageError, match=needle):
