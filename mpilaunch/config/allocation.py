@@ -27,7 +27,7 @@ from mpilaunch.errors import UsageError
 # Allocation.kind, and LaunchConfig.hosts_from for hosts found here
 SLURM, KUBEFLOW, VOLCANO = "slurm", "kubeflow", "volcano"
 
-# mpi-operator (v2beta1) sets the first for Open MPI launchers; the others are how Open MPI 5's
+# mpi-operator (v2beta1) sets the first for Open MPI's mpirun; the others are how Open MPI 5's
 # PRRTE, Intel MPI and MPICH's Hydra are pointed at the same /etc/mpi/hostfile.
 HOSTFILE_VARIABLES = ("OMPI_MCA_orte_default_hostfile", "PRTE_MCA_prte_default_hostfile",
                       "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE")

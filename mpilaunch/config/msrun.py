@@ -63,8 +63,8 @@ def rank_table(value: Optional[str]) -> Optional[str]:
 
 def node_rank_note(setting, hosts) -> None:
     """``--node_rank`` (msrun: this node's index; torchrun's ``--node-rank``, Kubeflow
-    Trainer's ``PET_NODE_RANK``), as (value, source), is accepted; under one mpirun every host's
-    index is the MPI launcher's, so a value that is not this host's is said once, here."""
+    Trainer's ``PET_NODE_RANK``), as (value, source), is accepted; under one mpirun (or srun)
+    every host's index is the starter's, so a value that is not this host's is said once, here."""
     value, source = setting
     if value is None:
         return
@@ -76,4 +76,4 @@ def node_rank_note(setting, hosts) -> None:
     where = (f"this host is node {here} of {len(hosts)}" if here is not None
              else "this host is not one of the job's hosts")
     sys.stderr.write(f"mpilaunch: {source}={n} ignored: under one mpirun each host's node "
-                     f"index (GROUP_RANK, NODE_RANK) is the MPI launcher's; {where}\n")
+                     f"index (GROUP_RANK, NODE_RANK) is the starter's (mpirun's); {where}\n")

@@ -157,9 +157,9 @@ OPTIONS = (
        "Ascend rank table, checked readable, exported as RANK_TABLE_FILE to every process",
        "rank", shown="none", metavar="FILE"),
     _o(("--node_rank", "--node-rank"), "node_rank",
-       "msrun's index of this node: accepted; under one mpirun each host's index is the MPI "
-       "launcher's (a different value is said once on stderr)", "rank", shown="the MPI "
-       "launcher's", metavar="N", var=torchrun.PET_VARS["node_rank"]),
+       "msrun's index of this node: accepted; under one mpirun each host's index is the "
+       "starter's (a different value is said once on stderr)", "rank", shown="the starter's",
+       metavar="N", var=torchrun.PET_VARS["node_rank"]),
     _o(("--scheduler",), "scheduler",
        "start MindSpore's scheduler on rank 0 (default: only when SCRIPT imports mindspore)",
        "rank", kind="switch"),

@@ -1,4 +1,4 @@
-"""The job really spans its hosts: every rank compares what the MPI launcher
+"""The job really spans its hosts: every rank compares what the starter
 gave it with the plan before its script starts."""
 import subprocess
 

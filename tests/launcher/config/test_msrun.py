@@ -123,7 +123,7 @@ def test_node_rank_is_accepted_and_said_once_when_not_this_hosts(tmp_path):
     p = run(["--dry-run", "-np", "1", "--node_rank", "2", "t.py"], tmp_path)
     assert p.returncode == 0
     assert p.stderr == ("mpilaunch: --node_rank=2 ignored: under one mpirun each host's node index "
-                        "(GROUP_RANK, NODE_RANK) is the MPI launcher's; this host is node 0 of 1\n")
+                        "(GROUP_RANK, NODE_RANK) is the starter's (mpirun's); this host is node 0 of 1\n")
     for same in ("0", "-1"):
         p = run(["--dry-run", "-np", "1", "--node_rank", same, "t.py"], tmp_path)
         assert (p.returncode, p.stderr) == (0, "")

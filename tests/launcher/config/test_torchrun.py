@@ -97,4 +97,4 @@ def test_kubeflow_node_rank_is_read_as_node_rank(tmp_path, capsys):
     build([], {"PET_NODE_RANK": "1"}, tmp_path)
     assert capsys.readouterr().err == (
         "mpilaunch: PET_NODE_RANK=1 ignored: under one mpirun each host's node index "
-        "(GROUP_RANK, NODE_RANK) is the MPI launcher's; this host is node 0 of 1\n")
+        "(GROUP_RANK, NODE_RANK) is the starter's (mpirun's); this host is node 0 of 1\n")
