@@ -12,6 +12,7 @@ from mpilaunch import backends, contract, net
 from mpilaunch.config import allocation, launchconfig, mpiargs, options, rankcheck, resilience
 from mpilaunch.errors import UsageError
 from mpilaunch.attempts import loop, nextattempt
+from mpilaunch.backends import base
 from mpilaunch.output import events
 
 if TYPE_CHECKING:
@@ -51,18 +52,18 @@ def _ssh_args_in_mca(cfg: launchconfig.LaunchConfig) -> bool:
 def _ssh_checks(cfg: LaunchConfig, backend: Backend[Any], run_dir: str) -> LaunchConfig:
     """The ssh preflight of a multi-host launch, or its replacement; -> the config to launch.
 
-    A backend that explains a failed start itself (``explains_start``: Open MPI, whose mpirun
-    names the host whose daemon did not report back) gets no preflight before the launch: its
-    own ssh is the check, given BatchMode and a connect time-out (ssh.start_options), and only
-    after a failed daemon start do the preflight's checks run, to name every failing host and
-    the fix (backends/openmpi.py, after). A preflight cost a login per host before mpirun's own
+    A backend that explains a failed start itself (``base.explains_own_start``: Open MPI, whose
+    mpirun names the host whose daemon did not report back) gets no preflight before the
+    launch: its own ssh is the check, given BatchMode and a connect time-out
+    (ssh.start_options), and only after a failed daemon start do the preflight's checks run, to
+    name every failing host and the fix (backends/openmpi.py, after; the plan's
+    ``start_checks``: :func:`start_checks`). A preflight cost a login per host before mpirun's own
     (~0.15 s per host on the 32-host bench, docs/SCALE.md). Otherwise (Hydra, or ssh options the
     user gives in the MCA args, which mpilaunch does not amend) the preflight runs first, each
     login leaving a control master that the starter's ssh reuses."""
     from mpilaunch import ssh
 
-    if backend.explains_start and not _ssh_args_in_mca(cfg):
-        backend.start_cfg = cfg   # the hosts and ssh options the checks use after a failure
+    if base.explains_own_start(backend, cfg):
         if len(cfg.hosts) > TREE_RADIX and not _flat_ssh(cfg):
             # Past the radix, tree spawn's daemons start daemons with mpirun's ssh options, which
             # Open MPI 5 hands them cut at the first "=" ("-o BatchMode"): their ssh fails and the
@@ -153,6 +154,7 @@ def main(argv: Sequence[str]) -> int:
     # first host, which a later attempt may not have (nextattempt.attempt_cfg)
     job = loop.JobContext(backend, env, cfg, hosts=hosts,
                           first_checks=_launch_checks(args, backend, env),
+                          start_checks=start_checks(args, backend, cfg),
                           verbose=bool(args.verbose), metrics=metrics)
     return loop.run_job(job)
 
@@ -188,8 +190,23 @@ def _launch_checks(args: argparse.Namespace, backend: Backend[Any], env: Mapping
         remote = sum(1 for h in cfg.hosts if not net.is_here(h))
         if remote and backend.program == "mpirun":
             open_file_limit(cfg, remote, min(cfg.np, sum(h.slots for h in cfg.hosts if net.is_here(h))))
-        # Inside a Slurm job, mpirun starts its daemons through Slurm (srun), not ssh: no ssh check.
-        if not args.no_preflight and not allocation.from_slurm(cfg.hosts_from) and remote:
+        if _ssh_checked(args, cfg):
             cfg = _ssh_checks(cfg, backend, run_dir)
         return cfg
     return checks
+
+
+def _ssh_checked(args: argparse.Namespace, cfg: LaunchConfig) -> bool:
+    """The launch's ssh hosts are checked (before the start, or after a failed one): some host is
+    not this one, and not --no-preflight. Inside a Slurm job, mpirun starts its daemons through
+    Slurm (srun), not ssh: no ssh check."""
+    return (not args.no_preflight and not allocation.from_slurm(cfg.hosts_from)
+            and any(not net.is_here(h) for h in cfg.hosts))
+
+
+def start_checks(args: argparse.Namespace, backend: Backend[Any], cfg: LaunchConfig
+                 ) -> Optional[LaunchConfig]:
+    """The config whose hosts the ssh checks check after a failed start, when they are left
+    for then (:func:`_ssh_checks`), or None: every attempt's plan carries it to the backend
+    (``Plan.start_checks``, read by ``Backend.after``)."""
+    return cfg if _ssh_checked(args, cfg) and base.explains_own_start(backend, cfg) else None

@@ -62,7 +62,9 @@ class JobContext(NamedTuple):
     attempt's hosts come from (None: the config's, ``hostsource.FixedHosts``, made by the
     first relaunch); ``first_checks(cfg, run_dir) -> cfg``: the launch's checks
     before attempt 0, in its run dir (run.py: the ssh preflight; raises :class:`NotStarted`);
-    ``verbose``: attempt 0's argv is said."""
+    ``verbose``: attempt 0's argv is said; ``start_checks``: the config the ssh checks check
+    after a failed start, when they were left for then (run.start_checks): every attempt's plan
+    carries it to the backend (``backends.base.Plan.start_checks``)."""
 
     backend: "Backend[Any]"
     env: Mapping[str, str]
@@ -72,6 +74,7 @@ class JobContext(NamedTuple):
     verbose: bool = False
     board: Any = None       # the monitor's, across the attempts (attempts/monitoring.py)
     metrics: Any = None     # --metrics-port's server (monitor/metrics.py), listening already
+    start_checks: Optional["LaunchConfig"] = None
 
 
 def run_job(job: JobContext) -> int:
@@ -139,6 +142,8 @@ def run_one(job: JobContext, cfg: "LaunchConfig", k: int) -> Tuple[AttemptRecord
         if k == 0:
             cfg = job.first_checks(cfg, run_dir)
         plan = job.backend.plan(cfg, job.env, run_dir, os.geteuid())
+        if job.start_checks is not None:
+            plan = plan._replace(start_checks=job.start_checks)
     except BaseException as exc:
         rundir.remove(run_dir)   # its owner file, any ssh masters: all of it
         if k == 0:

@@ -18,6 +18,7 @@ from typing import (TYPE_CHECKING, Any, Dict, FrozenSet, Generic, Iterator, List
                     Sequence, Tuple, TypeVar)
 
 from mpilaunch import contract
+from mpilaunch.config import mpiargs
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -68,6 +69,8 @@ class Plan:
     hostfile_path, tune_path  the files in the run dir the starter reads (every plan names
                  both, used or not: rundir.remove_files removes them after the attempt)
     extra_env    the starter's environment additions (:meth:`Backend.env`)
+    start_checks the launch config whose hosts the ssh checks check after a failed start, when
+                 they were left for then (:func:`explains_own_start`; run.py), or None
     """
 
     __slots__ = ()
@@ -83,12 +86,22 @@ class Plan:
     hostfile_path: str = ""
     tune_path: str = ""
     extra_env: Mapping[str, str] = {}
+    start_checks: Optional[LaunchConfig] = None
 
     if TYPE_CHECKING:   # every plan is a namedtuple (its class comes first)
         def _replace(self: "PlanT", *, stdin: Optional[str] = ...) -> "PlanT": ...
 
 
 PlanT = TypeVar("PlanT", bound=Plan)
+
+
+def explains_own_start(backend: "Backend[Any]", cfg: LaunchConfig) -> bool:
+    """The rule of a launch whose ssh checks come after a failed start instead of before it
+    (run.py decides by it; the plan's ``start_checks`` carries its config to the backend's
+    :meth:`Backend.after`): the backend explains a failed start itself, and the ssh options
+    are mpilaunch's to give (none of the user's own in the MCA args, which mpilaunch does not
+    amend)."""
+    return backend.explains_start and not mpiargs.ssh_params_given(cfg.mpi_pieces)
 
 
 def plan_facts(cfg: LaunchConfig) -> Dict[str, Any]:
@@ -106,8 +119,8 @@ def plan_facts(cfg: LaunchConfig) -> Dict[str, Any]:
 
 class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_root ssh broadcast args "
                             "dropped_x hostfile_path tune_path rank_command extra_env noprefix stdin "
-                            "scheduler ssh_config exec_mode log_dirs",
-                            defaults=({}, False, None, None, None, False, ())), Plan):
+                            "scheduler ssh_config exec_mode log_dirs start_checks",
+                            defaults=({}, False, None, None, None, False, (), None)), Plan):
     """mpi: MpiInfo;
     hosts: Tuple[hf.Host, ...];
     np: int;
@@ -126,7 +139,7 @@ class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_roo
         stdin is closed or /dev/null (supervise/relays.stdin_target; neither is written);
     scheduler: (started on rank 0: bool, why: str) or None, for the failure summary;
     ssh_config: (path, text) of the job's ssh configuration (config/sshconfig.py) or None;
-    exec_mode, log_dirs: as :class:`Plan`'s.
+    exec_mode, log_dirs, start_checks: as :class:`Plan`'s.
     (A namedtuple: see docs/ARCHITECTURE.md, "How the adapter starts".)"""
 
     __slots__ = ()
@@ -159,14 +172,11 @@ class Backend(Generic[PlanT]):
     forwards: FrozenSet[int] = frozenset()
     #: the backend explains a failed start itself (its starter names the host whose daemon did
     #: not report back): no ssh preflight before the launch, its checks after a failed start
-    #: (run.py); Open MPI's
+    #: (:func:`explains_own_start`); Open MPI's
     explains_start = False
 
     def __init__(self, mpi: Optional[MpiInfo] = None) -> None:
         self.mpi = mpi
-        #: with :attr:`explains_start`: the launch config the ssh checks use after a failed
-        #: start (set by run.py), or None
-        self.start_cfg: Optional[LaunchConfig] = None
 
     @property
     def name(self) -> str:

@@ -100,14 +100,16 @@ class OpenMpi(Backend[LaunchPlan]):
     def after(self, plan: LaunchPlan, collector: Collector, status: int) -> None:
         """A daemon did not start (mpirun's words, and no rank reported anything): the
         preflight's ssh checks, run now over every host in parallel, name each host that fails
-        and the fix (``collector.not_started``; those hosts count as lost: exit 255)."""
-        if (self.start_cfg is None or collector.ranks_seen or collector.events
+        and the fix (``collector.not_started``; those hosts count as lost: exit 255). Only when
+        the checks were left for after the start (``plan.start_checks``: base.explains_own_start)."""
+        checks = plan.start_checks
+        if (checks is None or collector.ranks_seen or collector.events
                 or not re.search(_START_FAILED, collector.text)):
             return
         from mpilaunch import check
 
         events.preflight_start()   # the event record: the checks' per-host records, as a preflight's
-        results = events.preflight(check.run_checks(self.start_cfg, timeout=check.DEFAULT_TIMEOUT))
+        results = events.preflight(check.run_checks(checks, timeout=check.DEFAULT_TIMEOUT))
         bad = [r for r in check.failed(results) if r.host]
         collector.not_started = bad
         collector.unreachable += [r.host for r in bad if r.host not in collector.unreachable]

@@ -59,18 +59,25 @@ def test_outside_the_hostfile_the_adapters_get_rank0s_address_and_the_plan():
 def test_an_open_mpi_launch_gets_no_preflight_but_safe_ssh(monkeypatch):
     ran = []
     monkeypatch.setattr(run, "preflight_fails", lambda cfg, mux=None: ran.append(mux) or False)
-    _, cfg = _cfg("-H", ",".join(f"{a}:1" for a in REMOTE), "--ssh-args", "-F /x/cfg")
+    args, cfg = _cfg("-H", ",".join(f"{a}:1" for a in REMOTE), "--ssh-args", "-F /x/cfg")
     backend = OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5))
     out = run._ssh_checks(cfg, backend, "/tmp/mpilaunch-xyz")
     assert ran == []
     assert out.ssh_extra == ("-F", "/x/cfg", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
-    assert backend.start_cfg is cfg                              # what the checks use afterwards
+    assert run.start_checks(args, backend, cfg) is cfg          # what the checks use afterwards
     # Hydra, and ssh options of the user's own in the MCA args, keep the preflight first
     hydra = Hydra(MpiInfo("/x/mpiexec.hydra", (5, 0, 2), MPICH))
     assert run._ssh_checks(cfg, hydra, "/tmp/mpilaunch-xyz").ssh_extra == cfg.ssh_extra
-    _, mca = _cfg("-H", ",".join(f"{a}:1" for a in REMOTE), "--mca-args", "-mca plm_rsh_args '-p 2222'")
+    assert run.start_checks(args, hydra, cfg) is None
+    args, mca = _cfg("-H", ",".join(f"{a}:1" for a in REMOTE), "--mca-args", "-mca plm_rsh_args '-p 2222'")
     assert run._ssh_checks(mca, OpenMpi(backend.mpi), "/tmp/x").ssh_extra == mca.ssh_extra
+    assert run.start_checks(args, backend, mca) is None
     assert ran == ["/tmp/mpilaunch-xyz/cm-%C", None]
+    # no ssh check at all: --no-preflight, or every host here
+    args, cfg = _cfg("-H", ",".join(f"{a}:1" for a in REMOTE), "--no-preflight")
+    assert run.start_checks(args, backend, cfg) is None
+    args, cfg = _cfg("-H", "localhost:2")
+    assert run.start_checks(args, backend, cfg) is None
 
 
 def test_tree_spawn_past_the_radix_gets_no_ssh_option_open_mpi_would_cut_at_its_equals_sign():
@@ -79,9 +86,9 @@ def test_tree_spawn_past_the_radix_gets_no_ssh_option_open_mpi_would_cut_at_its_
     backend = OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5))
     many = ",".join(f"10.231.9.{i}:1" for i in range(1, 66))   # 65 hosts
     tree = ("--mca-args", "-mca pml ob1")
-    _, cfg = _cfg("-H", many, "--ssh-args", "-F /x/cfg", *tree)
+    args, cfg = _cfg("-H", many, "--ssh-args", "-F /x/cfg", *tree)
     out = run._ssh_checks(cfg, backend, "/tmp/mpilaunch-xyz")
-    assert out.ssh_extra == ("-F", "/x/cfg") and backend.start_cfg is cfg
+    assert out.ssh_extra == ("-F", "/x/cfg") and run.start_checks(args, backend, cfg) is cfg
     # at the radix (every daemon mpirun's own child) and over flat ssh: the start options stay
     for argv in (("-H", ",".join(f"10.231.9.{i}:1" for i in range(1, 65)), *tree), ("-H", many)):
         _, cfg = _cfg(*argv, "--ssh-args", "-F /x/cfg")
@@ -120,20 +127,22 @@ def test_the_ssh_checks_run_only_after_a_failed_daemon_start(monkeypatch, text, 
     monkeypatch.setattr(check, "run_checks", lambda cfg, timeout: calls.append(cfg) or [
         CheckResult("", "", "slots", OK), bad, CheckResult("10.231.9.13", "", "ssh", OK)])
     backend = OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5))
-    backend.start_cfg = "the launch config"
+    _, cfg = _cfg("-H", ",".join(f"{a}:1" for a in REMOTE))
+    plan = backend.plan(cfg, {}, "/tmp/mpilaunch-xyz", 1000)
     c = Collector(backend)
     c.feed_text(text, "stdout")
     if events:
         c.ranks_seen.add(0)
         c.feed_status(Event(0, "h1", "worker", "exit", None, 15, "terminated", None, [], 1.0))
-    backend.after(None, c, 255)
+    backend.after(plan._replace(start_checks="the launch config"), c, 255)
     assert calls == (["the launch config"] if checked else [])
     assert c.not_started == ([bad] if checked else [])
     if checked:
         assert "10.231.9.12" in c.unreachable and c.lost_hosts()[0] == "10.231.9.12"
-    backend.start_cfg = None                # --no-preflight: nothing is checked
-    calls.clear()
-    backend.after(None, Collector(backend), 255)
+    calls.clear()                           # checked before the start, or not at all
+    c = Collector(backend)
+    c.feed_text(text, "stdout")
+    backend.after(plan, c, 255)
     assert calls == []
 
 
