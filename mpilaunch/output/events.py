@@ -215,7 +215,7 @@ def start(cfg: Any, lr: Any, backend: Any, env: Optional[Mapping[str, str]] = No
          host=os.uname().nodename, argv=list(sys.argv), cwd=os.getcwd(), log_dir=log_dir,
          python=sys.executable, max_restarts=lr.max_restarts,
          worker_log_name=cfg.worker_log_name or "worker_{rank}.log")
-    emit(Kind.HOSTS, source=cfg.hosts_source, np=cfg.np, launcher=backend.program,
+    emit(Kind.HOSTS, source=cfg.hosts_source, np=cfg.np, starter=backend.program,
          backend=getattr(backend, "name", backend.program),
          hosts=[{"name": h.name, "slots": h.slots} for h in cfg.hosts])
 

@@ -46,7 +46,7 @@ def test_start_writes_the_launcher_and_the_hosts(record):
     assert recs[0]["pid"] == os.getpid() and recs[0]["log_dir"] == str(record)
     assert recs[0]["t"] <= recs[1]["t"]          # the process start, before the hosts
     assert recs[1]["hosts"] == [{"name": "a", "slots": 2}, {"name": "b", "slots": 2}]
-    assert (recs[1]["np"], recs[1]["source"], recs[1]["launcher"]) == (4, "the hostfile", "mpirun")
+    assert (recs[1]["np"], recs[1]["source"], recs[1]["starter"]) == (4, "the hostfile", "mpirun")
     assert events.path() == os.path.join(str(record), "events.jsonl")
 
 
