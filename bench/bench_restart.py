@@ -24,7 +24,8 @@
    at once on SIGTERM (a 0 s save): ``--term-grace 5`` vs no grace (Open MPI's own teardown).
 
     python3 bench/bench_restart.py [--trials 5] [--mpirun PATH] [--stock] [--no-stop]
-                                   [--kinds mpilaunch,nolearn,relaunch,torchrun] [--settle S]
+                                   [--kinds mpilaunch,nolearn,fresh,freshnohold,relaunch,torchrun]
+                                   [--settle S]
                                    [--kill-step N] [--workload linear|ddp]
 
    ``--workload ddp`` trains as users write it: ``DistributedDataParallel``, SGD, the model's
@@ -33,7 +34,12 @@
    torch imported, -> ``init_process_group`` back, -> the model built, -> the checkpoint
    loaded, -> the first step. ``nolearn`` is ``mpilaunch`` with ``MPILAUNCH_SPARE_LEARN=0``:
    the spare imports the script's heavy modules only, not what the worker imported
-   (rank/inplace/learn.py).
+   (rank/inplace/learn.py). ``fresh`` is ``mpilaunch`` without spares
+   (``MPILAUNCH_SPARE_PRELOAD=``): every restarted worker is a fresh interpreter, as on a busy
+   machine where the spares are discarded; ``freshnohold`` also without rank 0's store holder
+   (``MPILAUNCH_STORE_HOLD=0``, rank/inplace/hold.py): its ``init`` phase shows TCPStore's
+   client back-off when rank 0's worker comes last to its own store. Every kind also prints
+   ``init_process_group``'s time at the first launch (the last rank's import -> the last init).
 
    ``mpilaunch`` is ``mpilaunch --max_restarts 1`` in its default mode, in place: mpirun and
    the adapters stay, the next attempt's worker interpreter was started (torch imported) while
@@ -151,11 +157,11 @@ def _env():
 def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
     out = tempfile.mkdtemp(dir=work)
     script = os.path.join(work, "train.py")
-    if kind in ("mpilaunch", "nolearn", "in-place", "relaunch"):
+    if kind in ("mpilaunch", "nolearn", "fresh", "freshnohold", "in-place", "relaunch"):
         argv = [sys.executable, "-m", "mpilaunch", "--mpirun", mpirun, "-np", "2",
                 "--no-scheduler", "--master_port", "0", "--max_restarts", "1",
                 "--log_dir", os.path.join(out, "logs"), script, out]
-        if kind not in ("mpilaunch", "nolearn"):
+        if kind not in ("mpilaunch", "nolearn", "fresh", "freshnohold"):
             argv[-2:-2] = ["--restart-mode", kind]
     else:
         torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
@@ -169,6 +175,10 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
         env = _env()
         if kind == "nolearn":    # the spare imports the script's heavy modules only
             env["MPILAUNCH_SPARE_LEARN"] = "0"
+        if kind in ("fresh", "freshnohold"):    # no spare: every restarted worker is fresh
+            env["MPILAUNCH_SPARE_PRELOAD"] = ""
+        if kind == "freshnohold":     # and no store holder: rank 0's worker makes its store
+            env["MPILAUNCH_STORE_HOLD"] = "0"
         proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=errf)
     seen = {}
@@ -220,6 +230,10 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
         marks = [killed] + [max(read(f"{w}_1_{r_}") for r_ in (0, 1))
                             for w in ("line", "imported", "init", "model", "loaded", "first")]
         phases = [b - a for a, b in zip(marks, marks[1:])]
+        # the first launch's rendezvous: the last rank's import -> the last init back (a
+        # client that came before rank 0's store backed off)
+        init0 = (max(read(f"init_0_{r_}") for r_ in (0, 1))
+                 - max(read(f"imported_0_{r_}") for r_ in (0, 1)))
     except OSError:
         lines = r.stderr.strip().splitlines()
         why = ([ln for ln in lines if "connectFullMesh failed" in ln][-1:]
@@ -227,7 +241,7 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
         print(f"  {kind}: no restarted step (rc {r.returncode}): "
               + " | ".join(why or lines[-3:])[-400:], flush=True)
         return None
-    return first1 - killed, first0 - t0, line1 - killed, first1 - line1, phases
+    return first1 - killed, first0 - t0, line1 - killed, first1 - line1, phases, init0
 
 
 def floor_trial() -> float:
@@ -271,7 +285,9 @@ def main() -> int:
     p.add_argument("--mpirun", default=os.path.join(os.path.dirname(sys.executable), "mpirun"))
     p.add_argument("--kinds", default="mpilaunch,torchrun",
                    help="restart trials: mpilaunch (its default mode, in place), nolearn "
-                   "(in place, MPILAUNCH_SPARE_LEARN=0: the spare imports torch only), relaunch "
+                   "(in place, MPILAUNCH_SPARE_LEARN=0: the spare imports torch only), fresh (in "
+                   "place, no spare: fresh workers), freshnohold (fresh, and no store holder: "
+                   "MPILAUNCH_STORE_HOLD=0), relaunch "
                    "(--restart-mode relaunch), in-place (the flag given), torchrun; comma list, "
                    "interleaved")
     p.add_argument("--kill-step", type=int, default=4,
@@ -320,7 +336,8 @@ def main() -> int:
                 print(f"trial {i} {kind:9s} SIGKILL -> first step after restart {got[0]:.3f} s "
                       f"(-> script's first line {got[2]:.3f}, its re-init {got[3]:.3f}: "
                       + " ".join(f"{n} {t:.3f}" for n, t in zip(PHASES, got[4]))
-                      + f"); fresh launch -> first step {got[1]:.3f} s", flush=True)
+                      + f"); fresh launch -> first step {got[1]:.3f} s (its init {got[5]:.3f})",
+                      flush=True)
         floor.append(floor_trial())
         pairs.append(row)
         print(f"trial {i} floor: a fresh interpreter importing torch, torch.distributed "
@@ -330,6 +347,9 @@ def main() -> int:
             ph = [statistics.median(p[2][j] for p in parts[kind]) for j in range(len(PHASES))]
             print(f"restart {kind}: phases (medians, the latest rank's): "
                   + ", ".join(f"{n} {t:.3f}" for n, t in zip(PHASES, ph)))
+            inits = sorted(round(p[2][2], 3) for p in parts[kind])
+            print(f"restart {kind}: init_process_group after the restart, every trial: {inits}; "
+                  f"at the first launch: {sorted(round(p[3], 3) for p in parts[kind])}")
             print(f"restart {kind}: median {statistics.median(res[kind]):.3f} s "
                   f"(min {min(res[kind]):.3f}, n={len(res[kind])}): kill -> the script's first "
                   f"line {statistics.median(p[0] for p in parts[kind]):.3f} s, then the worker's "

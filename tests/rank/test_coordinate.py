@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from helpers.procs import wait_for
 from mpilaunch.contract import STATUS_PREFIX
 from mpilaunch.rank.inplace import coordinate
 
@@ -155,3 +156,30 @@ def test_a_port_taken_on_rank_0s_host_is_an_oserror():
             coordinate.Coordinator(s.getsockname()[1], 0, 1, 2, "h0")
     finally:
         s.close()
+
+
+def test_the_restart_word_says_held_only_for_a_port_the_holder_acknowledged():
+    """Rank 0's store holder (rank/inplace/hold.py) is asked before the word goes: every rank,
+    a late one too, hears ``held`` with the port it acknowledged; an ask it failed gives the
+    attempt another port (a slow holder may still bind the asked one) and no ``held``."""
+    coord, clients, boxes = _job(2, last=3)
+    asked = []
+    answers = [True, False]
+    coord.hold = lambda k, port: asked.append((k, port)) or answers[len(asked) - 1]
+    try:
+        clients[1].fail(0, {"rank": 1, "t": 1.0})
+        assert [b.get(timeout=5) for b in boxes] == [("restart", 1)] * 2
+        assert all(c.latest == (1, asked[0][1]) and c.held == {1} for c in clients)
+        late = coordinate.Client(2, queue.SimpleQueue().put, addr="127.0.0.1",
+                                 port=coord.sock.getsockname()[1])
+        assert wait_for(lambda: late.latest == (1, asked[0][1])) and late.held == {1}
+        late.close()
+        clients[0].fail(1, {"rank": 0, "t": 2.0})
+        assert [b.get(timeout=5) for b in boxes] == [("restart", 2)] * 2
+        assert asked[1][0] == 2
+        assert all(c.latest[0] == 2 and c.latest[1] != asked[1][1] and c.held == {1}
+                   for c in clients)
+    finally:
+        for c in clients:
+            c.close()
+        coord.close()

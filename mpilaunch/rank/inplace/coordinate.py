@@ -7,11 +7,17 @@ a :class:`Client`. Lines, one per message:
   attempt K; JSON: the status line it would have written), ``done K RANK`` (its worker
   exited 0);
 * coordinator -> adapters: ``restart K PORT`` (attempt K starts now, rendezvous at PORT,
-  picked and released on rank 0's host), ``finish K`` (every rank's worker exited 0);
+  picked and released on rank 0's host), or ``restart K PORT held`` (rank 0's store holder,
+  rank/inplace/hold.py, already listens on PORT: every rank's worker is then its client),
+  ``finish K`` (every rank's worker exited 0);
   ``end K`` to an adapter that reported a failure of attempt K that is not restarted in
   place: the ``no_progress``-th attempt in a row that made no progress (:func:`no_progress`;
   ``--max_no_progress_restarts``: a script failing at import fails the same way every time);
   that adapter reports it and exits, and the launcher ends the job.
+
+The first ``fail K`` of attempt K (a later one is a consequence: a peer's gloo broke) restarts
+at once; ``ROOT_WINDOW`` s later one status line ``event: restart-in-place`` names the
+earliest failure it got.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Set, Tuple
+    from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from mpilaunch.contract import RESTART_EVENT   # the coordinator's status line (launcher: restart.py)
 from mpilaunch.rank import status
@@ -92,6 +98,10 @@ class Coordinator:
         self.done: Set[str] = set()
         self.failures: Dict[int, List[dict]] = {}   # attempt -> the failures it reported
         self.local: Optional[Client] = None        # rank 0's own Client (its messages)
+        # (attempt, port) -> True once rank 0's store holder listens on port (hold.py); None:
+        # no holder, every restart as without one
+        self.hold: Optional[Callable[[int, int], bool]] = None
+        self.held = False       # the current attempt's port is the holder's
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("", port))     # OSError: the caller goes without in-place restarts
@@ -108,8 +118,9 @@ class Coordinator:
                 self.conns.append(conn)
                 current = self.attempt
                 port = getattr(self, "port", None)
+                held = " held" if self.held else ""
             if port is not None:        # a late adapter: where everyone else is
-                self._send([conn], f"restart {current} {port}\n")
+                self._send([conn], f"restart {current} {port}{held}\n")
             threading.Thread(target=_lines, args=(conn, lambda h, r, c=conn: self.message(h, r, c)),
                              daemon=True).start()
 
@@ -160,10 +171,20 @@ class Coordinator:
                 return False
             self.attempt, self.port = k + 1, _pick_port()
             self.done, self.started = set(), time.monotonic()
-            conns, text = list(self.conns), f"restart {k + 1} {self.port}\n"
+            # the store first (a bounded wait: hold.HOLD_WAIT), then the word: "held" only
+            # once the holder said it listens, so no rank's worker is ever a client of a port
+            # nobody serves. Not held after asking: a port the holder was never given (a slow
+            # one may still bind the asked one, and rank 0's worker must bind its own)
+            self.held = False
+            if self.hold is not None:
+                self.held = self.hold(k + 1, self.port)
+                if not self.held:
+                    self.port = _pick_port()
+            port, held = self.port, self.held
+            conns, text = list(self.conns), f"restart {k + 1} {port}{' held' if held else ''}\n"
         self._send(conns, text)
         if self.local is not None:
-            self.local.restart(k + 1, self.port)
+            self.local.restart(k + 1, port, held)
         threading.Timer(ROOT_WINDOW, self._name_root, args=(k,)).start()
         return True
 
@@ -235,6 +256,7 @@ class Client:
         self.rank, self.deliver = rank, deliver
         self.lock = threading.Lock()
         self.latest: Optional[Tuple[int, int]] = None   # (K, PORT) of the newest restart heard
+        self.held: Set[int] = set()     # the attempts whose PORT rank 0's store holder serves
         self.finished = -1
         self.ended = -1     # an attempt whose failure is not restarted in place (end K)
         self.coordinator = coordinator
@@ -267,7 +289,7 @@ class Client:
         words = rest.split()
         try:
             if head == "restart":
-                self.restart(int(words[0]), int(words[1]))
+                self.restart(int(words[0]), int(words[1]), words[2:3] == ["held"])
             elif head == "finish":
                 self.finish(int(words[0]))
             elif head == "end":
@@ -275,10 +297,12 @@ class Client:
         except (IndexError, ValueError):
             pass
 
-    def restart(self, k: int, port: int) -> None:
+    def restart(self, k: int, port: int, held: bool = False) -> None:
         with self.lock:
             if self.latest is not None and self.latest[0] >= k:
                 return
+            if held:        # before latest: a rank that goes on by latest sees it
+                self.held.add(k)
             self.latest = (k, port)
         self.deliver(("restart", k))
 

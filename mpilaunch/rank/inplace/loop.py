@@ -1,21 +1,15 @@
 """In-place restarts, rank side (``--in-place PORT``, from ``--restart-mode in-place``).
 
-After a worker or scheduler failure the starter (mpirun, its daemons) and every adapter stay;
-each adapter stops its children and starts the next attempt's: a fresh rendezvous port,
-``MPILAUNCH_RESTART_COUNT`` / ``TORCHELASTIC_RESTART_COUNT`` = the attempt, logs in
-``LOG_DIR/attempt<k>/``. What is not a worker's failure (a lost host, a killed adapter or
-daemon) still ends the starter, and the launcher relaunches it (mpilaunch/attempts/loop.py).
+After a worker or scheduler failure mpirun, its daemons and every adapter stay; each adapter
+stops its children and starts the next attempt's (a fresh rendezvous port, the restart count,
+logs in ``LOG_DIR/attempt<k>/``). What is not a worker's failure (a lost host, a killed
+adapter or daemon) still ends the starter: the launcher relaunches it (attempts/loop.py).
 
-**Coordination, without MPI** (rank/inplace/coordinate.py). Rank 0's adapter is the coordinator: it
-listens on TCP ``PORT`` (the launcher's choice; rank 0's address is the one every rank already
-has, the scheduler's) and every other adapter keeps one connection to it.
-
-The first ``fail K`` of attempt K (a later one is a consequence: a peer's gloo broke) makes
-the coordinator send ``restart K+1`` at once and, after ``ROOT_WINDOW`` s, write one status
-line ``event: restart-in-place`` with the earliest failure it got. A failure in the budget's
-last attempt, or an adapter that cannot reach the coordinator, is the ordinary one: status
-lines, the adapter exits with the worker's status, the starter tears the job down. An adapter
-whose worker exited 0 waits for ``finish`` (a rank may still fail and restart everyone).
+**Coordination, without MPI** (rank/inplace/coordinate.py says how): rank 0's adapter listens
+on TCP ``PORT``; the first failure of an attempt restarts every rank at once. A failure in the
+budget's last attempt, or an adapter that cannot reach the coordinator, is the ordinary one:
+the adapter exits with the worker's status, the starter tears the job down. An adapter whose
+worker exited 0 waits for ``finish`` (a rank may still fail and restart everyone).
 
 **The spare worker** (rank/inplace/prestart.py, spare.py). While attempt K runs, each adapter
 starts attempt K+1's worker interpreter with the heavy modules the script imports (``torch``...;
@@ -24,7 +18,7 @@ says it imported (rank/inplace/learn.py), blocked on a socket; the restart hands
 attempt's environment and output, and it runs the script (a fresh interpreter's imports are
 most of a restart's time). It costs one idle interpreter per rank (~300 MB RSS with torch) and
 its imports' CPU. Only a plain ``PYTHON SCRIPT`` worker gets one (not ``--no-python``,
-``--module``, a NUMA wrapper).
+``--module``, a NUMA wrapper). Rank 0's store holder: rank/inplace/hold.py.
 """
 from __future__ import annotations
 
@@ -40,6 +34,7 @@ if TYPE_CHECKING:
 from mpilaunch.contract import attempt_log_dir
 from mpilaunch.rank import status
 from mpilaunch.rank.inplace.coordinate import Client, Coordinator
+from mpilaunch.rank.inplace.hold import Holder, agent_store, attach, start_holder
 from mpilaunch.rank.inplace.learn import LEARN_VAR, SPARE_LIFE, Known, Learner
 from mpilaunch.rank.inplace.prestart import Spare, run_argv, spare_modules, start_spare
 from mpilaunch.rank.supervisor import RESTART, TEARDOWN_SIGNALS, Supervisor, exit_status
@@ -233,6 +228,7 @@ class Restarts:
         self.watch: Any = None               # the worker's first output (firstout.Watch), when wanted
         self.first_output: Optional[float] = None
         self.coord: Optional[Coordinator] = None
+        self.holder: Optional[Holder] = None    # rank 0's store holder (hold.py), once started
         if rank == 0:
             try:
                 self.coord = Coordinator(lr.in_place, self.k, self.last, size, hostname,
@@ -262,7 +258,8 @@ class Restarts:
                 status.life(self.rank, self.host, "worker", "restart", code=ev[1])
                 if spare is not None and client is not None and client.latest:
                     spare.wake()
-                    spare.listen(client.latest[1])
+                    if ev[1] not in client.held:   # the holder's port: no store of its own
+                        spare.listen(client.latest[1])
             self.inbox.put(ev)
 
     def restartable(self) -> bool:
@@ -276,12 +273,15 @@ class Restarts:
         sup = InPlaceSupervisor(specs, rank, hostname, quiet=self.restartable(), spare=self.spare,
                                 learn=learn, **kw)
         self.spare = None
+        attach(self.holder, sup)    # the job's store holder outlives every attempt's supervisor
         return sup
 
     def started(self, sup) -> None:
         """``sup`` takes the events: start the next attempt's spare worker, and watch for the
         worker's first output (the coordinator's no-progress rule: coordinate.no_progress)."""
         worker = sup.children.get("worker")
+        if self.restartable() and worker is not None and self.coord and not self.holder:
+            self.holder = start_holder(sup, self.argv, self.opts, self.coord)
         if self.restartable() and worker is not None:
             self.spare = start_spare(sup, sup.worker_spec, self.argv, self.opts)
             if sup.learn:
@@ -328,7 +328,8 @@ class Restarts:
         # the last attempt's children are gone: the restart's teardown is over here
         status.life(self.rank, self.host, "worker", "stopped", code=self.k)
         self.k = k
-        return self.specs_for(k, port)
+        # the word said rank 0's holder listens on port: every worker its client (hold.py)
+        return agent_store(self.specs_for(k, port), k in self.client.held, self, self.holder)
 
     def stopped(self, sup) -> None:
         """``sup`` was torn down by a stop signal: the failures it held back, reported."""
@@ -389,10 +390,9 @@ class Restarts:
             self.learner.stop()
         if self.spare is not None:
             self.spare.discard()
-        if self.client is not None:
-            self.client.close()
-        if self.coord is not None:
-            self.coord.close()
+        for part in (self.holder, self.client, self.coord):    # every worker is gone by now
+            if part is not None:
+                part.close()
 
 
 def attempt_dir(log_dir: str, k: int) -> str:

@@ -45,6 +45,13 @@ def listens(argv, env, modules: str) -> bool:
     nor names an ``init_method``."""
     if env.get("RANK") != "0" or "torch" not in modules.split(","):
         return False
+    return rendezvous_ok(argv)
+
+
+def rendezvous_ok(argv) -> bool:
+    """The script (``argv[1]``) calls ``init_process_group`` through env://, and makes no
+    TCPStore server of its own nor names an ``init_method``: its rank 0 store may be made by
+    another process (:func:`listens`, rank/inplace/hold.py)."""
     try:
         with open(argv[1], encoding="utf-8", errors="replace") as fh:
             text = fh.read(1 << 20)
@@ -101,7 +108,7 @@ class Spare:
                     stdin=None if self.spec.inherit_stdin else subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     pass_fds=tuple(self.spec.pass_fds or ()) + (theirs.fileno(),),
-                    close_fds=True, preexec_fn=_idle(sup.child_preexec(self.spec.cpus)))
+                    close_fds=True, preexec_fn=at_idle(sup.child_preexec(self.spec.cpus)))
                 sup.keep.add(self.proc.pid)
         except OSError:
             self.proc = None
@@ -344,7 +351,7 @@ def _can_leave_idle() -> bool:
         return False
 
 
-def _idle(hook):
+def at_idle(hook):
     """The spare imports at SCHED_IDLE where it may leave it (rank/inplace/spare.py does on the
     restart): it then takes only CPU the running attempt leaves idle. Measured on 2 cores
     without it: a fresh launch's first step 1.8 s later (2 workers and 2 spares importing

@@ -51,6 +51,9 @@ worker that built a DDP model (1957 modules): 2.5 ms the first time, 0.24 ms aft
 in its first 10 s (0.05 %), ~6 ms in its first minute (0.01 %), 0.24 ms per 300 s after.
 Only an in-place job's worker that has a spare (an attempt left to restart into) runs so.
 
+``PYTHON spare.py --hold FD`` is another use of this file: rank 0's store holder
+(:func:`_hold`, rank/inplace/hold.py).
+
 Stdlib only: this runs under whatever interpreter the worker uses, where mpilaunch may not be
 installed. What differs from a fresh ``python SCRIPT``: the imports above were made with the
 environment the worker had at the spare's start, so a script that sets, say,
@@ -252,10 +255,58 @@ def runpy_run(script):
     runpy.run_path(script, run_name="__main__")
 
 
+HOLDER_NAME = "mpilaunch-store"    # the holder's process name once it is ready (15 bytes max)
+
+
+def _hold(fd):
+    """``--hold FD``: rank 0's store holder (rank/inplace/hold.py says why and when). Imports
+    ``torch.distributed``, says ``+``, then for each ``{"hold": PORT, "world": N, "libuv": b}``
+    starts a TCPStore server on PORT and answers ``held PORT`` (``failed PORT`` if it cannot).
+    It keeps the last two attempts' stores (the newest one's workers are its clients; an older
+    attempt's workers are gone) and leaves at EOF, its stores with it."""
+    import json
+    import socket
+
+    sock = socket.socket(fileno=fd)
+    try:
+        from torch.distributed import TCPStore
+    except BaseException:
+        os._exit(0)     # EOF to the adapter: no holder, the restarts go as without one
+    if _device_held():
+        os._exit(0)
+    _normal_priority()   # blocked from now on: no CPU taken, but served at once when asked
+    try:    # what ps and top show from now on: it is up (tests wait for that name)
+        with open("/proc/self/comm", "w") as fh:
+            fh.write(HOLDER_NAME)
+    except OSError:
+        pass
+    stores: list = []
+    try:
+        sock.sendall(b"+")
+        for line in sock.makefile("rb"):
+            msg = json.loads(line)
+            port = int(msg["hold"])
+            try:
+                store = TCPStore("127.0.0.1", port, int(msg["world"]), True,
+                                 wait_for_workers=False,
+                                 use_libuv=bool(msg.get("libuv", True)))
+            except Exception:
+                sock.sendall(b"failed %d\n" % port)
+                continue
+            stores = stores[-1:] + [store]
+            sock.sendall(b"held %d\n" % port)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    os._exit(0)
+
+
 def main():
     del sys.path[0]    # this file's directory: its modules are not the script's
     if sys.argv[1] == "--run":     # a worker with no spare before it
         _run(sys.argv[3:], int(sys.argv[2]))
+        return
+    if sys.argv[1] == "--hold":    # rank 0's store holder, for the job's life
+        _hold(int(sys.argv[2]))
         return
     modules, fd = sys.argv[1], int(sys.argv[2])
     import socket
