@@ -214,7 +214,8 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
 
     if os.environ.get("MPILAUNCH_DEBUG_SPARE"):    # what each rank's adapter did with its spare
         for ln in r.stderr.splitlines():
-            if ": spare " in ln and "primed" not in ln or "restarted in place in" in ln:
+            if (": spare " in ln and "primed" not in ln or "restarted in place in" in ln
+                    or "'s store " in ln):
                 print(f"  {kind}: {ln.strip()}", flush=True)
 
     def read(name):

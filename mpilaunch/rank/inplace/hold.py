@@ -10,8 +10,8 @@ holds the store before the workers start and sets ``TORCHELASTIC_USE_AGENT_STORE
 every worker, rank 0's too, is a client of a server already up.
 
 **What.** Rank 0's adapter starts one process for the job's life, ``PYTHON spare.py --hold
-FD`` (the worker's interpreter; it imports ``torch.distributed`` at SCHED_IDLE, then waits at
-normal priority, blocked on FD, using no CPU). When the coordinator decides a restart it asks
+FD`` (the worker's interpreter; it imports ``torch.distributed`` at SCHED_IDLE, at normal
+priority from :data:`IDLE_FOR` s on, then waits blocked on FD, using no CPU). When the coordinator decides a restart it asks
 the holder for a TCPStore server on the new attempt's port (``{"hold": PORT, ...}``) and waits
 for its ``held PORT`` (:data:`HOLD_WAIT` at most, a few ms when it is up) before it sends the
 restart word; the word then says ``held``, and every rank puts
@@ -65,8 +65,8 @@ if TYPE_CHECKING:
     from mpilaunch.rank.supervisor import Supervisor
 
 from mpilaunch.rank import status
-from mpilaunch.rank.inplace.prestart import (SPARE, at_idle, preload_for, rendezvous_ok,
-                                             spare_eligible)
+from mpilaunch.rank.inplace.prestart import (SPARE, at_idle, leave_idle, preload_for,
+                                             rendezvous_ok, spare_eligible)
 
 HOLD_VAR = "MPILAUNCH_STORE_HOLD"                 # "0": no holder
 AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"  # torch: every rank a client of the store
@@ -74,6 +74,11 @@ AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"  # torch: every rank a client o
 # it: a blocked holder at normal priority answers in a few ms; a restart's teardown takes longer
 HOLD_WAIT = 0.5
 DEBUG_VAR = "MPILAUNCH_DEBUG_SPARE"    # rank 0's adapter says whether each restart was held
+# s the holder imports at SCHED_IDLE (the CPU the first attempt leaves idle) before it is moved
+# to normal priority: on a machine the job keeps busy an idle-priority import may never end,
+# and a busy machine is where restarts get fresh workers, the holder's case; ~1.5 s of one
+# CPU, once per job, after the first attempt's own start-up
+IDLE_FOR = 10.0
 
 
 def holds(spec: ChildSpec, argv: Sequence[str], opts: Any) -> bool:
@@ -173,7 +178,11 @@ class Holder:
             self.dead = True
             self.exited.set()
             return
-        self.proc.wait()
+        try:
+            self.proc.wait(IDLE_FOR)
+        except subprocess.TimeoutExpired:
+            leave_idle(self.proc.pid)    # still importing, or done (then a no-op)
+            self.proc.wait()
         self.dead = True
         self.exited.set()
 
@@ -216,11 +225,13 @@ class Holder:
         ready: False, it was not asked. Asked and no ``held`` within HOLD_WAIT: it is killed
         (never asked again) and False: the caller must not give ``port`` to rank 0's worker.
         The coordinator's ask, under its lock, before the restart word."""
+        t0 = time.monotonic()
         held = self._hold(k, port)
-        if self.spec.env.get(DEBUG_VAR):
+        if self.spec.env.get(DEBUG_VAR):    # what the restart word waited for it
             status.write_stderr(f"mpilaunch.rank: rank 0: attempt {k}'s store "
-                                + (f"held by pid {self.pid} on port {port}\n" if held else
-                                   f"not held: {self.why}\n"))
+                                + (f"held by pid {self.pid} on port {port}" if held else
+                                   f"not held: {self.why}")
+                                + f" ({time.monotonic() - t0:.3f} s)\n")
         return held
 
     def _hold(self, k: int, port: int) -> bool:

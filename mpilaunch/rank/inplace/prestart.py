@@ -130,18 +130,8 @@ class Spare:
         of on the CPU others leave idle; spare.py does the same once it has the message, for
         threads started since."""
         proc = self.proc
-        if proc is None or self.exited.is_set():
-            return
-        try:
-            tids = os.listdir(f"/proc/{proc.pid}/task")
-        except OSError:
-            return
-        for tid in tids:
-            try:
-                if os.sched_getscheduler(int(tid)) == os.SCHED_IDLE:
-                    os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
-            except (OSError, ValueError, AttributeError):
-                pass
+        if proc is not None and not self.exited.is_set():
+            leave_idle(proc.pid)
 
     def listen(self, port: int) -> None:
         """The next attempt rendezvouses on ``port``: rank 0's spare starts its store now,
@@ -274,6 +264,20 @@ class Spare:
             except OSError:
                 pass
             self.exited.wait(2.0)
+
+
+def leave_idle(pid: int) -> None:
+    """Every thread of process ``pid`` at SCHED_IDLE back to normal priority."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            if os.sched_getscheduler(int(tid)) == os.SCHED_IDLE:
+                os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 def machine_has_room() -> bool:
