@@ -4,13 +4,15 @@ failed attempt is followed by another (a new starter, new adapters, ``LOG_DIR/at
 The loop (:func:`run_job`) plans every attempt (its config, run dir and plan), runs it
 (``supervise.starter.run_attempt``) and switches on what :func:`judge` makes of the attempts'
 records (``supervise.attempt.AttemptRecord``, immutable once the attempt has ended): each way
-out is a :class:`State`. Each attempt is a ``supervise.attempt.Attempt`` (the protocol its
-supervision calls, with the defaults of a plain launch), or ``restart.ResilientAttempt`` for the
+out is a ``State``. ``judge`` (nextattempt.py's) is the one owner of that decision, for a
+relaunch here and a restart in place (``restart.ResilientAttempt``) alike; only what comes
+after it (the next hosts not there, a stop signal in the delay: :func:`relaunch`) ends a job it
+would relaunch. Each attempt is a ``supervise.attempt.Attempt`` (the protocol its supervision
+calls, with the defaults of a plain launch), or ``restart.ResilientAttempt`` for the
 graceful stop, the stall watchdog and the hosts it lost. Where the next attempt's hosts come
 from is the host source's affair (hostsource.py). A stop signal between two attempts ends the
 job (``supervise.stopping.BetweenAttempts``).
 """
-import enum
 import os
 import signal
 import sys
@@ -22,7 +24,7 @@ from mpilaunch.supervise import starter
 from mpilaunch.supervise.attempt import Attempt, AttemptRecord
 from mpilaunch.supervise.stopping import BetweenAttempts
 from mpilaunch.attempts import monitoring, nextattempt
-from mpilaunch.attempts.nextattempt import Between
+from mpilaunch.attempts.nextattempt import Between, State, judge
 from mpilaunch.output import events
 
 # A plain launch (one attempt, no restarts, no --term-grace, no watchdog) imports neither the
@@ -36,18 +38,6 @@ if TYPE_CHECKING:
 
 class NotStarted(Exception):
     """A check before attempt 0 failed (it said why on stderr): nothing starts, exit 1."""
-
-
-class State(enum.Enum):
-    """What the job does once an attempt has ended."""
-
-    SUCCEEDED = "succeeded"
-    STOPPED = "stopped"                 # a stop signal to mpilaunch, during or between attempts
-    USAGE_ERROR = "usage error"         # an adapter refused to start: it would fail again
-    BUDGET_SPENT = "budget spent"       # --max_restarts relaunches made
-    NO_PROGRESS = "no progress"         # --max_no_progress_restarts attempts in a row
-    NO_HOSTS = "no hosts"               # the next attempt's hosts are not there
-    RELAUNCH = "relaunch"
 
 
 def _no_checks(cfg: "LaunchConfig", run_dir: str) -> "LaunchConfig":
@@ -113,25 +103,6 @@ def _loop(job: JobContext) -> int:
             records[-1] = no_progress_stop(records, of(cfg))
         # SUCCEEDED, STOPPED, USAGE_ERROR, BUDGET_SPENT, NO_PROGRESS, NO_HOSTS: the job ends
         return job_end(records, of(cfg), status, job.board)
-
-
-def judge(records: Sequence[AttemptRecord], lr: Resilience) -> State:
-    """What the job does after the last of ``records`` (its restarts in place included)."""
-    last = records[-1]
-    if last.status == 0:
-        return State.SUCCEEDED
-    if last.stopped_by is not None:
-        return State.STOPPED
-    if last.usage_error:
-        return State.USAGE_ERROR
-    if last.index >= lr.max_restarts:
-        return State.BUDGET_SPENT
-    if lr.max_no_progress:
-        from mpilaunch.attempts import progress
-
-        if progress.spent(records, lr.max_no_progress):
-            return State.NO_PROGRESS
-    return State.RELAUNCH
 
 
 def run_one(job: JobContext, cfg: "LaunchConfig", k: int) -> Tuple[AttemptRecord, "LaunchConfig"]:

@@ -1,10 +1,11 @@
-"""Each attempt's configuration: its log dir (``LOG_DIR/attempt<k>/``), its port, rank 0's
+"""Whether a next attempt comes (:func:`judge`), and each attempt's configuration: its log dir (``LOG_DIR/attempt<k>/``), its port, rank 0's
 address, and the adapter flags of the resilience settings (restart count, grace, watchdog, the span
 check, in-place coordination); and, when the user gave the port, the wait until the last attempt
 has let go of it."""
+import enum
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Sequence
 
 from mpilaunch import contract, net
 from mpilaunch.backends import placement, rankcmd
@@ -17,6 +18,41 @@ if TYPE_CHECKING:
     from mpilaunch.config.launchconfig import LaunchConfig
 
 PORT_WAIT = 60.0
+
+
+class State(enum.Enum):
+    """What the job does once an attempt has ended (:func:`judge`)."""
+
+    SUCCEEDED = "succeeded"
+    STOPPED = "stopped"                 # a stop signal to mpilaunch, during or between attempts
+    USAGE_ERROR = "usage error"         # an adapter refused to start: it would fail again
+    BUDGET_SPENT = "budget spent"       # --max_restarts relaunches made
+    NO_PROGRESS = "no progress"         # --max_no_progress_restarts attempts in a row
+    NO_HOSTS = "no hosts"               # the next attempt's hosts are not there
+    RELAUNCH = "relaunch"               # the job goes on (relaunched, or restarted in place)
+
+
+def judge(records: Sequence[AttemptRecord], lr: resilience.Resilience) -> State:
+    """What the job does after the last of ``records`` (its restarts in place included): the
+    one owner of the restart decision, asked by the loop of attempts after an attempt ended
+    (attempts/loop.py) and by an attempt the adapters restarted in place
+    (``restart.ResilientAttempt.in_place_event``). NO_HOSTS is the loop's, after it: the next
+    attempt's hosts are not there."""
+    last = records[-1]
+    if last.status == 0:
+        return State.SUCCEEDED
+    if last.stopped_by is not None:
+        return State.STOPPED
+    if last.usage_error:
+        return State.USAGE_ERROR
+    if last.index >= lr.max_restarts:
+        return State.BUDGET_SPENT
+    if lr.max_no_progress:
+        from mpilaunch.attempts import progress
+
+        if progress.spent(records, lr.max_no_progress):
+            return State.NO_PROGRESS
+    return State.RELAUNCH
 
 
 class Between(NamedTuple):

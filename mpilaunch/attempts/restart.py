@@ -39,7 +39,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 from mpilaunch.config.resilience import Resilience
 from mpilaunch.contract import GRACE_EVENT, LIFE_CAUSE, RESTART_EVENT
-from mpilaunch.attempts import progress
+from mpilaunch.attempts import nextattempt
+from mpilaunch.attempts.nextattempt import State
 from mpilaunch.attempts.phases import RestartPhases, with_note
 from mpilaunch.attempts.progress import RankFacts
 from mpilaunch.supervise.attempt import LINGER, Attempt, AttemptRecord, grace_lines
@@ -190,8 +191,10 @@ class ResilientAttempt(Attempt):
             done = AttemptRecord(self.index, event_status(event), failed.cause,
                                  progress=self.facts.made_progress(), note=IN_PLACE_NOTE,
                                  failures=(failed,))
-            if progress.spent(self.in_place + [done], self.lr.max_no_progress):
-                # --max_no_progress_restarts holds in place too: the job ends with this failure
+            if nextattempt.judge(self.in_place + [done], self.lr) is State.NO_PROGRESS:
+                # the restart decision's one owner, as for a relaunch: --max_no_progress_restarts
+                # holds in place too, and the job ends with this failure (the adapters restart in
+                # place only after a failure and within --max_restarts: no other way out here)
                 self.no_progress = done
             else:
                 self.in_place.append(done)

@@ -109,3 +109,34 @@ def test_the_no_progress_rule_is_one_check_for_relaunches_and_restarts_in_place(
     done = [_failed(0, True), _failed(1, False), _failed(2, False)]
     assert [progress.spent(done, n) for n in (0, 1, 2, 3)] == [False, True, True, False]
     assert not progress.spent([], 1)
+
+
+def test_a_restart_in_place_is_judged_by_the_relaunchs_judge(monkeypatch):
+    """One owner of the restart decision (nextattempt.judge): an attempt the adapters restarted
+    in place asks it with the attempts restarted in place so far, and ends the job when it
+    says NO_PROGRESS, as the loop of attempts does before a relaunch."""
+    from mpilaunch.attempts import nextattempt, restart
+    from mpilaunch.backends.openmpi import OpenMpi
+    from mpilaunch.config.mpi import OMPI5, MpiInfo
+    from mpilaunch.contract import RESTART_EVENT
+
+    asked, real = [], nextattempt.judge
+    monkeypatch.setattr(nextattempt, "judge",
+                        lambda recs, lr: asked.append([r.index for r in recs]) or real(recs, lr))
+
+    class Job:
+        control, ended, ends = None, False, 0
+
+        def end(self):
+            self.ends += 1
+
+    lr = Resilience(5, 0.0, None, None, False, "/l", False, True, in_place=True, max_no_progress=2)
+    att = restart.ResilientAttempt(0, lr, 2)
+    collector = att.collector(OpenMpi(MpiInfo("/x/mpirun", (5, 0, 11), OMPI5)))
+    job = Job()
+    att.started(job)
+    for t in (1.0, 2.0):
+        collector.feed_status(Event(1, "h1", "worker", RESTART_EVENT, 3, None, "self", None, [], t))
+    assert asked == [[0], [0, 1]]
+    assert loop.judge([*att.in_place, att.no_progress], lr) is loop.State.NO_PROGRESS
+    assert [r.index for r in att.in_place] == [0] and att.no_progress.index == 1 and job.ends == 1
