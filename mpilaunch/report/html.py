@@ -18,8 +18,14 @@ WIDTH, LABEL, ROW_H, BAR_H = 1100, 190, 18, 12
 PLOT = WIDTH - LABEL - 20
 FOLD_RANKS = 32          # more ranks than this: hosts fold ...
 FOLD_HOST_ROWS = 4       # ... when they hold more rows than this
-COLORS = {M.WAITING: "#b0bec5", M.ADAPTER: "#ffb300", M.RUNNING: "#43a047",
-          M.TEARDOWN: "#e53935", "preflight": "#7e57c2", "launcher": "#546e7a"}
+COLORS = {M.WAITING: "#b0bec5", M.ADAPTER: "#ffb300", M.RESTARTING: "#8d6e63",
+          M.RUNNING: "#43a047", M.TEARDOWN: "#e53935", "preflight": "#7e57c2",
+          "launcher": "#546e7a",
+          # an in-place restart's phases (report/restarts.py)
+          "detection": "#ab47bc", "stopping": "#ef9a9a", "start": "#ffca28",
+          "first_output": "#66bb6a"}
+# the restart's phase names as bar classes: "teardown" is already the rows' own phase
+BAR_OF = {"teardown": "stopping"}
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:18px;color:#222;background:#fff}
@@ -94,10 +100,13 @@ def _row_svg(scale: Scale, row: M.Row, y: float, t0: float) -> str:
                      f'{x - 7:.1f},{cy:.1f}"><title>root cause</title></polygon>')
     how = _how(row)
     skew = "" if row.skew is None else f"; host clock {row.skew:+.3f} s"
+    if row.new_worker:
+        skew += f"; its new worker: {row.new_worker}"
     label = (f'<text x="4" y="{y + 13}">{_e(_row_label(row))}</text>'
              f'<text x="{LABEL - 6}" y="{y + 13}" text-anchor="end">{_e(how)}</text>')
     cls = "row rank" if row.role != "scheduler" else "row sched"
     root = (' data-root="1"' if row.root else "") + (' data-suspect="1"' if row.suspect else "")
+    root += f' data-new-worker="{_e(row.new_worker)}"' if row.new_worker else ""
     return (f'<g class="{cls}" data-rank="{_e(row.rank)}" data-host="{_e(row.host)}" '
             f'data-role="{_e(row.role)}"{root}><title>{_e(_row_label(row))} on '
             f'{_e(row.host)}: {_e(_describe(row))}{_e(skew)}</title>{label}{"".join(parts)}</g>')
@@ -213,6 +222,38 @@ def _launcher_rows(job: M.Job, att: M.Attempt, scale: Scale, t0: float) -> str:
     return f'<div class="lane">{_svg("".join(body), max(len(rows), 1) * ROW_H, "launcher")}</div>'
 
 
+def _restart(att: M.Attempt, scale: Scale, t0: float) -> List[str]:
+    """The in-place restart that started ``att``: where its time went, in words and as one
+    row of its phases one after another (each to its latest rank)."""
+    r = att.restart
+    if r is None:
+        return []
+    np = len(att.ranks())
+    out = [f'<p class="facts restart" data-from="{r.from_attempt}" data-attempt="{r.attempt}" '
+           f'data-total="{_e(r.total)}">{_e(r.text(np))}</p>']
+    bars = []
+    for name, start, end in r.spans():
+        rank = r.latest(name)
+        title = (f"{M.RESTART_PHASE_NAMES[name]} {end - start:.3f} s"
+                 + (f", its latest rank {rank}" if rank is not None else "")
+                 + f": {start - t0:.3f}-{end - t0:.3f} s")
+        bars.append(_bar(scale, M.Phase(BAR_OF.get(name, name), start, end), 3, title,
+                         cls="restart-phase"))
+    if bars:
+        body = (f'<g class="launcher-row restart-row" data-name="restart"><text x="4" y="13">'
+                f'restart {r.from_attempt} -&gt; {r.attempt}</text>{"".join(bars)}</g>')
+        out.append(f'<div class="lane">{_svg(body, ROW_H, "restart")}</div>')
+    return out
+
+
+def _title(att: M.Attempt) -> str:
+    if att.status is None and att.restarted is not None:
+        return f"attempt {att.index}: restarted in place: {att.restarted.cause or '?'}"
+    ok = att.status == 0
+    return (f"attempt {att.index}: " + ("succeeded" if ok else
+            f"exit status {att.status}: {att.cause}" if att.status is not None else "running"))
+
+
 def _attempt(job: M.Job, att: M.Attempt) -> str:
     t0 = job.start if att.index == 0 and job.start is not None else (att.start or att.starter_start)
     if t0 is None:
@@ -220,11 +261,10 @@ def _attempt(job: M.Job, att: M.Attempt) -> str:
     scale = Scale(t0, att.end or t0)
     fold = len(att.rows) > FOLD_RANKS
     ok = att.status == 0
-    title = (f"attempt {att.index}: " + ("succeeded" if ok else
-             f"exit status {att.status}: {att.cause}" if att.status is not None else "running"))
     out = [f'<section class="attempt" data-attempt="{att.index}">',
-           f'<h2 class="{"ok" if ok else "bad"}">{_e(title)}</h2>']
-    slow = att.slowest()
+           f'<h2 class="{"ok" if ok else "bad"}">{_e(_title(att))}</h2>']
+    out += _restart(att, scale, t0)
+    slow = None if att.in_place else att.slowest()   # in place: the restart's line says it
     if slow:
         r = slow["row"]
         out.append(f'<p class="slowest">slowest to start: <b>rank {_e(r.rank)}</b> on host '
@@ -264,8 +304,12 @@ def render(job: M.Job) -> str:
              f"event record: {_e(job.path)} (schema {_e(job.schema)})"]
     if job.error:
         facts.append(f"ended by the launcher: {_e(job.error)}")
+    in_place = any(a.restart is not None for a in job.attempts)
     legend = "".join(f'<span><i style="background:{COLORS[p]}"></i>{M.PHASE_NAMES[p]}</span>'
-                     for p in M.PHASES)
+                     for p in M.PHASES if p != M.RESTARTING or in_place)
+    if in_place:
+        legend += "".join(f'<span><i style="background:{COLORS[BAR_OF.get(p, p)]}"></i>restart: '
+                          f'{M.RESTART_PHASE_NAMES[p]}</span>' for p in M.RESTART_PHASES)
     legend += ('<span><i style="background:#1b5e20;width:3px"></i>first output</span>'
                '<span><i style="background:#b71c1c"></i>root cause</span>'
                f'<span><i style="background:{COLORS["launcher"]}"></i>launcher / starter</span>')

@@ -11,11 +11,14 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from mpilaunch.errors import UsageError
 from mpilaunch.output.outcome import PROCESS, Failure
+from mpilaunch.report.restarts import (FRESH, RESTART_PHASE_NAMES, RESTART_PHASES,  # noqa: F401 (drawn by html/png)
+                                        SPARE_HOW, Restart)
 
 WAITING, ADAPTER, RUNNING, TEARDOWN = "waiting", "adapter", "running", "teardown"
-PHASES = (WAITING, ADAPTER, RUNNING, TEARDOWN)
-PHASE_NAMES = {WAITING: "waiting for host", ADAPTER: "adapter start", RUNNING: "worker running",
-               TEARDOWN: "teardown"}
+RESTARTING = "restarting"     # a row of an attempt restarted in place, until its new worker ran
+PHASES = (WAITING, ADAPTER, RESTARTING, RUNNING, TEARDOWN)
+PHASE_NAMES = {WAITING: "waiting for host", ADAPTER: "adapter start",
+               RESTARTING: "restarting in place", RUNNING: "worker running", TEARDOWN: "teardown"}
 NOT_SEEN = "(never reported)"
 
 Phase = namedtuple("Phase", "name start end")
@@ -48,6 +51,7 @@ class Row:
         self.phases: List[Phase] = []
         self.root = False
         self.suspect = False    # the odd rank out of a stacks verdict
+        self.new_worker: Optional[str] = None   # restarted in place onto a spare, or fresh
 
     @property
     def skew(self) -> Optional[float]:
@@ -84,10 +88,19 @@ class Attempt:
         # (t, every rank's wait share): the monitor's rounds (docs/MONITOR.md)
         self.waits: List[Tuple[Optional[float], List[Any]]] = []
         self.stragglers: List[Rec] = []     # straggler records: named, recovered
+        self.restart: Optional[Restart] = None      # the in-place restart that started it
+        self.restarted: Optional[Restart] = None    # the in-place restart that ended it
+
+    @property
+    def in_place(self) -> bool:
+        """Started by an in-place restart: inside the last attempt's starter, no start of its own."""
+        return self.restart is not None and self.starter_start is None
 
     @property
     def end(self) -> Optional[float]:
         times = [t for t in (self.teardown_end, self.starter_exit) if t is not None]
+        if self.restarted is not None and self.restarted.failed is not None:
+            times.append(self.restarted.failed)
         times += [r.exit for r in self.rows.values() if r.exit is not None]
         return max(times) if times else self.start
 
@@ -136,6 +149,17 @@ class Job:
         self.error: Optional[str] = None
         self.finished = False
         self.schema: Optional[int] = None
+        # an in-place restart's lines come under the attempt the record is at; a rank told of
+        # a restart is in the next attempt from then on (rank -> that attempt)
+        self.told: Dict[int, int] = {}
+
+    def restart(self, index: int) -> Restart:
+        """The in-place restart into attempt ``index``."""
+        att = self.attempt(index)
+        if att.restart is None:
+            att.restart = Restart(index)
+            self.attempt(index - 1).restarted = att.restart
+        return att.restart
 
     def attempt(self, index: int) -> Attempt:
         while len(self.attempts) <= index:
@@ -185,9 +209,55 @@ def _row(att: Attempt, rec: Dict[str, Any], role: Optional[str] = None) -> Row:
     return row
 
 
+# an in-place restart's steps per rank (rank_status events), and the new worker's own records
+RESTART_STEPS = ("restart", "stopped") + tuple(SPARE_HOW)
+RANK_KINDS = ("process_start", "first_output", "process_exit")
+
+
+def _attempt_of(job: Job, rec: Dict[str, Any]) -> int:
+    """The attempt a record is of: a rank told of an in-place restart is in the next attempt,
+    whatever attempt the record was at when its line came."""
+    index, rank = rec.get("attempt") or 0, rec.get("rank")
+    if not isinstance(rank, int):
+        return index
+    step = rec["kind"] == "rank_status" and rec.get("event") in RESTART_STEPS
+    if step and rec.get("event") == "restart":
+        code = rec.get("code")
+        told = job.told.get(rank, index)
+        job.told[rank] = code if isinstance(code, int) and code > told else max(told, index) + 1
+    if step or rec["kind"] in RANK_KINDS:
+        return max(index, job.told.get(rank, 0))
+    return index
+
+
+def _restarts(job: Job, att: Attempt, rec: Dict[str, Any]) -> bool:
+    """What ``rec`` says of an in-place restart into ``att``; True when that is all it says."""
+    kind, t, rank, event = rec["kind"], rec.get("t"), rec.get("rank"), rec.get("event")
+    if kind == "rank_status" and event in RESTART_STEPS and isinstance(rank, int):
+        r = job.restart(att.index)
+        if event in SPARE_HOW:
+            r.how[rank] = SPARE_HOW[event]
+        elif t is not None:
+            r.marks[str(event)].setdefault(rank, t)
+        return True
+    if kind == "restart_phases":
+        r = job.restart(att.index)
+        r.total, r.phases, r.spare = rec.get("total"), rec.get("phases") or {}, rec.get("spare") or {}
+        return True
+    if kind == "restart" and rec.get("mode") == "in-place" and rec.get("next_attempt"):
+        job.restart(int(rec["next_attempt"])).cause = rec.get("cause")
+        return True
+    mark = {"process_start": "started", "first_output": "output"}.get(kind)
+    into = att.restart
+    if mark and into is not None and t is not None and rank in into.marks["restart"]:
+        into.marks[mark].setdefault(rank, t)   # the new worker's, and its row's below
+    return False
+
+
 def _apply(job: Job, rec: Dict[str, Any]) -> None:
-    kind, t = rec["kind"], rec.get("t")
-    att = job.attempt(rec.get("attempt") or 0)
+    kind, t, att = rec["kind"], rec.get("t"), job.attempt(_attempt_of(job, rec))
+    if _restarts(job, att, rec):
+        return
     if kind == "launcher_start":
         job.start, job.meta, job.schema = t, rec, rec.get("v")
     elif kind == "hosts":
@@ -251,6 +321,8 @@ def _phases(att: Attempt, row: Row) -> List[Phase]:
     end = row.exit if row.exit is not None else (att.starter_exit or att.end)
     cut = att.teardown_start
     marks = [(WAITING, begin), (ADAPTER, row.up), (RUNNING, row.started)]
+    if att.in_place:    # the same adapters: from the failure until its new worker ran
+        marks = [(RESTARTING, begin), (RUNNING, row.started)]
     marks = [(name, t) for name, t in marks if t is not None]
     out: List[Phase] = []
     for i, (name, t) in enumerate(marks):
@@ -277,6 +349,8 @@ def build(records: Iterable[Dict[str, Any]], path: str = "events.jsonl") -> Job:
     for rec in records:
         _apply(job, rec)
     for att in job.attempts:
+        if att.in_place and att.start is None and att.restart is not None:
+            att.start = att.restart.failed      # an in-place attempt has no attempt_start
         np = att.np or (job.hosts.get("np") if job.hosts else 0) or 0
         for planned in range(np):         # every planned rank has a row, reported or not
             if (planned, "worker") not in att.rows:
@@ -288,6 +362,8 @@ def build(records: Iterable[Dict[str, Any]], path: str = "events.jsonl") -> Job:
                 row.up, row.up_host_t = worker.up, worker.up_host_t   # one adapter starts both
         for row in att.rows.values():
             row.phases = _phases(att, row)
+            if att.in_place and att.restart is not None and row.role == "worker":
+                row.new_worker = att.restart.how.get(row.rank, FRESH) if row.rank is not None else None
             row.root = (root is not None and root.rank == row.rank and row.rank is not None
                         and (root.role or "worker") in (row.role, "adapter"))
     return job

@@ -2,11 +2,12 @@
 extra (``pip install 'mpilaunch[report]'``); the HTML report needs nothing."""
 from __future__ import annotations
 
+import textwrap
 from typing import List, Optional, Tuple
 
 from mpilaunch.errors import UsageError
 from mpilaunch.report import model as M
-from mpilaunch.report.html import COLORS, FOLD_HOST_ROWS, FOLD_RANKS
+from mpilaunch.report.html import BAR_OF, COLORS, FOLD_HOST_ROWS, FOLD_RANKS
 
 
 def _rows(att: M.Attempt) -> List[Tuple[str, List[M.Phase], Optional[float]]]:
@@ -16,6 +17,9 @@ def _rows(att: M.Attempt) -> List[Tuple[str, List[M.Phase], Optional[float]]]:
     if att.starter_start is not None:
         out.append((att.program or "starter", [M.Phase("launcher", att.starter_start,
                                                        att.starter_exit or att.end)], None))
+    if att.restart is not None and att.restart.spans():   # where the in-place restart's time went
+        out.append((f"restart {att.restart.from_attempt} -> {att.index}",
+                    [M.Phase(BAR_OF.get(n, n), a, b) for n, a, b in att.restart.spans()], None))
     fold = len(att.rows) > FOLD_RANKS
     for host, rows in att.by_host():
         keep = (not fold or len(rows) <= FOLD_HOST_ROWS or any(r.root for r in rows)
@@ -63,10 +67,20 @@ def render(job: M.Job, path: str) -> None:
         ax.set_xlabel("seconds since mpilaunch started" if att.index == 0 else
                       f"seconds since attempt {att.index} started")
         what = "succeeded" if att.status == 0 else f"exit status {att.status}: {att.cause}"
-        ax.set_title(f"attempt {att.index}: {what}", fontsize=10, loc="left")
+        if att.status is None and att.restarted is not None:
+            what = f"restarted in place: {att.restarted.cause or '?'}"
+        title = f"attempt {att.index}: {what}"
+        if att.restart is not None:   # the restart's words, wrapped under the title
+            title += "\n" + "\n".join(textwrap.wrap(att.restart.text(len(att.ranks())), 150))
+        ax.set_title(title, fontsize=8 if att.restart is not None else 10, loc="left")
         ax.set_xlim(left=0)
         ax.grid(axis="x", color="#eee")
-    handles = [Patch(color=COLORS[p], label=M.PHASE_NAMES[p]) for p in M.PHASES]
+    in_place = any(a.restart is not None for a in atts)
+    handles = [Patch(color=COLORS[p], label=M.PHASE_NAMES[p]) for p in M.PHASES
+               if p != M.RESTARTING or in_place]
+    if in_place:
+        handles += [Patch(color=COLORS[BAR_OF.get(p, p)], label=f"restart: {M.RESTART_PHASE_NAMES[p]}")
+                    for p in M.RESTART_PHASES]
     fig.legend(handles=handles, loc="upper right", ncol=4, fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path, dpi=110)

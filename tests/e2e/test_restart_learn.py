@@ -99,5 +99,20 @@ def test_restarted_ddp_workers_find_what_the_last_ones_imported(tmp_path):
     assert all(timed[0]["phases"][p] is not None for p in ("detection", "teardown", "start",
                                                            "first_output"))
     assert abs(sum(timed[0]["phases"].values()) - timed[0]["total"]) < 0.01
+    # and the report shows it: attempt 1 starts at the failure, with the same phases and spares
+    rep = subprocess.run([sys.executable, "-m", "mpilaunch", "report", str(tmp_path / "logs")],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert rep.returncode == 0, rep.stderr
+    page = (tmp_path / "logs" / "report.html").read_text()
+    ph = timed[0]["phases"]
+    said = re.findall(r'<p class="facts restart" data-from="0" data-attempt="1"[^>]*>(.*?)</p>', page)
+    assert len(said) == 1 and re.fullmatch(
+        rf"restarted in place from attempt 0 in {timed[0]['total']:.3f} s: detection "
+        rf"{ph['detection']:.3f} s \(rank [01]\), teardown {ph['teardown']:.3f} s \(rank [01]\), "
+        rf"start {ph['start']:.3f} s \(rank [01]\), to first output {ph['first_output']:.3f} s "
+        r"\(rank [01]\); new workers: spare \(ready\): ranks 0-1", said[0]), said
+    assert page.count('class="restart-phase ') == 4
+    rows = re.findall(r'<g class="row rank" data-rank="(\d)"[^>]*data-new-worker="([^"]*)"', page)
+    assert rows == [("0", "spare (ready)"), ("1", "spare (ready)")], rows
     left = [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
     assert left == [], [p.pid for p in left]
