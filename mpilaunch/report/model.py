@@ -90,6 +90,7 @@ class Attempt:
         self.stragglers: List[Rec] = []     # straggler records: named, recovered
         self.restart: Optional[Restart] = None      # the in-place restart that started it
         self.restarted: Optional[Restart] = None    # the in-place restart that ended it
+        self.failed_in_place: Optional[int] = None  # the rank whose failure restarted it in place
 
     @property
     def in_place(self) -> bool:
@@ -247,6 +248,8 @@ def _restarts(job: Job, att: Attempt, rec: Dict[str, Any]) -> bool:
     if kind == "restart" and rec.get("mode") == "in-place" and rec.get("next_attempt"):
         job.restart(int(rec["next_attempt"])).cause = rec.get("cause")
         return True
+    if kind == "rank_status" and event == "restart-in-place" and isinstance(rank, int):
+        att.failed_in_place = rank      # its root cause: no attempt_end names it in place
     mark = {"process_start": "started", "first_output": "output"}.get(kind)
     into = att.restart
     if mark and into is not None and t is not None and rank in into.marks["restart"]:
@@ -366,4 +369,7 @@ def build(records: Iterable[Dict[str, Any]], path: str = "events.jsonl") -> Job:
                 row.new_worker = att.restart.how.get(row.rank, FRESH) if row.rank is not None else None
             row.root = (root is not None and root.rank == row.rank and row.rank is not None
                         and (root.role or "worker") in (row.role, "adapter"))
+        failed = att.rows.get((att.failed_in_place, "worker"))
+        if root is None and att.restarted is not None and failed is not None:
+            failed.root = True      # the marker at the failure, where the attempt's rows end
     return job

@@ -53,6 +53,9 @@ def test_the_restart_is_read_into_the_attempt_it_started():
     assert [round(row.started - a1.start, 3) for row in a1.ranks()] == [0.096, 0.056]
     assert [row.new_worker for row in a1.ranks()] == ["spare (ready)"] * 2
     assert [row.new_worker for row in a0.ranks()] == [None, None]
+    # the failure that restarted it, named by the restart-in-place line (no attempt_end in place)
+    assert [row.rank for row in a0.ranks() if row.root] == [1] and a0.failed_in_place == 1
+    assert [row.rank for row in a1.ranks() if row.root] == []
 
 
 def test_the_page_shows_the_restart_in_the_attempt_it_started():
@@ -69,6 +72,7 @@ def test_the_page_shows_the_restart_in_the_attempt_it_started():
         ("first_output", "to first output 0.005 s, its latest rank 1: 0.095-0.100 s")]
     assert re.findall(r'<g class="row rank" data-rank="(\d)"[^>]*data-new-worker="([^"]*)"',
                       page) == [("0", "spare (ready)"), ("1", "spare (ready)")]
+    assert re.findall(r'data-rank="(\d)"[^>]*data-root="1"', page) == ["1"]   # in attempt 0
     # an in-place attempt has no starter of its own: no "slowest to start ... after mpirun"
     assert page.count('class="slowest"') == 1
 
