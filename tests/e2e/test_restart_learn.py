@@ -114,5 +114,6 @@ def test_restarted_ddp_workers_find_what_the_last_ones_imported(tmp_path):
     assert page.count('class="restart-phase ') == 4
     rows = re.findall(r'<g class="row rank" data-rank="(\d)"[^>]*data-new-worker="([^"]*)"', page)
     assert rows == [("0", "spare (ready)"), ("1", "spare (ready)")], rows
+    assert re.findall(r'data-rank="(\d)"[^>]*data-root="1"', page) == ["1"]   # the killed rank
     left = [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
     assert left == [], [p.pid for p in left]
