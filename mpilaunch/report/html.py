@@ -20,7 +20,7 @@ FOLD_RANKS = 32          # more ranks than this: hosts fold ...
 FOLD_HOST_ROWS = 4       # ... when they hold more rows than this
 COLORS = {M.WAITING: "#b0bec5", M.ADAPTER: "#ffb300", M.RESTARTING: "#8d6e63",
           M.RUNNING: "#43a047", M.TEARDOWN: "#e53935", "preflight": "#7e57c2",
-          "launcher": "#546e7a",
+          "launcher": "#546e7a", "starter": "#546e7a",   # mpilaunch's own rows, the starter's
           # an in-place restart's phases (report/restarts.py)
           "detection": "#ab47bc", "stopping": "#ef9a9a", "start": "#ffca28",
           "first_output": "#66bb6a"}
@@ -204,7 +204,7 @@ def _launcher_rows(job: M.Job, att: M.Attempt, scale: Scale, t0: float) -> str:
                      f"ssh preflight of {len(job.preflight)} host(s)"))
     if att.starter_start is not None:
         end = att.starter_exit or att.end
-        rows.append((att.program or "starter", [M.Phase("launcher", att.starter_start, end)],
+        rows.append((att.program or "starter", [M.Phase("starter", att.starter_start, end)],
                      f"pid {att.starter_pid}, exit {att.returncode}"))
     body = []
     for i, (name, phs, title) in enumerate(rows):

@@ -15,8 +15,8 @@ def _rows(att: M.Attempt) -> List[Tuple[str, List[M.Phase], Optional[float]]]:
     folded as in the HTML report."""
     out: List[Tuple[str, List[M.Phase], Optional[float]]] = []
     if att.starter_start is not None:
-        out.append((att.program or "starter", [M.Phase("launcher", att.starter_start,
-                                                       att.starter_exit or att.end)], None))
+        out.append((att.program or "starter", [M.Phase("starter", att.starter_start,
+                                                      att.starter_exit or att.end)], None))
     if att.restart is not None and att.restart.spans():   # where the in-place restart's time went
         out.append((f"restart {att.restart.from_attempt} -> {att.index}",
                     [M.Phase(BAR_OF.get(n, n), a, b) for n, a, b in att.restart.spans()], None))
