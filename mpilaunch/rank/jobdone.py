@@ -16,7 +16,7 @@ worker that exits 0 is the fact we need, not a line saying it unregistered); the
 not call MPI_Init (it would cost every rank ~0.35 s), so no MPI channel; the launcher sees the ranks' output
 but reaches rank 0's processes only through mpirun. A lost datagram or a port someone else
 holds costs nothing but the speed-up: the scheduler still leaves on its own, as before
-(``--scheduler-grace`` bounds it). ``<job>`` is the job's id from the launcher (PMIx namespace,
+(``--scheduler-grace`` bounds it). ``<job>`` is the job's id from the starter (PMIx namespace,
 Open MPI job id, Slurm JOBID.STEPID; Hydra gives none: no speed-up there): a message of another
 job or a stray datagram is ignored; a rank is counted once and only below the job's size.
 """
@@ -38,7 +38,7 @@ _JOB_VARS = ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_job
 
 
 def job_id(env: Mapping[str, str]) -> Optional[str]:
-    """What every rank of this job has in common (no spaces), or None when the launcher gives
+    """What every rank of this job has in common (no spaces), or None when the starter gives
     nothing of the kind (Hydra's ranks: then no message is sent or heard)."""
     parts = [env.get(name, "") for name in _JOB_VARS]
     if env.get("SLURM_JOB_ID"):
