@@ -250,7 +250,7 @@ def signal_note(sig: Optional[int], delivered: Container[int], program: str,
                 f"mpilaunch); sent to mpilaunch it reaches every worker")
     if sig in delivered:
         return (f"  signal: {name} was sent to mpilaunch, which gave it to every worker; a "
-                "process without a handler for it dies of it, as under a bare launcher")
+                f"process without a handler for it dies of it, as under a bare {program}")
     return (f"  signal: {name} reached the ranks without going through mpilaunch (sent to "
             f"{program} or to the ranks, or by the scheduler: scancel --signal, sbatch "
             "--signal); a process without a handler for it dies of it")
