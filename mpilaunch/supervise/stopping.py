@@ -55,7 +55,10 @@ class StopState:
     stopper's bookkeeping, under ``lock``. Whether the attempt took the stop itself
     (``--term-grace``'s graceful stop: every worker saving while the starter still runs) is
     the attempt's own fact, ``supervise.attempt.Attempt.graceful``: it is not a phase of the
-    starter's ending (it goes on into ENDING, and the summary reads it after the end).
+    starter's ending (it goes on into ENDING, and the summary reads it after the end). So are
+    the verdicts of a long job's attempt (attempts/restart.py's ``stalled``, ``no_progress``,
+    ``foreign``): why it asked for the end (``end()`` through ``Job.end``), read by
+    ``outcome.decide`` once the starter is gone.
     """
 
     __slots__ = ("state", "failed", "first", "signals", "handled", "lock")
