@@ -132,3 +132,31 @@ def test_the_attempts_state_moves_only_forward_and_each_transition_once():
     assert stop.state is Stop.FORCED
     assert [stop.signal_came(signal.SIGINT), stop.signal_came(signal.SIGTERM)] == [1, 2]
     assert stop.first == signal.SIGINT and stop.asked
+
+
+def test_stop_signals_after_the_starter_was_asked_to_end_send_no_second_sigterm(capsys):
+    """A rank's failure ended the starter (Hydra's backend: Job.end); the stop signals that
+    follow find the attempt ENDING: no second SIGTERM, and the third forces (SIGKILL)."""
+    from mpilaunch.supervise.stopping import Stop
+
+    proc = CountingStarter()
+    ending = Ending(Ends(), Attempt())
+    job = Job(proc, None, "toy", stop=ending.stop)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        ending.attach(job, None)
+        job.end()                                   # the failure's end
+        for n in (1, 2, 3):
+            assert ending.stop.signal_came(signal.SIGTERM) == n
+            ending.act(signal.SIGTERM)
+        assert ending.stop.state is Stop.FORCED
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+        assert proc.sent == [signal.SIGTERM, signal.SIGKILL]
+        assert capsys.readouterr().err.splitlines() == [
+            "mpilaunch: already stopping; signal again to force",
+            "mpilaunch: already stopping; signal again to force",
+            "mpilaunch: stopping now (SIGKILL to toy)"]
+    finally:
+        job.cancel()
+        proc.kill()
+        proc.wait()
