@@ -16,7 +16,14 @@ import sys
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import Optional, Sequence
+    from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+    from mpilaunch.rank.agree import Agreement
+    from mpilaunch.rank.identity import RankInfo
+    from mpilaunch.rank.options import Options
+    from mpilaunch.rank.plan import ChildSpec
+    from mpilaunch.rank.resilience import ResilienceFlags
+    from mpilaunch.rank.runner import Inbox
 
 from mpilaunch.errors import UsageError
 from mpilaunch.rank import options as rank_options
@@ -26,11 +33,11 @@ PROG = rank_options.PROG
 USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
-def _for_the_worker(signum, frame) -> None:
+def _for_the_worker(signum: int, frame: object) -> None:
     """A user signal the starter forwarded to the whole group: the worker has its own copy."""
 
 
-def _guess_rank(env) -> Optional[int]:
+def _guess_rank(env: Mapping[str, str]) -> Optional[int]:
     for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "PMIX_RANK"):
         try:
             return int(env[name])
@@ -39,7 +46,7 @@ def _guess_rank(env) -> Optional[int]:
     return None
 
 
-def _cpus(opts):
+def _cpus(opts: Options) -> Tuple[Sequence[int], Sequence[Sequence[int]]]:
     """(available CPUs, NUMA nodes) when --bind-core needs them, else empty."""
     if opts.bind is None:
         return (), ()
@@ -57,7 +64,7 @@ def _make_log_dir(log_dir: str) -> None:
         raise UsageError(f"--log-dir {log_dir!r} is not writable")
 
 
-def run(opts, info, user_env: dict, hostname: str) -> int:
+def run(opts: Options, info: RankInfo, user_env: Dict[str, str], hostname: str) -> int:
     from mpilaunch.rank import control
 
     channel = control.take(user_env)   # the launcher's key never reaches a worker (control.py)
@@ -104,19 +111,21 @@ def run(opts, info, user_env: dict, hostname: str) -> int:
     restarts = _restarts(opts, info, ag, user_env, argv, hostname, ip, ifname, cpus, numa)
     from mpilaunch.rank.runner import supervise
 
-    return supervise(specs, opts, info.rank, hostname, local_size=info.local_size,
+    return supervise(specs, opts, info.rank, hostname, local_size=info.local()[1],
                      channel=channel, restarts=restarts)
 
 
-def _attempt_specs(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifname, cpus, numa,
-                   k: int, port: int):
+def _attempt_specs(opts: Options, lr: ResilienceFlags, info: RankInfo, ag: Agreement,
+                   user_env: Dict[str, str], argv: List[str], hostname: str, ip: str,
+                   ifname: Optional[str], cpus: Sequence[int], numa: Sequence[Sequence[int]],
+                   k: int, port: int) -> List[ChildSpec]:
     """The children of attempt ``k`` restarted in place (rank/inplace/): its log dir
     (LOG_DIR/attempt<k>, beside this attempt's), restart count and rendezvous port."""
     from mpilaunch.rank import resilience
     from mpilaunch.rank.inplace.loop import attempt_dir
 
     opts = opts._replace(log_dir=attempt_dir(opts.log_dir, k), master_port=port,
-                         resilience=opts.resilience._replace(restart_count=k))
+                         resilience=lr._replace(restart_count=k))
     env = dict(user_env)
     resilience.prepare(opts, info, env, span_check=False)
     _make_log_dir(opts.log_dir)
@@ -127,7 +136,7 @@ def _attempt_specs(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifna
     return specs
 
 
-def _no_stale_error_file(specs) -> None:
+def _no_stale_error_file(specs: Sequence[ChildSpec]) -> None:
     """An error file left by an earlier job in the same log dir would be read as this
     worker's exception after a failure (contract.error_file_path)."""
     for spec in specs:
@@ -140,7 +149,8 @@ def _no_stale_error_file(specs) -> None:
                 pass
 
 
-def _pass_starter_fds(specs, used_mpi: bool, user_env: dict):
+def _pass_starter_fds(specs: List[ChildSpec], used_mpi: bool,
+                      user_env: Mapping[str, str]) -> List[ChildSpec]:
     """The worker keeps the starter's fds when the adapter did not speak PMI itself: the
     worker is then the first in this process to."""
     if used_mpi:
@@ -151,24 +161,31 @@ def _pass_starter_fds(specs, used_mpi: bool, user_env: dict):
     return [s._replace(pass_fds=fds) if s.role == "worker" else s for s in specs]
 
 
-def _restarts(opts, info, ag, user_env: dict, argv, hostname: str, ip, ifname, cpus, numa):
+def _restarts(opts: Options, info: RankInfo, ag: Agreement, user_env: Dict[str, str],
+              argv: List[str], hostname: str, ip: str, ifname: Optional[str],
+              cpus: Sequence[int], numa: Sequence[Sequence[int]]
+              ) -> Optional[Callable[[Inbox, Options], object]]:
     """runner.supervise's in-place hooks (rank/inplace/loop.py), None without --in-place."""
-    if opts.resilience is None or not opts.resilience.in_place:
+    lr = opts.resilience
+    if lr is None or not lr.in_place:
         return None
+    size = info.size
+    if size is None:   # the agreed RankInfo is complete
+        raise ValueError("in-place restarts need the world size (an incomplete RankInfo)")
 
-    def specs_for(k, port):
-        return _attempt_specs(opts, info, ag, user_env, argv, hostname, ip, ifname, cpus, numa,
-                              k, port)
+    def specs_for(k: int, port: int) -> List[ChildSpec]:
+        return _attempt_specs(opts, lr, info, ag, user_env, argv, hostname, ip, ifname, cpus,
+                              numa, k, port)
 
-    def restarts(inbox, opts):
+    def restarts(inbox: Inbox, opts: Options) -> object:   # rank/inplace/loop.Restarts, opt-in
         from mpilaunch.rank.inplace import loop
 
-        return loop.Restarts(inbox, opts, info.rank, hostname, ag.sched_addr, info.size, argv,
+        return loop.Restarts(inbox, opts, info.rank, hostname, ag.sched_addr, size, argv,
                              specs_for)
     return restarts
 
 
-def exec_script(opts, info, user_env: dict, argv) -> int:
+def exec_script(opts: Options, info: RankInfo, user_env: Dict[str, str], argv: List[str]) -> int:
     """``--exec``: no MPI, no scheduler, no supervision, no log files: derive the env and
     ``execvpe`` the script (it inherits the adapter's PDEATHSIG, so losing mpirun ends it).
     What is allowed: :func:`mpilaunch.rank.plan.exec_check`. Rank 0 checks the port only when

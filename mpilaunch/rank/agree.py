@@ -37,7 +37,17 @@ from collections import namedtuple
 
 TYPE_CHECKING = False  # no typing at run time (docs/ARCHITECTURE.md, start-up)
 if TYPE_CHECKING:
-    from typing import Any, Callable, List, Mapping, MutableMapping, Optional, Sequence, Tuple
+    from typing import (Any, Callable, List, Mapping, MutableMapping, NamedTuple, Optional,
+                        Sequence, Tuple)
+
+    # The checker's view of the records below; at run time they are namedtuples (a test holds
+    # the two to the same fields).
+    class Agreement(NamedTuple):
+        info: RankInfo; sched_addr: str; sched_port: int; used_mpi: bool   # noqa: E702
+
+    class Peer(NamedTuple):
+        rank: int; hostname: str; ipv4s: Tuple[str, ...]; leader: int   # noqa: E702
+        local_rank: int; local_size: int   # noqa: E702
 
 from mpilaunch.errors import UsageError
 # The network look-ups are the launcher's too: one module for both (mpilaunch/net.py).
@@ -55,7 +65,8 @@ class PeerFailed(Exception):
 
 
 # info: RankInfo, complete, with node_index/num_nodes when MPI was used
-Agreement = namedtuple("Agreement", "info sched_addr sched_port used_mpi")
+if not TYPE_CHECKING:
+    Agreement = namedtuple("Agreement", "info sched_addr sched_port used_mpi")
 
 
 # ---------------------------------------------------------------- addresses (impure)
@@ -107,7 +118,8 @@ def _refuse_loopback(addr: str, spans_nodes: bool, given: str, flag: str) -> Non
 # ---------------------------------------------------------------- pure decisions
 
 # leader: lowest world rank on the same node
-Peer = namedtuple("Peer", "rank hostname ipv4s leader local_rank local_size")
+if not TYPE_CHECKING:
+    Peer = namedtuple("Peer", "rank hostname ipv4s leader local_rank local_size")
 
 
 def _group(peers: Sequence[Peer], key: Callable[[Peer], Any]) -> List[List[Peer]]:
@@ -147,14 +159,11 @@ def complete_info(info: RankInfo, peers: Sequence[Peer]) -> RankInfo:
     nodes = nodes_of(peers)
     me = next(p for p in peers if p.rank == info.rank)
     index = next(i for i, n in enumerate(nodes) if me in n)
-    changes = dict(node_index=index, num_nodes=len(nodes))
-    if info.size is None:
-        changes["size"] = len(peers)
-    if info.local_rank is None:
-        changes["local_rank"] = me.local_rank
-    if info.local_size is None:
-        changes["local_size"] = me.local_size
-    return info._replace(**changes)
+    return info._replace(
+        node_index=index, num_nodes=len(nodes),
+        size=len(peers) if info.size is None else info.size,
+        local_rank=me.local_rank if info.local_rank is None else info.local_rank,
+        local_size=me.local_size if info.local_size is None else info.local_size)
 
 
 def choose_sched_addr(master_addr: Optional[str], spans_nodes: bool, own_ipv4s: Sequence[str],

@@ -113,6 +113,8 @@ def device_list(opts: FrameworkOpts, user_env: Mapping[str, str]) -> Tuple[Optio
 
 
 def device_id(info: RankInfo, opts: FrameworkOpts, user_env: Mapping[str, str]) -> str:
+    if info.local_rank is None or info.local_size is None:   # callers hold a complete RankInfo
+        raise ValueError("device_id needs a complete RankInfo (local rank and size known)")
     source, devices = device_list(opts, user_env)
     if devices is None:
         return str(info.local_rank)
@@ -200,6 +202,9 @@ def _simulation(ours: Dict[str, str], env: Dict[str, str], level: str, opts: Fra
 
 def torchrun_env(info: RankInfo, opts: FrameworkOpts, user_env: Mapping[str, str]) -> Dict[str, str]:
     """What torchrun gives a worker beyond the variables every rank gets (module doc)."""
+    local_size = info.local_size
+    if local_size is None:   # framework_env checked it: a complete RankInfo
+        raise ValueError("torchrun_env needs a complete RankInfo (local size known)")
     ours = {
         "ROLE_RANK": str(info.rank),
         "ROLE_NAME": TORCHRUN_ROLE,
@@ -215,7 +220,7 @@ def torchrun_env(info: RankInfo, opts: FrameworkOpts, user_env: Mapping[str, str
         ours["GROUP_WORLD_SIZE"] = str(info.num_nodes)
     if opts.error_file:
         ours["TORCHELASTIC_ERROR_FILE"] = opts.error_file
-    if omp_threads(user_env, info.local_size) is not None:
+    if omp_threads(user_env, local_size) is not None:
         ours["OMP_NUM_THREADS"] = OMP_DEFAULT
     return ours
 

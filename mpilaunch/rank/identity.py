@@ -30,12 +30,19 @@ from collections import namedtuple
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import Mapping
+    from typing import Mapping, NamedTuple, Optional, Tuple
+
+    class _RankInfo(NamedTuple):   # the checker's view; at run time the namedtuple below
+        rank: int; size: Optional[int]; local_rank: Optional[int]   # noqa: E702
+        local_size: Optional[int]; node_index: Optional[int]; num_nodes: Optional[int]   # noqa: E702
+        hostname: str; starter: str   # noqa: E702
+else:
+    _RankInfo = namedtuple("RankInfo", "rank size local_rank local_size node_index num_nodes hostname starter")
 
 from mpilaunch.errors import UsageError
 
 
-class RankInfo(namedtuple("RankInfo", "rank size local_rank local_size node_index num_nodes hostname starter")):
+class RankInfo(_RankInfo):
     """rank: int; size, local_rank, local_size, node_index, num_nodes: Optional[int];
     hostname: str; starter (whose variables these are): "openmpi" | "hydra" | "slurm" | "pmix".
     (A namedtuple, not a dataclass: docs/ARCHITECTURE.md, start-up.)"""
@@ -51,8 +58,14 @@ class RankInfo(namedtuple("RankInfo", "rank size local_rank local_size node_inde
     def single_node(self) -> bool:
         return self.complete and self.local_size == self.size
 
-    def with_nodes(self, **changes: object) -> "RankInfo":
-        return self._replace(**changes)
+    def local(self) -> Tuple[int, int]:
+        """(local rank, local size) of a complete RankInfo (the agreed one)."""
+        if self.local_rank is None or self.local_size is None:
+            raise ValueError("the local rank and size are not known (an incomplete RankInfo)")
+        return self.local_rank, self.local_size
+
+    def with_nodes(self, node_index: int, num_nodes: int) -> "RankInfo":
+        return self._replace(node_index=node_index, num_nodes=num_nodes)
 
 
 def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:

@@ -18,9 +18,41 @@ TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for
 if TYPE_CHECKING:
     import argparse
     from types import SimpleNamespace
-    from typing import List, NoReturn, Optional, Sequence
-
+    from typing import (Dict, FrozenSet, List, NamedTuple, NoReturn, Optional, Sequence, Tuple,
+                        Union)
     from mpilaunch.rank.resilience import ResilienceFlags
+
+    # The checker's view of the records below; at run time they are namedtuples (a test holds
+    # the two to the same fields).
+    class _Options(NamedTuple):
+        log_dir: str; worker_log_name: str; tail: Optional[FrozenSet[int]]   # noqa: E702
+        master_addr: Optional[str]; master_port: int; no_scheduler: bool   # noqa: E702
+        cluster_time_out: Optional[int]   # bind: rank/binding/affinity.py's Spec (opt-in there)
+        bind: Union[None, str, Dict[str, List[int]]]
+        visible_devices: Optional[Tuple[str, ...]]; scheduler_grace: float   # noqa: E702
+        exec_: bool; no_python: bool; python: Optional[str]; command: List[str]   # noqa: E702
+        module: bool; port_check: bool   # noqa: E702
+        resilience: Optional[ResilienceFlags] = None
+        numa: Optional[str] = None
+        sim_level: Optional[int] = None
+        sim_rank_id: Optional[int] = None
+        sim_world: Optional[int] = None
+        rank_table_file: Optional[str] = None
+        run_id: Optional[str] = None
+        monitor: float = 0.0
+        torchrun: Optional[Torchrun] = None
+
+    class _Torchrun(NamedTuple):
+        role: Optional[str]; signals: Optional[str]; redirects: Dict[int, int]   # noqa: E702
+        filter: Optional[FrozenSet[int]]; vlr: bool   # noqa: E702
+else:
+    _Options = namedtuple("Options", "log_dir worker_log_name tail master_addr master_port "
+                          "no_scheduler cluster_time_out bind visible_devices scheduler_grace "
+                          "exec_ no_python python command module port_check resilience "
+                          "numa sim_level sim_rank_id sim_world rank_table_file run_id monitor "
+                          "torchrun",
+                          defaults=(None, None, None, None, None, None, None, 0.0, None))
+    _Torchrun = namedtuple("Torchrun", "role signals redirects filter vlr")
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
@@ -85,12 +117,7 @@ def _fast(argv: List[str]) -> Optional[SimpleNamespace]:
     return ns
 
 
-class Options(namedtuple("Options", "log_dir worker_log_name tail master_addr master_port "
-                         "no_scheduler cluster_time_out bind visible_devices scheduler_grace "
-                         "exec_ no_python python command module port_check resilience "
-                         "numa sim_level sim_rank_id sim_world rank_table_file run_id monitor "
-                         "torchrun",
-                         defaults=(None, None, None, None, None, None, None, 0.0, None))):
+class Options(_Options):
     """The adapter's validated options (a namedtuple: docs/ARCHITECTURE.md, start-up).
 
     tail: parsed ``--tail-worker-log`` (None = every rank, else a frozenset of ranks);
@@ -155,7 +182,7 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
         resilience=_resilience(ns))
 
 
-class Torchrun(namedtuple("Torchrun", "role signals redirects filter vlr")):
+class Torchrun(_Torchrun):
     """torchrun's per-worker flags (``--torchrun``): role: ROLE_NAME or None; signals:
     TORCHELASTIC_SIGNALS_TO_HANDLE or None; redirects: {local rank: N} (-1: every local rank)
     where N (1 stdout, 2 stderr, 3 both) stays out of the console; filter: the local ranks on

@@ -34,7 +34,27 @@ from collections import namedtuple
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import List, Mapping, Optional, Sequence
+    from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+    from mpilaunch.rank.identity import RankInfo
+    from mpilaunch.rank.options import Options, Torchrun
+
+    # The checker's view of the records below; at run time they are namedtuples (a test holds
+    # the two to the same fields).
+    class _ChildSpec(NamedTuple):
+        role: str; argv: List[str]; env: Dict[str, str]; log_path: str   # noqa: E702
+        tail_prefix: Optional[bytes] = None
+        cpus: Optional[List[int]] = None
+        inherit_stdin: bool = False
+        pass_fds: Tuple[int, ...] = ()
+        hidden: int = 0
+
+    class _ExecPlan(NamedTuple):
+        argv: List[str]; env: Dict[str, str]; cpus: Optional[List[int]]   # noqa: E702
+else:
+    _ChildSpec = namedtuple("ChildSpec", "role argv env log_path tail_prefix cpus inherit_stdin "
+                            "pass_fds hidden", defaults=(None, None, False, (), 0))
+    _ExecPlan = namedtuple("ExecPlan", "argv env cpus")
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
@@ -42,8 +62,7 @@ from mpilaunch.rank import logs   # affinity: imported where --bind-core/--bind-
 from mpilaunch.rank.frameworkenv import FrameworkOpts, device_id, framework_env
 
 
-class ChildSpec(namedtuple("ChildSpec", "role argv env log_path tail_prefix cpus inherit_stdin pass_fds "
-                           "hidden", defaults=(None, None, False, (), 0))):
+class ChildSpec(_ChildSpec):
     """What to start: role "worker" | "scheduler"; env: the complete environment;
     tail_prefix: bytes -> relay the output to stdout with this prefix on each line;
     hidden: with a tail_prefix, the stream kept off the console (1 stdout, 2 stderr; torchrun's
@@ -54,7 +73,7 @@ class ChildSpec(namedtuple("ChildSpec", "role argv env log_path tail_prefix cpus
     __slots__ = ()
 
 
-class ExecPlan(namedtuple("ExecPlan", "argv env cpus")):
+class ExecPlan(_ExecPlan):
     """``--exec``: the argv and environment to exec, and the CPUs to bind first (or None)."""
 
     __slots__ = ()
@@ -64,13 +83,13 @@ MPI_IDENTITY_PREFIXES = ("OMPI_", "PMIX_", "PMI_", "PRTE_")
 MPI_IDENTITY_NAMES = ("MPI_LOCALRANKID", "MPI_LOCALNRANKS")
 
 
-def without_mpi_identity(env: Mapping[str, str]) -> dict:
+def without_mpi_identity(env: Mapping[str, str]) -> Dict[str, str]:
     """``env`` minus what makes a process an MPI rank (the scheduler copy of the script)."""
     return {k: v for k, v in env.items()
             if not k.startswith(MPI_IDENTITY_PREFIXES) and k not in MPI_IDENTITY_NAMES}
 
 
-def framework_opts(opts, error_file: Optional[str] = None) -> FrameworkOpts:
+def framework_opts(opts: Options, error_file: Optional[str] = None) -> FrameworkOpts:
     """The framework options of ``opts``; torchrun's variables for a supervised worker of a
     job without MindSpore's scheduler (rank/frameworkenv.py), ``error_file`` its
     ``TORCHELASTIC_ERROR_FILE``."""
@@ -83,7 +102,7 @@ def framework_opts(opts, error_file: Optional[str] = None) -> FrameworkOpts:
                          error_file=error_file)
 
 
-def numa_argv(opts, argv: List[str], role: str, info, device: str, keep_cpus: bool) -> List[str]:
+def numa_argv(opts: Options, argv: List[str], role: str, info: RankInfo, device: str, keep_cpus: bool) -> List[str]:
     """``argv`` behind rank/binding/numabind.py when ``--bind-numa`` binds ``role`` (the scheduler
     only by its own key, as in msrun), else ``argv``."""
     if opts.numa is None:
@@ -97,11 +116,11 @@ def numa_argv(opts, argv: List[str], role: str, info, device: str, keep_cpus: bo
 
     from mpilaunch.rank.binding import numabind
 
-    return numabind.prefix(sys.executable, opts.numa, role, info.local_rank, info.local_size,
-                           device, keep_cpus) + list(argv)
+    return numabind.prefix(sys.executable, opts.numa, role, *info.local(), device,
+                           keep_cpus) + list(argv)
 
 
-def check(opts, info, user_env: Mapping[str, str]) -> None:
+def check(opts: Options, info: RankInfo, user_env: Mapping[str, str]) -> None:
     """What needs the rank's identity to be checked, before anything starts."""
     if opts.tail and info.size is not None:
         bad = sorted(r for r in opts.tail if r >= info.size)
@@ -116,17 +135,17 @@ def check(opts, info, user_env: Mapping[str, str]) -> None:
         logs.check_log_name(opts.worker_log_name, info.size)
 
 
-def needs_local_ip(opts) -> bool:
+def needs_local_ip(opts: Options) -> bool:
     """Whether :func:`children` needs this host's address (for ``{ip}`` in the log name)."""
     return "{ip}" in opts.worker_log_name
 
 
-def needs_gloo_ifname(info, user_env: Mapping[str, str]) -> bool:
+def needs_gloo_ifname(info: RankInfo, user_env: Mapping[str, str]) -> bool:
     """Whether the worker gets ``GLOO_SOCKET_IFNAME`` (ranks on several hosts, not set)."""
     return not info.single_node and not user_env.get("GLOO_SOCKET_IFNAME")
 
 
-def children(opts, info, sched_addr: str, sched_port: int, user_env: Mapping[str, str],
+def children(opts: Options, info: RankInfo, sched_addr: str, sched_port: int, user_env: Mapping[str, str],
              argv: List[str], hostname: str, ip: str = "", gloo_ifname: Optional[str] = None,
              cpus: Sequence[int] = (), numa_nodes: Sequence[Sequence[int]] = ()) -> List[ChildSpec]:
     """The children of this rank: [scheduler (rank 0)], worker. ``info`` is the agreed one
@@ -139,16 +158,17 @@ def children(opts, info, sched_addr: str, sched_port: int, user_env: Mapping[str
     worker_env = framework_env(info, sched_addr, sched_port, fw, user_env)
     if gloo_ifname and needs_gloo_ifname(info, user_env):
         worker_env["GLOO_SOCKET_IFNAME"] = gloo_ifname
+    local_rank, local_size = info.local()   # framework_env checked it is known
     tr = opts.torchrun
-    hidden = 0 if tr is None else tr.hidden(info.local_rank)
+    hidden = 0 if tr is None else tr.hidden(local_rank)
     if tr is not None and "ROLE_NAME" in worker_env:   # a torch worker (torchrun's variables)
-        torchrun_env(tr, worker_env, info.local_rank)
+        torchrun_env(tr, worker_env, local_rank)
     worker_cpus = sched_cpus = None
     if opts.bind is not None:
         from mpilaunch.rank.binding import affinity
 
         worker_cpus, sched_cpus = affinity.plan_cpus(
-            opts.bind, cpus, numa_nodes, info.local_rank, info.local_size,
+            opts.bind, cpus, numa_nodes, local_rank, local_size,
             info.node_index == 0 and not opts.no_scheduler, worker_env["DEVICE_ID"])
     specs = []
     device = worker_env["DEVICE_ID"]
@@ -167,7 +187,7 @@ def children(opts, info, sched_addr: str, sched_port: int, user_env: Mapping[str
     return specs
 
 
-def torchrun_env(tr, env: dict, local_rank: int) -> None:
+def torchrun_env(tr: Torchrun, env: Dict[str, str], local_rank: int) -> None:
     """torchrun's per-worker flags in a torch worker's environment (``--torchrun``): --role,
     --signals-to-handle, --virtual-local-rank (LOCAL_RANK 0, CUDA_VISIBLE_DEVICES the worker's
     one device: the local rank's entry of the list it had, else its DEVICE_ID)."""
@@ -182,7 +202,7 @@ def torchrun_env(tr, env: dict, local_rank: int) -> None:
         env["LOCAL_RANK"] = "0"
 
 
-def exec_check(opts, info) -> None:
+def exec_check(opts: Options, info: RankInfo) -> None:
     """``--exec``: no MPI, so only what the environment alone tells is available. Single
     node -> node index 0 and ``127.0.0.1``; Slurm -> node index from ``SLURM_NODEID``,
     ``--master-addr`` required; Open MPI / Hydra across nodes -> ``--master-addr`` required
@@ -200,7 +220,7 @@ def exec_check(opts, info) -> None:
                          "address cannot be learnt without MPI)")
 
 
-def exec_plan(opts, info, sched_addr: str, user_env: Mapping[str, str], argv: List[str],
+def exec_plan(opts: Options, info: RankInfo, sched_addr: str, user_env: Mapping[str, str], argv: List[str],
               own_python: bool, cpus: Sequence[int] = (),
               numa_nodes: Sequence[Sequence[int]] = ()) -> ExecPlan:
     """``--exec``: what to exec. ``own_python``: ``argv[0]`` is the adapter's interpreter
@@ -210,8 +230,8 @@ def exec_plan(opts, info, sched_addr: str, user_env: Mapping[str, str], argv: Li
     if opts.bind is not None:
         from mpilaunch.rank.binding import affinity
 
-        bound, _ = affinity.plan_cpus(opts.bind, cpus, numa_nodes, info.local_rank,
-                                      info.local_size, False, env["DEVICE_ID"])
+        bound, _ = affinity.plan_cpus(opts.bind, cpus, numa_nodes, *info.local(), False,
+                                      env["DEVICE_ID"])
     argv = list(argv)
     if not opts.no_python and own_python:
         # Run the MPI program under mpi4py's runner: an exception or a non-zero sys.exit then

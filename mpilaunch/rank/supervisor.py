@@ -168,7 +168,7 @@ class Supervisor:
             lambda: status.life(self.rank, self.host, "worker", "output"))
         watch = (firstout.watch(spec.log_path, first)   # not tailed: only its log sees it
                  if first is not None and read_fd is None else None)
-        if read_fd is not None and log_fd is not None:
+        if read_fd is not None and log_fd is not None and spec.tail_prefix is not None:
             child.relay, child.hidden_relay = relay_threads(
                 spec.role, spec.tail_prefix, read_fd, hid_r, log_fd, self.stdout_fd,
                 self.pipe_size, first)
