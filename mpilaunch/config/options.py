@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 from collections import namedtuple
-from typing import Any, Tuple
+from typing import (TYPE_CHECKING, AbstractSet, Any, Dict, FrozenSet, Mapping, NamedTuple,
+                    NoReturn, Optional, Sequence, Tuple)
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
@@ -40,7 +41,19 @@ GROUPS = {
 }
 
 
-class Opt(namedtuple("Opt", "flags dest var default shown help group kind metavar commands")):
+if TYPE_CHECKING:   # the checker's view; at run time a namedtuple (a test holds the two together)
+    class _Opt(NamedTuple):
+        flags: Tuple[str, ...]; dest: str; var: Optional[str]   # noqa: E702
+        # a str or None; Any while readers that know it is set (float(...default) in run.py,
+        # check/results.py, stacks/command.py) read it as a str
+        default: Any
+        shown: str; help: str; group: str; kind: str; metavar: Optional[str]   # noqa: E702
+        commands: Tuple[str, ...]
+else:
+    _Opt = namedtuple("Opt", "flags dest var default shown help group kind metavar commands")
+
+
+class Opt(_Opt):
     """flags: spellings (the first long one names the option in messages); dest: argparse name;
     var: the variable standing in for the flag (None: flag only); default: the value used when
     neither is given (None: decided elsewhere, described by ``shown``); kind: ``value`` |
@@ -54,8 +67,9 @@ class Opt(namedtuple("Opt", "flags dest var default shown help group kind metava
         return next((f for f in self.flags if f.startswith("--")), self.flags[0])
 
 
-def _o(flags, dest, help, group, var=None, default=None, shown="", kind="value", metavar=None,
-       commands=LAUNCH):
+def _o(flags: Sequence[str], dest: str, help: str, group: str, var: Optional[str] = None,
+       default: Optional[str] = None, shown: str = "", kind: str = "value",
+       metavar: Optional[str] = None, commands: Sequence[str] = LAUNCH) -> Opt:
     return Opt(tuple(flags), dest, var, default, shown, help, group, kind, metavar, tuple(commands))
 
 
@@ -286,9 +300,9 @@ BY_DEST = {o.dest: o for o in OPTIONS}
 
 
 class _Parser(argparse.ArgumentParser):
-    value_flags: frozenset = frozenset()   # the flags that take a value (parser() sets them)
+    value_flags: FrozenSet[str] = frozenset()   # the flags that take a value (parser() sets them)
 
-    def error(self, message):  # one line, no usage dump, exit 2 via UsageError
+    def error(self, message: str) -> NoReturn:  # one line, no usage dump, exit 2 via UsageError
         raise UsageError(message)
 
     def parse_known_args(self, args=None, namespace=None):
@@ -324,7 +338,7 @@ class _Parser(argparse.ArgumentParser):
         return super()._parse_optional(arg_string)
 
 
-def module_index(args, value_flags) -> "int | None":
+def module_index(args: Sequence[str], value_flags: AbstractSet[str]) -> "int | None":
     """Where ``-m`` / ``-mMODULE`` stands among the options (before SCRIPT or ``--``)."""
     i = 0
     while i < len(args):
@@ -359,7 +373,7 @@ def parser(command: str = RUN) -> _Parser:
                 epilog=epilog(command), formatter_class=Formatter)
     p.value_flags = frozenset(f for o in OPTIONS if command in o.commands and o.kind != "switch"
                               for f in o.flags)
-    groups = {}
+    groups: Dict[str, argparse._ArgumentGroup] = {}
     for o in OPTIONS:
         if command not in o.commands:
             continue
@@ -387,7 +401,7 @@ def parser(command: str = RUN) -> _Parser:
 BLANK_IS_A_VALUE = frozenset({"bind_args", "x_args", "mca_args", "extra_args"})
 
 
-def setting(args, env, dest: str) -> Tuple[Any, str]:
+def setting(args: object, env: Mapping[str, str], dest: str) -> Tuple[Any, str]:
     """(value, source) for option ``dest``: the flag if given, else its variable if set (and
     not blank, but for :data:`BLANK_IS_A_VALUE`), else the table's default. ``source`` names
     the flag or the variable (for messages), or is ``"default"``."""
@@ -400,7 +414,7 @@ def setting(args, env, dest: str) -> Tuple[Any, str]:
     return o.default, "default"
 
 
-def flag_names(commands) -> tuple:
+def flag_names(commands: Sequence[str]) -> Tuple[str, ...]:
     """Every spelling of the options that take a value / are switches, for argv splitting."""
     return tuple(f for o in OPTIONS if set(o.commands) & set(commands) for f in o.flags)
 

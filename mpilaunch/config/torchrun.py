@@ -46,7 +46,10 @@ flags become statements about the whole job, checked before anything starts):
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:   # config/options.py imports this module: its rows' type only for the checker
+    from mpilaunch.config.options import Opt
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
@@ -61,7 +64,7 @@ PET_VARS = {"master_addr": "PET_MASTER_ADDR", "master_port": "PET_MASTER_PORT",
             "node_rank": "PET_NODE_RANK"}
 
 
-def option_rows(make, commands) -> tuple:
+def option_rows(make: Callable[..., Opt], commands: Sequence[str]) -> Tuple[Opt, ...]:
     """The option table's torchrun rows, made with its row factory (no import cycle), for
     ``commands``."""
     g = GROUP[0]
@@ -92,7 +95,7 @@ def option_rows(make, commands) -> tuple:
     ) + _worker_rows(make, commands)
 
 
-def _worker_rows(make: Any, commands: Any) -> tuple:
+def _worker_rows(make: Callable[..., Opt], commands: Sequence[str]) -> Tuple[Opt, ...]:
     """The rows of the flags config/torchworker.py reads (:data:`WORKER_DESTS`)."""
     g = GROUP[0]
     return (
