@@ -49,7 +49,11 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:   # config/options.py imports this module: its rows' type only for the checker
+    from mpilaunch.config.hostfile import Host
     from mpilaunch.config.options import Opt
+
+# (value, source) of an option: what config/options.py's setting() gives
+Setting = Tuple[Any, str]
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
@@ -194,7 +198,7 @@ def pet_name(dest: str) -> str:
     return "PET_" + dest.upper()
 
 
-def apply_pet(args: Any, env: Mapping[str, str], rows: Mapping[str, Any]) -> List[Tuple[str, str]]:
+def apply_pet(args: Any, env: Mapping[str, str], rows: Mapping[str, Opt]) -> List[Tuple[str, str]]:
     """torchrun reads every flag from ``PET_<NAME>`` (flag > variable > default): each flag not
     given whose row has no variable of its own (``rows``: dest -> Opt) takes its variable, in
     ``args`` (a switch: 1/0, as torchrun reads it). -> the (variable, dest) pairs taken."""
@@ -236,7 +240,7 @@ def _worker_flags(args: Any) -> bool:
     return any(getattr(args, d, None) not in (None, False) for d in WORKER_DESTS)
 
 
-def prepare(args: Any, env: Mapping[str, str], rows: Mapping[str, Any]) -> None:
+def prepare(args: Any, env: Mapping[str, str], rows: Mapping[str, Opt]) -> None:
     """Before the launch configuration is built from ``args``: torchrun's variables taken
     (:func:`apply_pet`), then the per-worker and meaningless flags checked
     (config/torchworker.py): refusals, ``--shutdown-timeout`` as ``--term-grace``,
@@ -262,12 +266,12 @@ def rank_spec(args: Any, env: Mapping[str, str]) -> Optional[str]:
     return torchworker.rank_spec(args, env, TORCHRUN_ROLE)
 
 
-def _value(setting) -> Tuple[Optional[str], str]:
+def _value(setting: Setting) -> Tuple[Optional[str], str]:
     value, source = setting
     return (None if value is None else str(value).strip()), source
 
 
-def nproc(setting) -> Optional[int]:
+def nproc(setting: Setting) -> Optional[int]:
     """``--nproc-per-node`` as a number, or None (not given, or auto/cpu/gpu)."""
     value, source = _value(setting)
     if value is None or value.lower() in NPROC_WORDS:
@@ -275,7 +279,7 @@ def nproc(setting) -> Optional[int]:
     return contract.whole(value, source, 1, fix="give a number of ranks per host, or auto")
 
 
-def node_range(setting) -> Optional[Tuple[int, int]]:
+def node_range(setting: Setting) -> Optional[Tuple[int, int]]:
     """``--nnodes N`` or ``MIN:MAX`` -> (MIN, MAX), or None when not given."""
     value, source = _value(setting)
     if value is None:
@@ -288,13 +292,13 @@ def node_range(setting) -> Optional[Tuple[int, int]]:
     return lo, hi
 
 
-def nnodes(setting) -> Optional[int]:
+def nnodes(setting: Setting) -> Optional[int]:
     """``--nnodes N`` (or ``N:N``) -> N; a range MIN:MAX -> None (checked by check_hosts)."""
     span = node_range(setting)
     return None if span is None or span[0] != span[1] else span[0]
 
 
-def min_hosts(setting) -> Optional[int]:
+def min_hosts(setting: Setting) -> Optional[int]:
     """MIN of ``--nnodes MIN:MAX`` with MIN < MAX (the job goes on down to MIN hosts, as
     ``--min-hosts`` does), else None."""
     span = node_range(setting)
@@ -327,8 +331,8 @@ def rdzv_backend(value: Optional[str]) -> None:
                      "a fixed set of hosts (what static and c10d give); give static or c10d")
 
 
-def check_hosts(nproc_setting, nnodes_setting, np_setting, hosts, hosts_source: str,
-                standalone: bool) -> None:
+def check_hosts(nproc_setting: Setting, nnodes_setting: Setting, np_setting: Setting,
+                hosts: Sequence[Host], hosts_source: str, standalone: bool) -> None:
     """The torchrun flags against the hosts and slots mpilaunch sees: a mismatch is one line
     naming both."""
     per_node, source = nproc(nproc_setting), nproc_setting[1]
@@ -358,7 +362,8 @@ def check_hosts(nproc_setting, nnodes_setting, np_setting, hosts, hosts_source: 
                                  f"makes {per_node * count} ranks; make them agree")
 
 
-def rendezvous(args, addr_setting, port_setting) -> Tuple[Optional[str], tuple]:
+def rendezvous(args: Any, addr_setting: Setting, port_setting: Setting
+               ) -> Tuple[Optional[str], Setting]:
     """(master_addr, (master_port, its source)) with ``--rdzv-endpoint`` and ``--standalone``
     applied; ``--rdzv-backend`` checked. The settings: (value, source) of each option."""
     rdzv_backend(getattr(args, "rdzv_backend", None))
@@ -380,7 +385,7 @@ def rendezvous(args, addr_setting, port_setting) -> Tuple[Optional[str], tuple]:
     return master_addr, port_setting
 
 
-def run_id(setting) -> str:
+def run_id(setting: Setting) -> str:
     """``TORCHELASTIC_RUN_ID``: ``--rdzv-id`` / ``PET_RDZV_ID``, else an id made now, once per
     launch (every attempt and rank gets this one)."""
     value, _ = _value(setting)
