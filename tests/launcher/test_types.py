@@ -22,8 +22,9 @@ SETUP_CFG = os.path.join(REPO, "setup.cfg")
 # an Any is an expression nothing checks. 13.4 % before the configuration, the backends'
 # protocol and the modules setup.cfg lists with disallow_untyped_defs were typed, 9.6 % after;
 # 8.0 % once a rank's status line, the loop's config and the output/, attempts/, supervise/ and
-# report/ packages were; lower it as more is typed, never raise it.
-ANY_SHARE_CAP = 8.5
+# report/ packages were; 7.6 % -> 6.0 % once the rank side's records and the option table were
+# typed; lower it as more is typed, never raise it.
+ANY_SHARE_CAP = 6.1
 
 
 def _pinned() -> str:
