@@ -15,11 +15,23 @@ from helpers.mpis import MPIRUNS
 from helpers.procs import wait_for
 
 # Rank 1 blocks forever (never reaches the barrier); rank 0 waits in gloo's barrier for it.
+# Each rank beats its heartbeat while it imports torch and meets the others: under load the
+# import alone can outlast the 4 s stall timeout, and the stall to see is the barrier's.
 BARRIER = r'''
-import datetime, os, sys, time
-import torch.distributed as dist
+import datetime, os, pathlib, sys, threading, time
 rank = int(os.environ["RANK"])
+hb, started = pathlib.Path(os.environ["MPILAUNCH_HEARTBEAT_FILE"]), threading.Event()
+
+
+def beat():
+    while not started.wait(0.5):
+        hb.touch()
+
+
+threading.Thread(target=beat, daemon=True).start()
+import torch.distributed as dist
 dist.init_process_group("gloo", timeout=datetime.timedelta(hours=1))
+started.set()
 print(f"READY {rank}", flush=True)
 open(os.path.join(sys.argv[1], f"ready_{rank}"), "w").close()
 if rank == 1:
@@ -77,7 +89,8 @@ def test_a_deadlocked_barrier_ends_the_job_with_stacks(mpirun, tmp_path):
     stacks = (logs / "stacks_0.txt").read_text()
     if _py_spy():
         assert "barrier" in stacks, stacks
-        assert "barrier.py:10" in (logs / "stacks_1.txt").read_text()   # its endless sleep
+        sleep_line = BARRIER.splitlines().index("        time.sleep(3600)") + 1
+        assert f"barrier.py:{sleep_line}" in (logs / "stacks_1.txt").read_text()   # its endless sleep
     else:
         assert "py-spy is not installed" in stacks and "py-spy is not installed" in err
     assert [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE] == []
