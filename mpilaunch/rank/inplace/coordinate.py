@@ -177,7 +177,10 @@ class Coordinator:
             # one may still bind the asked one, and rank 0's worker must bind its own)
             self.held = False
             if self.hold is not None:
-                self.held = self.hold(k + 1, self.port)
+                try:
+                    self.held = self.hold(k + 1, self.port)
+                except Exception:    # never the restart's end: it goes without the holder
+                    self.held = False
                 if not self.held:
                     self.port = _pick_port()
             port, held = self.port, self.held
