@@ -46,7 +46,7 @@ def preempt(mpirun, tmp_path, *args):
                    and WORKER in " ".join(k.parent().cmdline())]
         assert len(loaders) >= 4, [k.cmdline() for k in kids]   # 2 DataLoader workers a rank
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=120)      # the 20 s grace and the teardown, loaded
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -76,4 +76,4 @@ def test_term_grace_0_is_the_starters_immediate_stop(tmp_path):
     # the starter's stop SIGKILLs the rank's main process: its DataLoader's workers, orphaned,
     # see their parent gone at their next check (torch's watchdog, every 5 s) and exit
     assert wait_for(lambda: not any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE
-                                    for k in left), 15), left
+                                    for k in left), 60), left
