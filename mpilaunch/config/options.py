@@ -11,9 +11,7 @@ a test keeps the page equal to it). Values are validated in ``launchconfig.py`` 
 from __future__ import annotations
 
 import argparse
-from collections import namedtuple
-from typing import (TYPE_CHECKING, AbstractSet, Any, Dict, FrozenSet, Mapping, NamedTuple,
-                    NoReturn, Optional, Sequence, Tuple)
+from typing import AbstractSet, Any, FrozenSet, Mapping, NamedTuple, NoReturn, Optional, Sequence, Tuple
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
@@ -41,25 +39,14 @@ GROUPS = {
 }
 
 
-if TYPE_CHECKING:   # the checker's view; at run time a namedtuple (a test holds the two together)
-    class _Opt(NamedTuple):
-        flags: Tuple[str, ...]; dest: str; var: Optional[str]   # noqa: E702
-        # a str or None; Any while readers that know it is set (float(...default) in run.py,
-        # check/results.py, stacks/command.py) read it as a str
-        default: Any
-        shown: str; help: str; group: str; kind: str; metavar: Optional[str]   # noqa: E702
-        commands: Tuple[str, ...]
-else:
-    _Opt = namedtuple("Opt", "flags dest var default shown help group kind metavar commands")
-
-
-class Opt(_Opt):
+class Opt(NamedTuple):
     """flags: spellings (the first long one names the option in messages); dest: argparse name;
     var: the variable standing in for the flag (None: flag only); default: the value used when
     neither is given (None: decided elsewhere, described by ``shown``); kind: ``value`` |
     ``switch`` (store_true) | ``hidden`` (accepted, not shown); commands: where it applies."""
 
-    __slots__ = ()
+    flags: Tuple[str, ...]; dest: str; var: Optional[str]; default: Any; shown: str   # noqa: E702
+    help: str; group: str; kind: str; metavar: Optional[str]; commands: Tuple[str, ...]   # noqa: E702
 
     @property
     def name(self) -> str:
@@ -373,7 +360,7 @@ def parser(command: str = RUN) -> _Parser:
                 epilog=epilog(command), formatter_class=Formatter)
     p.value_flags = frozenset(f for o in OPTIONS if command in o.commands and o.kind != "switch"
                               for f in o.flags)
-    groups: Dict[str, argparse._ArgumentGroup] = {}
+    groups = {}
     for o in OPTIONS:
         if command not in o.commands:
             continue

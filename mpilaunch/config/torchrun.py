@@ -48,9 +48,17 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-if TYPE_CHECKING:   # config/options.py imports this module: its rows' type only for the checker
+if TYPE_CHECKING:
+    from typing import Protocol, TypeVar
+
     from mpilaunch.config.hostfile import Host
-    from mpilaunch.config.options import Opt
+
+    # config/options.py's row (Opt), which imports this module: its rows are the factory's
+    Row = TypeVar("Row")
+
+    class _Row(Protocol):
+        @property
+        def var(self) -> Optional[str]: ...
 
 # (value, source) of an option: what config/options.py's setting() gives
 Setting = Tuple[Any, str]
@@ -68,7 +76,7 @@ PET_VARS = {"master_addr": "PET_MASTER_ADDR", "master_port": "PET_MASTER_PORT",
             "node_rank": "PET_NODE_RANK"}
 
 
-def option_rows(make: Callable[..., Opt], commands: Sequence[str]) -> Tuple[Opt, ...]:
+def option_rows(make: Callable[..., Row], commands: Sequence[str]) -> Tuple[Row, ...]:
     """The option table's torchrun rows, made with its row factory (no import cycle), for
     ``commands``."""
     g = GROUP[0]
@@ -99,7 +107,7 @@ def option_rows(make: Callable[..., Opt], commands: Sequence[str]) -> Tuple[Opt,
     ) + _worker_rows(make, commands)
 
 
-def _worker_rows(make: Callable[..., Opt], commands: Sequence[str]) -> Tuple[Opt, ...]:
+def _worker_rows(make: Callable[..., Row], commands: Sequence[str]) -> Tuple[Row, ...]:
     """The rows of the flags config/torchworker.py reads (:data:`WORKER_DESTS`)."""
     g = GROUP[0]
     return (
@@ -198,7 +206,7 @@ def pet_name(dest: str) -> str:
     return "PET_" + dest.upper()
 
 
-def apply_pet(args: Any, env: Mapping[str, str], rows: Mapping[str, Opt]) -> List[Tuple[str, str]]:
+def apply_pet(args: Any, env: Mapping[str, str], rows: Mapping[str, _Row]) -> List[Tuple[str, str]]:
     """torchrun reads every flag from ``PET_<NAME>`` (flag > variable > default): each flag not
     given whose row has no variable of its own (``rows``: dest -> Opt) takes its variable, in
     ``args`` (a switch: 1/0, as torchrun reads it). -> the (variable, dest) pairs taken."""
@@ -240,7 +248,7 @@ def _worker_flags(args: Any) -> bool:
     return any(getattr(args, d, None) not in (None, False) for d in WORKER_DESTS)
 
 
-def prepare(args: Any, env: Mapping[str, str], rows: Mapping[str, Opt]) -> None:
+def prepare(args: Any, env: Mapping[str, str], rows: Mapping[str, _Row]) -> None:
     """Before the launch configuration is built from ``args``: torchrun's variables taken
     (:func:`apply_pet`), then the per-worker and meaningless flags checked
     (config/torchworker.py): refusals, ``--shutdown-timeout`` as ``--term-grace``,

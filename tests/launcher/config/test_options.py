@@ -50,17 +50,3 @@ def test_check_and_job_take_the_launch_options_and_their_own():
     assert (job.wait_hosts, job.script, job.script_args) == ("9", "x.py", ["--wait-hosts", "1"])
     with pytest.raises(Exception):
         options.parser("run").parse_args(["--wait-hosts", "9", "x.py"])
-
-
-def test_the_checker_s_view_of_an_option_row_is_the_namedtuple_it_is():
-    """options.Opt is a namedtuple at run time and a typed NamedTuple for mypy only: the two
-    name the same fields in the same order."""
-    import ast
-    import inspect
-
-    from mpilaunch.config import options as opts_mod
-
-    tree = ast.parse(inspect.getsource(opts_mod))
-    [typed] = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "_Opt"]
-    assert tuple(a.target.id for a in typed.body if isinstance(a, ast.AnnAssign)) == \
-        opts_mod.Opt._fields
