@@ -42,6 +42,14 @@ import os
 import _signal as signal   # not signal: its enums cost every rank (docs/ARCHITECTURE.md, start-up)
 import threading
 
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from _socket import socket
+    from hashlib import _Hash
+    from typing import Callable, Dict, List, Optional, Tuple
+
+    Channel = Tuple[str, str]   # (endpoint, token): what take() gives
+
 from mpilaunch.pdeathsig import SignalsBlocked
 from mpilaunch.rank import status
 
@@ -51,7 +59,7 @@ CONNECT_TIMEOUT = 3.0       # per address; a blackholed address costs this much,
 MAX_LINE = 512
 
 
-def _sha256():
+def _sha256() -> Callable[[bytes], _Hash]:
     try:
         from _sha256 import sha256      # Python 3.11
     except ImportError:
@@ -73,7 +81,7 @@ def mac(token: str, nonce: str, seq: int, command: str) -> str:
     return sha256(bytes(k ^ 0x5C for k in key) + inner).hexdigest()
 
 
-def parse_endpoint(text: str):
+def parse_endpoint(text: str) -> Tuple[List[str], int]:
     """``a,b:port`` -> (["a", "b"], port); ValueError when malformed."""
     addrs, sep, port = text.rpartition(":")
     if not sep or not addrs:
@@ -81,7 +89,7 @@ def parse_endpoint(text: str):
     return [a for a in addrs.split(",") if a], int(port)
 
 
-def take(env: dict):
+def take(env: Dict[str, str]) -> Optional[Channel]:
     """Remove the channel's variables from ``env`` (the workers must not inherit the key):
     (endpoint, token), or None when the launch has no channel."""
     endpoint, token = env.pop(ENDPOINT_VAR, None), env.pop(TOKEN_VAR, None)
@@ -96,7 +104,7 @@ def take(env: dict):
     return endpoint, token
 
 
-def _readline(sock, buf: bytearray):
+def _readline(sock: socket, buf: bytearray) -> Optional[str]:
     while b"\n" not in buf:
         data = sock.recv(MAX_LINE)
         if not data:
@@ -109,7 +117,7 @@ def _readline(sock, buf: bytearray):
     return line.decode("ascii", "replace")
 
 
-_LINK = None      # this adapter's Link, for bye()
+_LINK: Optional[Link] = None      # this adapter's Link, for bye()
 
 
 def bye() -> None:
@@ -126,7 +134,9 @@ class Link(threading.Thread):
     adapter's descendants here; ``stacks ID`` is answered with this rank's stacks (``stacks()``
     -> text, run in a thread of its own)."""
 
-    def __init__(self, channel, rank, on_stop, warn, stacks=None, on_gone=None):
+    def __init__(self, channel: Channel, rank: int, on_stop: Callable[..., None],
+                 warn: Callable[[str], None], stacks: Optional[Callable[[], str]] = None,
+                 on_gone: Optional[Callable[[], None]] = None) -> None:
         global _LINK
         super().__init__(name="control", daemon=True)
         self.endpoint, self.token = channel
@@ -136,7 +146,8 @@ class Link(threading.Thread):
         self.pid = os.getpid()      # whose descendants get the signals
         self.connected = threading.Event()
         self.done = threading.Event()    # connected, or given up
-        self.sock = self.nonce = None
+        self.sock: Optional[socket] = None
+        self.nonce: Optional[str] = None
         self.send_lock = threading.Lock()
         _LINK = self
 
@@ -144,7 +155,7 @@ class Link(threading.Thread):
         with SignalsBlocked():
             super().start()
 
-    def _connect(self):
+    def _connect(self) -> Optional[Tuple[socket, str, bytearray]]:
         import _socket
 
         try:
@@ -268,7 +279,8 @@ class Link(threading.Thread):
         self.send(head.encode() + data)
 
 
-def listen(rank: int, channel, on_stop=lambda grace=None: None) -> Link:
+def listen(rank: int, channel: Channel,
+           on_stop: Callable[..., None] = lambda grace=None: None) -> Link:
     """Take the launcher's commands for this adapter: ``sig N`` to its descendants, ``stop``
     -> ``on_stop()``. The launcher closing the connection while this rank runs (its attempt
     ended without it) ends the rank as a SIGTERM would. The link, for the monitor's samples."""

@@ -20,7 +20,9 @@ import threading
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import Any, Optional, Sequence, Tuple
+    from typing import Any, Callable, Optional, Sequence, Tuple
+
+    from mpilaunch.rank.options import Options
 
     from mpilaunch.rank.plan import ChildSpec
 
@@ -73,8 +75,10 @@ def move(src: "queue.SimpleQueue", dst: "queue.SimpleQueue", after: Optional[int
             dst.put(ev)
 
 
-def supervise(specs: Sequence[ChildSpec], opts, rank: int, host: str, local_size: int = 1,
-              channel=None, restarts=None) -> int:
+def supervise(specs: Sequence[ChildSpec], opts: Options, rank: int, host: str,
+              local_size: int = 1, channel: Optional[Tuple[str, str]] = None,
+              # rank/inplace/loop.py's Restarts (opt-in: not imported here, even for the checker)
+              restarts: Optional[Callable[[Inbox, Options], Any]] = None) -> int:
     """Run this rank's children (``specs``) to their end; the exit status of the rank.
     ``channel``: the launcher's control channel (rank/control.py), if it opened one;
     ``restarts``: a factory ``(inbox, opts) -> Restarts`` for ``--in-place``."""
@@ -97,12 +101,13 @@ def supervise(specs: Sequence[ChildSpec], opts, rank: int, host: str, local_size
 
             mon = monitor.start(opts.monitor, rank, lambda: inbox.sup, link)
     again = restarts(inbox, opts) if restarts is not None else None
-    kw = dict(scheduler_grace=opts.scheduler_grace, pipe_size=pipe_size(local_size),
-              tell_rank0=not opts.no_scheduler)
+    grace, size, tell = opts.scheduler_grace, pipe_size(local_size), not opts.no_scheduler
     try:
         while True:
-            sup = (Supervisor(specs, rank, host, **kw) if again is None
-                   else again.supervisor(specs, rank, host, **kw))
+            sup = (Supervisor(specs, rank, host, scheduler_grace=grace, pipe_size=size,
+                              tell_rank0=tell) if again is None
+                   else again.supervisor(specs, rank, host, scheduler_grace=grace, pipe_size=size,
+                                         tell_rank0=tell))
             inbox.attach(sup, None if again is None else again.k)
             if again is not None:
                 again.started(sup)

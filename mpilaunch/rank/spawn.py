@@ -25,7 +25,7 @@ import sys
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import Optional
+    from typing import Callable, Iterable, List, Mapping, Optional, Sequence
 
 DEVNULL = -3   # stdin: /dev/null
 _RESTORED = tuple(getattr(_signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(_signal, n))
@@ -34,7 +34,7 @@ _RESTORED = tuple(getattr(_signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr
 class Child:
     """A started child: ``pid``, ``returncode`` (None while running)."""
 
-    def __init__(self, pid: int, argv):
+    def __init__(self, pid: int, argv: List[str]) -> None:
         self.pid = pid
         self.args = argv
         self.returncode: Optional[int] = None
@@ -54,7 +54,7 @@ class Child:
                 self._status(status)
         return self.returncode
 
-    def poll(self):
+    def poll(self) -> Optional[int]:
         """The return code once the child has been reaped by :meth:`wait`, else None. (Never
         reaps: the waiting thread does, so a pid is not signalled after its reuse.)"""
         return self.returncode
@@ -70,14 +70,14 @@ class Child:
         self.send_signal(_signal.SIGKILL)
 
 
-def _open_fds():
+def _open_fds() -> List[int]:
     try:
         return [int(n) for n in os.listdir("/proc/self/fd")]
     except OSError:
         return list(range(3, 256))
 
 
-def _candidates(file: str, env) -> list:
+def _candidates(file: str, env: Optional[Mapping[str, str]]) -> List[str]:
     """Where ``execvpe`` would look for ``file``: itself when it has a directory part, else
     each entry of ``env``'s PATH (``os.defpath`` without one), in order."""
     if os.path.dirname(file):
@@ -86,7 +86,7 @@ def _candidates(file: str, env) -> list:
     return [os.path.join(d, file) for d in (os.defpath if path is None else path).split(os.pathsep)]
 
 
-def _fork():
+def _fork() -> int:
     if sys.version_info >= (3, 12):   # os.fork warns (DeprecationWarning) when threads run
         import warnings
 
@@ -96,7 +96,9 @@ def _fork():
     return os.fork()
 
 
-def start(argv, env, stdin=None, stdout=None, pass_fds=(), preexec=None, stderr=None) -> Child:
+def start(argv: Sequence[str], env: Mapping[str, str], stdin: Optional[int] = None,
+          stdout: Optional[int] = None, pass_fds: Iterable[int] = (),
+          preexec: Optional[Callable[[], None]] = None, stderr: Optional[int] = None) -> Child:
     """fork + exec of ``argv`` with ``env`` (``argv[0]`` looked up in ``env``'s PATH as
     ``execvpe`` does, but before the fork).
     ``stdin``: None (inherit) or :data:`DEVNULL`; ``stdout``: an fd for the child's stdout and
@@ -140,7 +142,8 @@ def start(argv, env, stdin=None, stdout=None, pass_fds=(), preexec=None, stderr=
     return Child(pid, argv)
 
 
-def _prepare_child(stdin, stdout, keep, err_w: int, preexec, stderr=None) -> None:
+def _prepare_child(stdin: Optional[int], stdout: Optional[int], keep: Sequence[int], err_w: int,
+                   preexec: Optional[Callable[[], None]], stderr: Optional[int] = None) -> None:
     """In the child, before the exec: signals as Popen leaves them, the pre-exec hook, the
     standard streams, and every fd closed but ``keep`` (and ``err_w``, closed by the exec)."""
     for sig in _RESTORED:   # as Popen's restore_signals: Python ignores SIGPIPE/SIGXFSZ
@@ -166,7 +169,7 @@ def _prepare_child(stdin, stdout, keep, err_w: int, preexec, stderr=None) -> Non
                 pass
 
 
-def _exec(tries, argv, env) -> int:
+def _exec(tries: Sequence[str], argv: List[str], env: Mapping[str, str]) -> int:
     """In the child: exec the first of ``tries`` that can be; returns only when none could,
     with the errno ``execvpe`` would raise (the first error other than "not there" wins)."""
     first = last = None
