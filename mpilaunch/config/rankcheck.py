@@ -14,13 +14,18 @@ slot) for the address and port. Remote hosts are checked by the ranks themselves
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Sequence
 
 from mpilaunch import contract, net
 from mpilaunch.errors import UsageError
 from mpilaunch.rank import frameworkenv, logs
 
+if TYPE_CHECKING:
+    from mpilaunch.config.hostfile import Host
+    from mpilaunch.config.launchconfig import LaunchConfig
 
-def check(cfg) -> None:
+
+def check(cfg: LaunchConfig) -> None:
     """UsageError (``NAME=value: why; how to fix``) for any rank-side value the ranks would
     refuse, and a rank interpreter that does not exist here (the launching host runs ranks
     or, for a remote-only job, ``mpilaunch check`` covers the others)."""
@@ -61,7 +66,7 @@ def check(cfg) -> None:
         _check_port(cfg, addr)
 
 
-def _master_addr(cfg, hosts, rank0_here: bool) -> str:
+def _master_addr(cfg: LaunchConfig, hosts: Sequence[Host], rank0_here: bool) -> str:
     """``--master_addr`` as rank 0 will use it (``agree.master_address``), checked to be rank
     0's host's where that can be told from here; else 127.0.0.1 (what rank 0 uses on one
     host)."""
@@ -87,7 +92,7 @@ def _master_addr(cfg, hosts, rank0_here: bool) -> str:
     return addr
 
 
-def _check_port(cfg, addr: str) -> None:
+def _check_port(cfg: LaunchConfig, addr: str) -> None:
     """Rank 0's own port check (``net.check_port``), here, before any rank starts; the
     refusal's ``kind`` says what happened."""
     if cfg.master_port == 0:

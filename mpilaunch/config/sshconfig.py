@@ -23,21 +23,38 @@ an alias: they run on the real hosts and derive their addresses there (rank/agre
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from mpilaunch.errors import UsageError
+
+if TYPE_CHECKING:   # hostfile.py and launchconfig.py import this module: their shapes, not them
+    from typing import Protocol
+
+    class _Host(Protocol):   # config/hostfile.py's Host
+        @property
+        def name(self) -> str: ...
+        @property
+        def port(self) -> Optional[int]: ...
+
+    class _Cfg(Protocol):    # config/launchconfig.py's LaunchConfig
+        @property
+        def hosts(self) -> Sequence[_Host]: ...
+        @property
+        def ssh_port(self) -> Optional[int]: ...
+        @property
+        def ssh_extra(self) -> Sequence[str]: ...
 
 FILE = "ssh_config"      # in the run dir
 USER_DEFAULTS = ("~/.ssh/config", "/etc/ssh/ssh_config")   # what ssh reads without -F
 
 
-def needed(hosts: Sequence) -> bool:
+def needed(hosts: Sequence[_Host]) -> bool:
     """Some entry has an ssh port of its own, or is an IPv6 literal: the MPI gets the job's
     ssh configuration."""
     return any(getattr(h, "port", None) is not None or ":" in h.name for h in hosts)
 
 
-def alias(host) -> str:
+def alias(host: _Host) -> str:
     """The name the MPI (its hostfile, its ssh) is given for ``host``: the host's own name when
     it has no port of its own, else ``portP-NAME`` with NAME's dots and colons as dashes: one
     label starting with a letter (Open MPI reads a hostfile word that starts like an IPv4
@@ -51,7 +68,7 @@ def alias(host) -> str:
     return f"ipv6-{flat}" if ":" in host.name else host.name
 
 
-def label(host) -> str:
+def label(host: _Host) -> str:
     """How messages and per-host results name a host entry (``hostfile.label``): its name, with
     ``:port`` (``[v6]:port``) when it has a port of its own (the same address may then be listed
     once per port)."""
@@ -60,13 +77,13 @@ def label(host) -> str:
     return f"[{host.name}]:{host.port}" if ":" in host.name else f"{host.name}:{host.port}"
 
 
-def port_of(host, default: Optional[int]) -> Optional[int]:
+def port_of(host: _Host, default: Optional[int]) -> Optional[int]:
     """The sshd port of ``host``: its own, else the launch's (``--ssh-port``/``SSHD_PORT``),
     else None (ssh's configuration or 22)."""
     return host.port if host.port is not None else default
 
 
-def conflicts(hosts: Sequence) -> Optional[str]:
+def conflicts(hosts: Sequence[_Host]) -> Optional[str]:
     """Why these entries cannot be told apart by their aliases (an entry named like another's
     alias), or None."""
     seen: Dict[str, Tuple[str, Optional[int]]] = {}
@@ -78,7 +95,7 @@ def conflicts(hosts: Sequence) -> Optional[str]:
     return None
 
 
-def validate(hosts: Sequence, hosts_source: str, extra: Sequence[str], starter: str,
+def validate(hosts: Sequence[_Host], hosts_source: str, extra: Sequence[str], starter: str,
              in_slurm: bool, ssh_in_mca: bool) -> None:
     """The ports of the entries can reach every ssh of the launch; else UsageError (exit 2)."""
     with_port = [h for h in hosts if getattr(h, "port", None) is not None]
@@ -102,8 +119,9 @@ def validate(hosts: Sequence, hosts_source: str, extra: Sequence[str], starter: 
 def split_user_config(extra: Sequence[str]) -> Tuple[Optional[str], List[str]]:
     """The user's ``-F FILE`` (the last one: ssh's rule) out of their ssh options -> (FILE or
     None, the other options)."""
-    path, rest, i = None, [], 0
-    extra = list(extra)
+    path: Optional[str] = None
+    rest: List[str] = []
+    i, extra = 0, list(extra)
     while i < len(extra):
         tok = extra[i]
         if tok == "-F" and i + 1 < len(extra):
@@ -117,7 +135,7 @@ def split_user_config(extra: Sequence[str]) -> Tuple[Optional[str], List[str]]:
     return path, rest
 
 
-def render(hosts: Sequence, default_port: Optional[int], user_config: Optional[str],
+def render(hosts: Sequence[_Host], default_port: Optional[int], user_config: Optional[str],
            home: str) -> str:
     """The job's ssh configuration (see the module docstring)."""
     lines = ["# The ssh configuration of one mpilaunch job: a Host alias per hostfile entry",
@@ -141,7 +159,7 @@ def render(hosts: Sequence, default_port: Optional[int], user_config: Optional[s
     return "\n".join(lines) + "\n"
 
 
-def mpi_ssh_args(cfg, run_dir: str) -> List[str]:
+def mpi_ssh_args(cfg: _Cfg, run_dir: str) -> List[str]:
     """The ssh options the MPI's own ssh is given: ``-p PORT`` and the user's, or, when some
     entry has a port of its own, ``-F`` of the job's configuration (which carries every port and
     includes the user's ``-F``) and the user's other options. A ``-p`` given there would win
@@ -152,21 +170,25 @@ def mpi_ssh_args(cfg, run_dir: str) -> List[str]:
     return ["-F", os.path.join(run_dir, FILE)] + rest
 
 
-def direct(job: Optional[Tuple[str, str]], extra: Sequence[str]):
+def direct(job: Optional[Tuple[str, str]], extra: Sequence[str]
+           ) -> Tuple[List[str], Dict[str, int]]:
     """For ssh opened without the job's file (gone with the run dir once the MPI ended: the
     probes after a failed Hydra launch): -> (the ssh options with the user's ``-F`` back in
     place of the job's, {alias: port} as the file gave them)."""
     if not job:
         return list(extra), {}
     path, text = job
-    rest, i, extra = [], 0, list(extra)
+    rest: List[str] = []
+    i, extra = 0, list(extra)
     while i < len(extra):
         if extra[i] == "-F" and i + 1 < len(extra) and extra[i + 1] == path:
             i += 2
             continue
         rest.append(extra[i])
         i += 1
-    ports, host, includes = {}, None, []
+    ports: Dict[str, int] = {}
+    host: Optional[str] = None
+    includes: List[str] = []
     for line in text.splitlines():
         key, _, value = line.strip().partition(" ")
         if key == "Host":
@@ -180,7 +202,7 @@ def direct(job: Optional[Tuple[str, str]], extra: Sequence[str]):
     return rest, ports
 
 
-def job_file(cfg, run_dir: str, home: Optional[str] = None) -> Optional[Tuple[str, str]]:
+def job_file(cfg: _Cfg, run_dir: str, home: Optional[str] = None) -> Optional[Tuple[str, str]]:
     """(path, text) of the job's ssh configuration, or None when no entry has a port."""
     if not needed(cfg.hosts):
         return None
