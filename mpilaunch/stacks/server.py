@@ -20,14 +20,35 @@ import _socket
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from mpilaunch import net, rundir
 from mpilaunch.output import events
 from mpilaunch.output.jsonline import dumps
 
 if TYPE_CHECKING:       # annotations only: nothing more is imported at run time
+    from typing import Protocol, Tuple, TypedDict
+
     from mpilaunch.backends.base import Plan
+    from mpilaunch.monitor.board import Board
+
+    # supervise/ (a layer above) holds these: the shapes this module reads of them
+    class Control(Protocol):   # supervise/control.py's Control
+        def stacks(self, timeout: float, native: bool = False
+                   ) -> Tuple[Dict[int, str], List[int]]: ...
+
+        def host_of(self, rank: int) -> str: ...
+
+    class RunningJob(Protocol):   # supervise/starter.py's Job
+        @property
+        def control(self) -> Optional[Control]: ...
+        @property
+        def np(self) -> int: ...
+
+    class Answer(TypedDict):   # what `mpilaunch stacks` is told (docs/HANGS.md)
+        dir: str; verdict: str; odd: List[int]; ranks: int; read: int   # noqa: E702
+        np: int; missing: List[int]; unreached: List[int]; seconds: float   # noqa: E702
+        hosts: Dict[str, str]
 
 POINTER = ".mpilaunch-stacks"     # the socket's path, the launcher's pid and its host, a line each
 SOCKET = "stacks.sock"
@@ -61,8 +82,8 @@ def stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}"
 
 
-def gather(control: Any, np: int, log_dir: str, native: bool = False,
-           timeout: float = ASK_TIMEOUT) -> dict:
+def gather(control: Control, np: int, log_dir: str, native: bool = False,
+           timeout: float = ASK_TIMEOUT) -> Answer:
     """Ask every adapter, write the files, judge: the answer's fields."""
     from mpilaunch.stacks import verdict   # its patterns only when asked (docs/ARCHITECTURE.md, start-up)
 
@@ -89,8 +110,8 @@ def gather(control: Any, np: int, log_dir: str, native: bool = False,
 class Server:
     """Listens while one attempt runs; ``close()`` removes the socket and the pointers."""
 
-    def __init__(self, run_dir: str, log_dirs: Sequence[str], control: Any, np: int,
-                 board: Any = None) -> None:
+    def __init__(self, run_dir: str, log_dirs: Sequence[str], control: Control, np: int,
+                 board: Optional[Board] = None) -> None:
         self.control, self.np = control, np
         self.board = board      # monitor/board.py's: what `mpilaunch top` shows (None: monitor off)
         self.log_dir = log_dirs[0]
@@ -128,14 +149,16 @@ class Server:
             if not req or req[0] != "stacks":
                 return
             timeout = float(req[2]) if len(req) > 2 else ASK_TIMEOUT
+            reply: object
             try:
                 answer = gather(self.control, self.np, self.log_dir, req[1:2] == ["native"], timeout)
 
                 events.emit(events.Kind.STACKS, dir=answer["dir"], verdict=answer["verdict"],
                             odd=answer["odd"], seconds=answer["seconds"])
+                reply = answer
             except OSError as exc:
-                answer = {"error": f"cannot write the stacks into {self.log_dir}: {exc.strerror}"}
-            conn.sendall((dumps(answer) + "\n").encode())
+                reply = {"error": f"cannot write the stacks into {self.log_dir}: {exc.strerror}"}
+            conn.sendall((dumps(reply) + "\n").encode())
         except (OSError, ValueError):
             pass
         finally:
@@ -163,8 +186,8 @@ class Server:
             pass
 
 
-def open_for(run_dir: str, plan: Plan, control: Any,
-             board: Any = None) -> "Server | List[str] | None":
+def open_for(run_dir: str, plan: Plan, control: Optional[Control],
+             board: Optional[Board] = None) -> "Server | List[str] | None":
     """The server of an attempt with a control channel; for one without (``--exec``), the
     pointers that say so; None when the plan names no log dir (``plan.log_dirs``: the ranks'
     log dir, then the job's own when that is an attempt's)."""
@@ -194,7 +217,7 @@ def close(opened: "Server | List[str] | None") -> None:
 STALL_TIMEOUT = 20.0    # s for every silent rank's answer before a stalled job is ended
 
 
-def stall_verdict(job: Any, log_dir: str) -> Optional[str]:
+def stall_verdict(job: RunningJob, log_dir: str) -> Optional[str]:
     """For ``--stall-timeout`` (attempts/restart.py), before it ends a stalled job: every rank's
     stacks into ``log_dir``/stacks/TIME as ``mpilaunch stacks`` writes them, and the verdict
     line (recorded as a ``stacks`` event); None without a control channel or on an error."""
