@@ -28,9 +28,9 @@ from mpilaunch.output.outcome import PROCESS, event_status
 from mpilaunch.output.summary import who
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:   # (the launch's config, plan and backend: Any; config/, backends/ are above)
+if TYPE_CHECKING:   # shapes.py: what is read here of the records of the layers above
     from typing import Any, Dict, List, Mapping, Optional, Sequence
-    from mpilaunch.output.outcome import Failure
+    from mpilaunch.output.shapes import Attempt, Backend, Config, Failure, Plan, Resilience, Result
     from mpilaunch.output.summary import Collector, Event
 
 SCHEMA = 1
@@ -84,7 +84,7 @@ class _Record:
         self.attempt = 0
         self.teardown: "str | None" = None     # why this attempt's teardown started (once per attempt)
         self.preflight_t0: "float | None" = None
-        self.exception = None    # the last attempt's root cause's exception (job_end)
+        self.exception: "Mapping[str, Any] | None" = None   # the last root cause's (job_end)
         self.summary: "str | None" = None   # the last failure summary (the API's result)
         # what the API's ranks are drawn from (report/model.py): kept only while it listens
         self.kept: "List[Dict[str, Any]] | None" = [] if _api_fd is not None else None
@@ -186,7 +186,7 @@ def _process_start() -> float:
         return now
 
 
-def start(cfg: Any, lr: Any, backend: Any, env: Optional[Mapping[str, str]] = None) -> None:
+def start(cfg: Config, lr: Resilience, backend: Backend, env: Optional[Mapping[str, str]] = None) -> None:
     """Open ``LOG_DIR/events.jsonl`` (a new job: the file starts empty) and write the
     launcher's start and the hosts. ``lr``: config.resilience.Resilience (its ``log_dir`` is LOG_DIR
     itself, also when each attempt logs to ``LOG_DIR/attempt<k>``)."""
@@ -241,14 +241,14 @@ def preflight_start() -> None:
         emit(Kind.PREFLIGHT_START, t=_rec.preflight_t0)
 
 
-def preflight(results: List[Any]) -> List[Any]:
+def preflight(results: List[Result]) -> List[Result]:
     """The preflight's results, recorded per host (each host's checks ran one after the
     other from the preflight's start, so its end is the start + their seconds); returned
     unchanged."""
     if _rec is None:
         return results
     t0 = _rec.preflight_t0 or time.time()
-    hosts: "dict[str, list]" = {}
+    hosts: Dict[str, List[Result]] = {}
     for r in results:
         if r.host:
             hosts.setdefault(r.host, []).append(r)
@@ -269,7 +269,7 @@ def preflight(results: List[Any]) -> List[Any]:
     return results
 
 
-def attempt_start(index: int, plan: Any) -> None:
+def attempt_start(index: int, plan: Plan) -> None:
     if _rec is None:
         return
     _rec.attempt, _rec.teardown, _rec.summary = index, None, None
@@ -338,7 +338,7 @@ def status(event: Event) -> None:
         teardown(f"{who(event)} failed on {event.host}")
 
 
-def attempt_end(attempt: Any, collector: Collector) -> None:
+def attempt_end(attempt: Attempt, collector: Collector) -> None:
     """The attempt's status, cause and root cause (``supervise.attempt.Attempt`` after
     ``finish``: its ``failures``, the root cause first): ``root`` is that first failure when
     it is a process's."""
