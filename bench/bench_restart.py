@@ -242,7 +242,10 @@ def restart_trial(kind: str, mpirun: str, work: str, stock: bool = False):
         print(f"  {kind}: no restarted step (rc {r.returncode}): "
               + " | ".join(why or lines[-3:])[-400:], flush=True)
         return None
-    return first1 - killed, first0 - t0, line1 - killed, first1 - line1, phases, init0
+    # rank 0's adapter says whether the restart's store was held (MPILAUNCH_DEBUG_SPARE only)
+    held = ("held" if "'s store held by" in r.stderr else
+            "not held" if "'s store not held" in r.stderr else None)
+    return first1 - killed, first0 - t0, line1 - killed, first1 - line1, phases, init0, held
 
 
 def floor_trial() -> float:
@@ -351,6 +354,11 @@ def main() -> int:
             inits = sorted(round(p[2][2], 3) for p in parts[kind])
             print(f"restart {kind}: init_process_group after the restart, every trial: {inits}; "
                   f"at the first launch: {sorted(round(p[3], 3) for p in parts[kind])}")
+            for how in ("held", "not held"):    # rank 0's store holder (rank/inplace/hold.py)
+                got_how = sorted(round(p[2][2], 3) for p in parts[kind] if p[4] == how)
+                if got_how:
+                    print(f"restart {kind}: store {how} in {len(got_how)} of "
+                          f"{len(parts[kind])}: init {got_how}")
             print(f"restart {kind}: median {statistics.median(res[kind]):.3f} s "
                   f"(min {min(res[kind]):.3f}, n={len(res[kind])}): kill -> the script's first "
                   f"line {statistics.median(p[0] for p in parts[kind]):.3f} s, then the worker's "
