@@ -33,8 +33,22 @@ ADAPTER = "adapter"    # nobody: the launcher never writes it, the adapter keeps
 ALWAYS, SET, GIVEN, ON, OFF = "always", "set", "given", "on", "off"
 
 
-class Flag(namedtuple("Flag", "name dest kind metavar default help writer source when",
-                      defaults=(None, ALWAYS))):
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:   # the checker's view; at run time the namedtuple below (a test holds the two)
+    from typing import Any, NamedTuple, Optional, Union
+
+    class _Flag(NamedTuple):
+        name: str; dest: str; kind: str; metavar: Optional[str]   # noqa: E702
+        default: Union[str, bool, None]; help: str; writer: str   # noqa: E702
+        # a str, None on ADAPTER rows: Any while backends/rankcmd.py reads it on written rows
+        source: Any = None
+        when: str = "always"   # ALWAYS
+else:
+    _Flag = namedtuple("Flag", "name dest kind metavar default help writer source when",
+                       defaults=(None, ALWAYS))
+
+
+class Flag(_Flag):
     """One flag of the contract. ``default``: what the adapter assumes when the flag is absent
     (a switch: off); ``source``: the LaunchConfig field (CONFIG) or the attempt_flags argument
     (ATTEMPT) written; ``when``: the test that decides whether it is written."""

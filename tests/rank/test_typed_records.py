@@ -16,6 +16,7 @@ RECORDS = [
     ("mpilaunch.rank.plan", "_ExecPlan", "ExecPlan"),
     ("mpilaunch.rank.agree", "Agreement", "Agreement"),
     ("mpilaunch.rank.agree", "Peer", "Peer"),
+    ("mpilaunch.rank.flags", "_Flag", "Flag"),
 ]
 
 
