@@ -47,7 +47,12 @@ from mpilaunch.contract import mask_lines
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Mapping, Optional, Tuple
+    from typing import Any, Dict, List, Mapping, Optional, Tuple, TypedDict
+
+    Frame = Tuple[str, int, Optional[str]]   # file, line, function (None: a SyntaxError's)
+
+    class Block(TypedDict):   # one printed exception of a traceback
+        type: str; message: str; frames: List[Frame]; link: Optional[str]   # noqa: E702
 
 LOG_WINDOW = 1 << 20           # bytes of the log's end searched for a traceback
 ERROR_FILE_MAX = 4 << 20       # a larger error file is not read
@@ -66,11 +71,11 @@ _LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d[\d.]*/|^<")
 
 
 def _block(lines: List[str], i: int, prefix: str,
-           end: Optional[int] = None) -> Tuple[Optional[Dict[str, Any]], int]:
+           end: Optional[int] = None) -> Tuple[Optional[Block], int]:
     """The traceback starting at ``lines[i]`` (its header, or a SyntaxError's first frame),
     looked for up to ``lines[end]``: -> ({type, message, frames}, the index of its exception
     line), or (None, index reached)."""
-    frames = []
+    frames: List[Frame] = []
     for j in range(i, min(len(lines), end) if end is not None else len(lines)):
         line = lines[j]
         if prefix and line.startswith(prefix):
@@ -83,7 +88,8 @@ def _block(lines: List[str], i: int, prefix: str,
             continue
         m = _EXC.match(line)
         if m and frames:
-            return {"type": m.group(1), "message": m.group(2) or "", "frames": frames}, j
+            return {"type": m.group(1), "message": m.group(2) or "", "frames": frames,
+                    "link": None}, j
         if _header(line) is not None or line.strip() in CHAIN:
             return None, j - 1      # a cut traceback: the next one starts here
         # anything else is another writer's line in the middle of it: skipped
@@ -96,11 +102,12 @@ def _header(line: str) -> Optional[str]:
     return text[:-len(HEADER)] if text.endswith(HEADER) else None
 
 
-def tracebacks(lines: List[str]) -> list:
+def tracebacks(lines: List[str]) -> List[Tuple[bool, List[Block]]]:
     """Every traceback in ``lines``, in order: ``(other, chain)``, ``chain`` the exceptions of
     one chain as printed (each ``{type, message, frames, link}``), ``other`` True when Python
     headed it as another thread's or process's (the module's docstring)."""
-    out, i, n = [], 0, len(lines)
+    out: List[Tuple[bool, List[Block]]] = []
+    i, n = 0, len(lines)
     while i < n:
         line = lines[i]
         prefix = _header(line)
@@ -145,15 +152,16 @@ def _is_library(path: str) -> bool:
     return bool(_LIBRARY.search(path))
 
 
-def _result(chain: list, source: str, kind: Optional[str] = None,
-            message: Optional[str] = None) -> dict:
+def _result(chain: List[Block], source: str, kind: Optional[str] = None,
+            message: Optional[str] = None) -> Dict[str, Any]:
     """The result dict for ``chain`` (the last exception is the one named); ``kind`` and
     ``message`` replace the traceback's (the error file's own words)."""
-    last = chain[-1] if chain else {"frames": []}
-    out = {"type": kind if kind is not None else last.get("type"),
-           "message": message if message is not None else last.get("message", ""),
-           "file": None, "line": None, "function": None, "source": source}
-    frames = last["frames"]
+    last = chain[-1] if chain else None
+    out: Dict[str, Any] = {
+        "type": kind if kind is not None else (last["type"] if last else None),
+        "message": message if message is not None else (last["message"] if last else ""),
+        "file": None, "line": None, "function": None, "source": source}
+    frames = last["frames"] if last else []
     if frames:
         out["file"], out["line"], out["function"] = frames[-1]
         if _is_library(frames[-1][0]):
