@@ -49,6 +49,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
+    from argparse import Namespace
     from typing import Protocol, TypeVar
 
     from mpilaunch.config.hostfile import Host
@@ -60,8 +61,7 @@ if TYPE_CHECKING:
         @property
         def var(self) -> Optional[str]: ...
 
-# (value, source) of an option: what config/options.py's setting() gives
-Setting = Tuple[Any, str]
+Setting = Tuple[Any, str]   # (value, source) of an option: config/options.py's setting()
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
@@ -206,7 +206,7 @@ def pet_name(dest: str) -> str:
     return "PET_" + dest.upper()
 
 
-def apply_pet(args: Any, env: Mapping[str, str], rows: Mapping[str, _Row]) -> List[Tuple[str, str]]:
+def apply_pet(args: Namespace, env: Mapping[str, str], rows: Mapping[str, _Row]) -> List[Tuple[str, str]]:
     """torchrun reads every flag from ``PET_<NAME>`` (flag > variable > default): each flag not
     given whose row has no variable of its own (``rows``: dest -> Opt) takes its variable, in
     ``args`` (a switch: 1/0, as torchrun reads it). -> the (variable, dest) pairs taken."""
@@ -244,11 +244,11 @@ WORKER_DESTS = ("rdzv_conf", "tee", "redirects", "local_ranks_filter", "role", "
                 "duplicate_stderr_filters")
 
 
-def _worker_flags(args: Any) -> bool:
+def _worker_flags(args: Namespace) -> bool:
     return any(getattr(args, d, None) not in (None, False) for d in WORKER_DESTS)
 
 
-def prepare(args: Any, env: Mapping[str, str], rows: Mapping[str, _Row]) -> None:
+def prepare(args: Namespace, env: Mapping[str, str], rows: Mapping[str, _Row]) -> None:
     """Before the launch configuration is built from ``args``: torchrun's variables taken
     (:func:`apply_pet`), then the per-worker and meaningless flags checked
     (config/torchworker.py): refusals, ``--shutdown-timeout`` as ``--term-grace``,
@@ -265,7 +265,7 @@ def prepare(args: Any, env: Mapping[str, str], rows: Mapping[str, _Row]) -> None
         args.bind_numa = bind
 
 
-def rank_spec(args: Any, env: Mapping[str, str]) -> Optional[str]:
+def rank_spec(args: Namespace, env: Mapping[str, str]) -> Optional[str]:
     """The adapters' ``--torchrun`` (config/torchworker.py rank_spec), or None."""
     if not _worker_flags(args):
         return None
@@ -370,7 +370,7 @@ def check_hosts(nproc_setting: Setting, nnodes_setting: Setting, np_setting: Set
                                  f"makes {per_node * count} ranks; make them agree")
 
 
-def rendezvous(args: Any, addr_setting: Setting, port_setting: Setting
+def rendezvous(args: Namespace, addr_setting: Setting, port_setting: Setting
                ) -> Tuple[Optional[str], Setting]:
     """(master_addr, (master_port, its source)) with ``--rdzv-endpoint`` and ``--standalone``
     applied; ``--rdzv-backend`` checked. The settings: (value, source) of each option."""

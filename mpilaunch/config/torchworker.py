@@ -4,7 +4,10 @@ one line where it has no meaning here (why, and what to use), and the adapters' 
 made of those the ranks carry out (rank/plan.py)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import TYPE_CHECKING, Dict, Mapping, Optional
+
+if TYPE_CHECKING:
+    from argparse import Namespace
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
@@ -15,7 +18,7 @@ RDZV_CONF_KEYS = ("timeout", "join_timeout", "read_timeout", "last_call_timeout"
                   "use_libuv", "store_type", "local_addr")
 
 
-def refuse(args: Any, refused: Mapping[str, str]) -> None:
+def refuse(args: Namespace, refused: Mapping[str, str]) -> None:
     """The torchrun flags that mean nothing here: one line saying why and what to use."""
     for dest, why in refused.items():
         value = getattr(args, dest, None)
@@ -117,7 +120,7 @@ def numa_binding(value: Optional[str]) -> Optional[str]:
                      "give --bind_core, for other NUMA layouts --bind_numa's JSON")
 
 
-def term_grace(args: Any) -> None:
+def term_grace(args: Namespace) -> None:
     """``--shutdown-timeout S`` is ``--term-grace S`` (both given: they must agree)."""
     value = getattr(args, "shutdown_timeout", None)
     if value is None:
@@ -128,7 +131,7 @@ def term_grace(args: Any) -> None:
     args.term_grace = value
 
 
-def rank_spec(args: Any, env: Mapping[str, str], default_role: str) -> Optional[str]:
+def rank_spec(args: Namespace, env: Mapping[str, str], default_role: str) -> Optional[str]:
     """What the ranks do with torchrun's per-worker flags, for the adapters' ``--torchrun``:
     ``role=NAME;signals=LIST;redirects=SPEC;filter=LIST;vlr=1`` (only what was given), or
     None."""
