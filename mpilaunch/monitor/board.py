@@ -25,10 +25,35 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from mpilaunch.monitor import straggler
 from mpilaunch.monitor.model import JobView, RankView, Sample
+
+if TYPE_CHECKING:   # what is read here of the launcher's records (output/, supervise/: above)
+    from typing import Iterable, Protocol, Sequence
+
+    class _Line(Protocol):   # output/summary.py's Event
+        @property
+        def rank(self) -> Optional[int]: ...
+        @property
+        def role(self) -> str: ...
+        @property
+        def event(self) -> str: ...
+        @property
+        def code(self) -> Optional[int]: ...
+        @property
+        def signal(self) -> Optional[int]: ...
+
+    class _Collector(Protocol):   # output/summary.py's Collector
+        @property
+        def events(self) -> Sequence[_Line]: ...
+        @property
+        def dead(self) -> Sequence[_Line]: ...
+
+    class _Control(Protocol):   # supervise/control.py's Control
+        def ranks(self) -> Iterable[int]: ...
+        def host_of(self, rank: int) -> str: ...
 
 ROUND_WAIT = 1.5    # intervals after the last round a round closes with the samples it has
 STALE = 2.5         # intervals without a sample after which a rank is not waited for
@@ -74,8 +99,8 @@ class Board:
         self.clock, self.wall = clock, wall
         self.lock = threading.Lock()
         self.attempt = self.restarts = self.np = 0
-        self.collector: Any = None      # output.summary.Collector of the running attempt
-        self.control: Any = None        # supervise.control.Control of the running attempt
+        self.collector: Optional[_Collector] = None   # the running attempt's
+        self.control: Optional[_Control] = None
         self.seen: List[straggler.Seen] = []
         self.pauses: List[straggler.Pause] = []
         # CPU seconds of a rank's earlier processes (restarts in place, earlier attempts), so
@@ -100,7 +125,8 @@ class Board:
         self.pausing: Dict[int, List[Tuple[straggler.Gap, Optional[str]]]] = {}    # runs going on
 
     # -- the attempts
-    def attempt_started(self, index: int, np: int, collector: Any = None, control: Any = None) -> None:
+    def attempt_started(self, index: int, np: int, collector: Optional[_Collector] = None,
+                        control: Optional[_Control] = None) -> None:
         with self.lock:
             self._close_spans()
             self._end_pauses()
@@ -247,8 +273,11 @@ class Board:
         control = self.control
         # asked before the board's lock is taken: the control channel's lock is never taken
         # under it (the control thread holds its own when it feeds the board)
-        connected = set(control.ranks()) if control is not None else None
-        hosts = {r: control.host_of(r) for r in connected or ()}
+        connected: Optional[Set[int]] = None
+        hosts: Dict[int, str] = {}
+        if control is not None:
+            connected = set(control.ranks())
+            hosts = {r: control.host_of(r) for r in connected}
         with self.lock:
             keys = {(r, "worker") for r in range(self.np)} | set(self.latest)
             rows = [self._row(rank, role, connected, hosts) for rank, role in

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import errno
 import sys
-from typing import Any, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional
 
 from mpilaunch.errors import UsageError
 from mpilaunch.monitor.model import JobView
+
+if TYPE_CHECKING:
+    from mpilaunch.monitor.board import Board
 
 LABELS = ("rank", "host", "role")
 
@@ -93,7 +96,7 @@ class Exporter(_Fixed):
 
     def __init__(self, addr: str, port: int, flag: str = "--metrics-port") -> None:
         super().__init__(None)
-        self.board: Any = None
+        self.board: Optional[Board] = None
         try:
             from prometheus_client import CollectorRegistry, start_http_server
         except ImportError:
@@ -110,7 +113,7 @@ class Exporter(_Fixed):
                              + ("; give a free port" if exc.errno == errno.EADDRINUSE else "")) from None
         self.url = f"http://{addr if ':' not in addr else f'[{addr}]'}:{port}/metrics"
 
-    def follow(self, board: Any) -> None:
+    def follow(self, board: Optional[Board]) -> None:
         """Serve ``board.view()`` at every scrape (``board``: monitor/board.py's; None: the
         monitor is off, nothing to serve)."""
         if board is None:
