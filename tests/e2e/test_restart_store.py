@@ -16,7 +16,7 @@ import pytest
 from helpers import REPO
 from helpers.launch import clean_env, mpilaunch_argv
 from helpers.mpis import OMPI5
-from helpers.procs import pid_alive, watch_to_end
+from helpers.procs import alive, kill_leftovers, watch_to_end
 
 pytestmark = pytest.mark.skipif(
     subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0,
@@ -95,7 +95,10 @@ def test_a_fresh_restart_meets_the_held_store_and_a_dead_holder_changes_nothing(
     env = clean_env(MPILAUNCH_SPARE_PRELOAD="", MPILAUNCH_DEBUG_SPARE=1)
     proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    rc, _, err, _ = watch_to_end(proc, 240, kill_seen=True)
+    rc, _, err, kids = watch_to_end(proc, 240)
+    left = alive(kids)
+    kill_leftovers(left)
+    assert left == [], f"outlived the job: {left}"
     assert rc == 0, err
     assert "attempt 2: succeeded" in err, err
     holder = json.loads((out / "up").read_text())
@@ -122,4 +125,3 @@ def test_a_fresh_restart_meets_the_held_store_and_a_dead_holder_changes_nothing(
     held = [r for r in records if r.get("event") == "store-held"]
     assert sorted(r["rank"] for r in held) == [0, 1], held
     assert [r["pid"] for r in held if r["rank"] == 0] == [holder]
-    assert not pid_alive(holder)
