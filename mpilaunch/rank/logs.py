@@ -37,7 +37,7 @@ def check_log_name(template: str, size: Optional[int] = None,
     rule: the launcher (mpilaunch/config/rankcheck.py) and every rank check with it."""
     fix = "give a file name such as worker_{rank}.log (it is created in the log dir)"
 
-    def bad(why):
+    def bad(why: str) -> UsageError:
         return UsageError(f"{name}={template!r}: {why}; {fix}")
 
     if not template.strip():

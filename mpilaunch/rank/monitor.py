@@ -43,6 +43,12 @@ TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for
 if TYPE_CHECKING:
     from typing import Callable, Dict, List, Optional, Set, Tuple
 
+    from mpilaunch.monitor.model import Sample
+    from mpilaunch.rank.control import Link
+
+    # (wait share, hot frame, stack samples, sampler): what a record of py-spy's tells
+    Reading = Tuple[Optional[float], Optional[str], int, str]
+
 RATE = 10                 # stack samples a second while py-spy records
 NO_PY_SPY = MISSING
 SCHEDULER = "none: the scheduler's stacks are not sampled (it waits for the workers by design)"
@@ -91,7 +97,8 @@ class Spy:
     """One ``py-spy record`` of ``pid`` for ``seconds``: its raw stacks on one pipe (the
     output file ``/dev/fd/N``), its messages on another; read without blocking."""
 
-    def __init__(self, py_spy: str, pid: int, seconds: int, rate: int, preexec) -> None:
+    def __init__(self, py_spy: str, pid: int, seconds: int, rate: int,
+                 preexec: Optional[Callable[[], None]]) -> None:
         self.pid = pid
         data_r, data_w = os.pipe()
         msg_r, msg_w = os.pipe()
@@ -209,7 +216,7 @@ class Monitor(threading.Thread):
 
         fn = prctl()
 
-        def preexec():     # a py-spy ends with this thread (the kernel's death signal)
+        def preexec() -> None:     # a py-spy ends with this thread (the kernel's death signal)
             fn(PR_SET_PDEATHSIG, 9, 0, 0, 0)
         self.preexec = preexec
         from mpilaunch.monitor.model import Sample   # json, dataclasses: off the start path
@@ -261,11 +268,12 @@ class Monitor(threading.Thread):
             if sample is not None:
                 self.send(sample.to_wire())
 
-    def measure(self, role: str, pid: int, log: str):
+    def measure(self, role: str, pid: int, log: str) -> Optional[Sample]:
         got = usage(pid)
         if got is None:
             return None
-        wait, hot, n, sampler, places = None, None, 0, self.sampler, []
+        wait, hot, n, sampler = None, None, 0, self.sampler
+        places: list = []
         if role != "worker":
             sampler = SCHEDULER
         elif self.py_spy:
@@ -274,7 +282,7 @@ class Monitor(threading.Thread):
                            rss=got[1], output_t=output_time(log), wait_share=wait, hot_frame=hot,
                            stack_samples=n, sampler=sampler, places=places)
 
-    def stacks(self, role: str, pid: int):
+    def stacks(self, role: str, pid: int) -> Tuple[Optional[float], Optional[str], int, str, list]:
         """(wait share, hot frame, samples, sampler, top places) of the last interval's record,
         and the next record started."""
         spy = self.spies.get(role)
@@ -306,7 +314,7 @@ class Monitor(threading.Thread):
                 self.say(self.sampler[6:])
         return out
 
-    def failed(self, pid: int, said: str):
+    def failed(self, pid: int, said: str) -> Reading:
         if not procstat.running(pid):     # it ended as py-spy started: nothing failed
             return None, None, 0, "py-spy"
         why = refused(said)
@@ -330,7 +338,7 @@ class Monitor(threading.Thread):
             self.join(timeout)
 
 
-def start(interval: float, rank: int, current: Callable, link) -> Monitor:
+def start(interval: float, rank: int, current: Callable, link: Link) -> Monitor:
     """The monitor of this rank, sending through the control connection ``link``."""
     mon = Monitor(interval, rank, current, link.send_sample)
     mon.start()

@@ -6,6 +6,11 @@ import os
 import select
 import time
 
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from threading import Thread
+    from typing import Callable, Optional, Tuple
+
 TIMES_EVERY_NS = 50_000_000   # at most a times record every 0.05 s: a flood adds 320 B/s to the index
 
 F_SETPIPE_SZ = 1031
@@ -135,7 +140,8 @@ def _to_console(out_fd: int, chunk: bytes, prefix: bytes, nl_prefix: bytes, at_l
 
 
 def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
-          partial_delay: float = 0.1, pipe_size: int = PIPE_SIZE, on_first=None,
+          partial_delay: float = 0.1, pipe_size: int = PIPE_SIZE,
+          on_first: Optional[Callable[[], None]] = None,
           log_lines: bool = False, to_console: bool = True) -> None:
     """Copy ``read_fd`` to ``log_fd`` verbatim and to ``out_fd`` with ``prefix`` on each line;
     ``on_first()`` once the first chunk is in the log (the event record's first output);
@@ -193,7 +199,8 @@ def relay(read_fd: int, log_fd: int, prefix: bytes, out_fd: int = 1,
 
 
 def relay_threads(role: str, prefix: bytes, read_fd: int, hid_r: "int | None", log_fd: int,
-                  out_fd: int, pipe_size: int, first=None) -> tuple:
+                  out_fd: int, pipe_size: int, first: Optional[Callable[[], None]] = None
+                  ) -> Tuple[Thread, Optional[Thread]]:
     """The started relay threads of a tailed child -> (its output's to the log and the
     console, or with torchrun's --redirects 1 or 2 the kept-off stream's (``hid_r``) to the
     log alone, else None); with both, each writes whole lines only to the one log."""

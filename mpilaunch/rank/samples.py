@@ -13,7 +13,9 @@ from mpilaunch.rank.pyspy import parse_raw, source_line  # noqa: F401 (read here
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Set, Tuple
+    from typing import Callable, Dict, List, Optional, Set, Tuple
+
+    Stacks = List[Tuple[list, int]]   # pyspy.parse_raw's: (a stack's frames, its samples)
 
 UNSURE = 0.2              # a sync region's share above which, with no thread state, the wait is unknown
 
@@ -32,7 +34,7 @@ SYNC_DIRS = ("/torch/distributed/", "/torch/nn/parallel/", "/deepspeed/")
 FUTEX = {"x86_64": ("202", "449"), "aarch64": ("98", "449")}
 
 
-def summarize(stacks, read=source_line,
+def summarize(stacks: Stacks, read: Callable[[str, int], str] = source_line,
               places: Optional[Dict[str, int]] = None) -> Tuple[Optional[float], Optional[str], int]:
     """(wait share, hot frame, samples) of one thread's stacks (:func:`parse_raw`). A stack
     waits in a collective by rank/collectives.py's rule; its innermost user frame's source line
@@ -79,7 +81,7 @@ def in_sync_region(frames: List[Tuple[str, str, int]]) -> bool:
     return path.endswith(SYNC_FILES) or any(d in path for d in SYNC_DIRS)
 
 
-def sync_share(stacks) -> float:
+def sync_share(stacks: Stacks) -> float:
     """The share of one thread's stack samples (:func:`parse_raw`) inside a sync region that
     is not a recognised collective (:func:`in_sync_region`)."""
     from mpilaunch.rank import collectives

@@ -58,7 +58,7 @@ def _text(value: str) -> str:
     return '"' + out + '"'
 
 
-def _num(value) -> str:
+def _num(value: Optional[float]) -> str:
     return "null" if value is None else str(int(value))
 
 

@@ -38,7 +38,7 @@ import threading
 import time
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Sequence
+    from typing import Callable, Dict, List, Optional, Sequence
 
     from mpilaunch.rank.plan import ChildSpec   # what to start: rank/plan.py decides it
 
@@ -62,7 +62,7 @@ def exit_status(returncode: int) -> int:
 
 
 class _Child:
-    def __init__(self, spec: ChildSpec):
+    def __init__(self, spec: ChildSpec) -> None:
         self.spec = spec
         self.thread: Optional[threading.Thread] = None
         self.relay: Optional[threading.Thread] = None
@@ -79,7 +79,7 @@ class Supervisor:
     def __init__(self, children: Sequence[ChildSpec], rank: int, host: str,
                  scheduler_grace: float = SCHEDULER_GRACE,
                  kill_grace: float = ADAPTER_KILL_GRACE,
-                 stdout_fd: int = 1, pipe_size: int = PIPE_SIZE, tell_rank0: bool = True):
+                 stdout_fd: int = 1, pipe_size: int = PIPE_SIZE, tell_rank0: bool = True) -> None:
         self.children: Dict[str, _Child] = {c.role: _Child(c) for c in children}
         self.rank, self.host = rank, host
         self.scheduler_grace, self.kill_grace = scheduler_grace, kill_grace
@@ -95,11 +95,11 @@ class Supervisor:
         self.keep: set = set()     # descendants that outlive this supervisor (rank/inplace/)
 
     # ------------------------------------------------------------ child threads
-    def child_preexec(self, cpus: Optional[List[int]]):
+    def child_preexec(self, cpus: Optional[List[int]]) -> Callable[[], None]:
         prctl = _prctl()
         parent = self.parent_pid
 
-        def hook():
+        def hook() -> None:
             prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
             if os.getppid() != parent:      # the adapter died before prctl took effect
                 os._exit(137)
@@ -180,10 +180,10 @@ class Supervisor:
         self.events.put(("exit", spec.role))
 
     # ------------------------------------------------------------ main thread
-    def _on_signal(self, signum, frame):  # runs in the main thread; SimpleQueue is reentrant
+    def _on_signal(self, signum: int, frame: object) -> None:  # runs in the main thread; SimpleQueue is reentrant
         self.events.put(("signal", signum))
 
-    def _on_sigchld(self, signum, frame):
+    def _on_sigchld(self, signum: int, frame: object) -> None:
         self.events.put(("sigchld", None))
 
     # ------------------------------------------------------------ descendants
