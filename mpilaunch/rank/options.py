@@ -18,8 +18,19 @@ TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for
 if TYPE_CHECKING:
     import argparse
     from types import SimpleNamespace
-    from typing import (Dict, FrozenSet, List, NamedTuple, NoReturn, Optional, Sequence, Tuple,
-                        Union)
+    from typing import (Dict, FrozenSet, List, NamedTuple, NoReturn, Optional, Protocol,
+                        Sequence, Tuple, Union)
+
+    class _Parsed(Protocol):
+        """The namespace argparse and _fast make of flags.FLAGS: a value flag's text as given,
+        or its default (a str, or None where the table has none); a switch a bool."""
+        log_dir: str; worker_log_name: str; tail_worker_log: str; master_port: str   # noqa: E702
+        scheduler_grace: str; monitor_interval: str; master_addr: Optional[str]   # noqa: E702
+        cluster_time_out: Optional[str]; bind_core: Optional[str]   # noqa: E702
+        visible_devices: Optional[str]; bind_numa: Optional[str]   # noqa: E702
+        rank_table_file: Optional[str]; run_id: Optional[str]; torchrun: Optional[str]   # noqa: E702
+        python: Optional[str]; exec_: bool; no_scheduler: bool; no_port_check: bool   # noqa: E702
+        no_python: bool; module: bool; command: List[str]   # noqa: E702
     from mpilaunch.rank.resilience import ResilienceFlags
 
     # The checker's view of the records below; at run time they are namedtuples (a test holds
@@ -139,7 +150,7 @@ def parse_args(argv: Sequence[str], cpu_count: Optional[int] = None) -> Options:
     argv = list(argv)
     if "--" in argv:
         i = argv.index("--")
-        ns = _fast(argv[:i]) or _parser().parse_args(argv[:i])
+        ns: _Parsed = _fast(argv[:i]) or _parser().parse_args(argv[:i])
         if ns.command:
             raise UsageError(f"unexpected argument {ns.command[0]!r} before '--'")
         command = argv[i + 1:]

@@ -30,3 +30,18 @@ def test_the_checker_s_view_of_a_record_is_the_namedtuple_it_is(module, typed, r
     assert tuple(a.target.id for a in fields) == record._fields
     assert [ast.literal_eval(a.value) for a in fields if a.value is not None] == \
         list(record._field_defaults.values())
+
+
+def test_the_checker_s_view_of_the_parsed_flags_is_the_flag_table_s():
+    """rank/options.py's _Parsed says what argparse and its fast path make of each flag of
+    rank/flags.py: a switch a bool, a value flag a str, Optional where its default is None."""
+    from mpilaunch.rank import flags, options
+
+    tree = ast.parse(inspect.getsource(options))
+    [cls] = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "_Parsed"]
+    said = {a.target.id: ast.unparse(a.annotation) for a in cls.body if isinstance(a, ast.AnnAssign)}
+    assert said.pop("command") == "List[str]"
+    for dest, annotation in said.items():
+        f = next(f for f in flags.FLAGS if f.dest == dest)
+        want = "bool" if f.kind == flags.SWITCH else "Optional[str]" if f.default is None else "str"
+        assert (dest, annotation) == (dest, want)
