@@ -47,6 +47,17 @@ def _worker_on(th, host, script, rank, attempt):
     return hits
 
 
+def _store_holder(th, host):
+    """Rank 0's store holder inside ``host``, once it is ready (its name: rank/inplace/hold.py)."""
+    for p in inhost.in_host(th, host):
+        try:
+            if p.name() == "mpilaunch-store":
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
 @pytest.mark.parametrize("mode", ["in-place", "relaunch"])
 @pytest.mark.parametrize("mpirun", MPIRUNS)
 def test_worker_killed_on_host2_restarts_across_hosts_from_checkpoint(testhosts, mpirun, mode,
@@ -64,6 +75,8 @@ def test_worker_killed_on_host2_restarts_across_hosts_from_checkpoint(testhosts,
         assert wait_for(lambda: (out / "holding_1").exists(), 180, 0.2), \
             (out / "launcher.err").read_text()
         script = str(tmp_path / "train.py")
+        if mode == "in-place":      # rank 0's store holder (host 1) ready: the restart's store held
+            assert wait_for(lambda: _store_holder(th, 0), 120, 0.2), (out / "launcher.err").read_text()
         victims = wait_for(lambda: _worker_on(th, 1, script, rank=1, attempt=0), 10)
         assert victims and len(victims) == 1, victims
         victim, = victims
@@ -87,6 +100,10 @@ def test_worker_killed_on_host2_restarts_across_hosts_from_checkpoint(testhosts,
     records = [json.loads(line) for line in (out / "logs" / "events.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in records].count("starter_start") == (1 if mode == "in-place" else 2)
     assert [r["mode"] for r in records if r["kind"] == "restart"] == [mode]
+    # in place, each rank's next worker was a client of the store held on host 1 (as torchrun's)
+    held = {r["rank"]: r["host"] for r in records if r.get("event") == "store-held"}
+    names = {0: th.hosts[0].hostname, 1: th.hosts[1].hostname}
+    assert held == (names if mode == "in-place" else {}), held
     # nothing of the job left on either host (both namespaces; the launcher ran in host 1's)
     for host in (0, 1):
         left = wait_for(lambda: not inhost.in_host(th, host), 20) or inhost.in_host(th, host)
