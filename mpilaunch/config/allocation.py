@@ -18,11 +18,16 @@ given (those always win). First match wins:
 """
 import os
 import re
-from typing import Callable, List, Mapping, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from mpilaunch.config import hostfile as hf
 from mpilaunch.contract import which
 from mpilaunch.errors import UsageError
+
+if TYPE_CHECKING:
+    import subprocess
+
+Slots = Union[int, Callable[[], int]]   # a count, or how to count them when needed
 
 # Allocation.kind, and LaunchConfig.hosts_from for hosts found here
 SLURM, KUBEFLOW, VOLCANO = "slurm", "kubeflow", "volcano"
@@ -122,7 +127,8 @@ def node_addrs(text: str) -> dict:
 
 
 def slurm_node_addr(name: str, env: Mapping[str, str], timeout: float = 5.0,
-                    run=None) -> Optional[str]:
+                    run: Optional[Callable[..., "subprocess.CompletedProcess[str]"]] = None
+                    ) -> Optional[str]:
     """Slurm's ``NodeAddr`` of node ``name`` (one ``scontrol show node -o NAME``; slurmctld
     knows it from slurm.conf: no DNS lookup here), or None when scontrol cannot tell. Asked by
     ``net.rank0_address`` only for a multi-node job whose rank 0 runs here."""
@@ -140,7 +146,8 @@ def slurm_node_addr(name: str, env: Mapping[str, str], timeout: float = 5.0,
     return node_addrs(out.stdout).get(name)
 
 
-def node_addr_lookup(hosts_from: str, env: Mapping[str, str]):
+def node_addr_lookup(hosts_from: str, env: Mapping[str, str]
+                     ) -> Optional[Callable[[str], Optional[str]]]:
     """name -> Slurm's NodeAddr (:func:`slurm_node_addr`) when the hosts came from a Slurm
     allocation (``hosts_from``: LaunchConfig.hosts_from), else None."""
     if not from_slurm(hosts_from or ""):
@@ -165,11 +172,11 @@ def _read_host_lines(path: str) -> str:
         raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def _count(slots) -> int:
+def _count(slots: Slots) -> int:
     return slots() if callable(slots) else slots
 
 
-def volcano(env: Mapping[str, str], slots, root: str = VOLCANO_DIR,
+def volcano(env: Mapping[str, str], slots: Slots, root: str = VOLCANO_DIR,
             listdir: Callable[[str], List[str]] = os.listdir) -> Optional[Allocation]:
     """Volcano's worker host list, or None. ``VC_WORKER_HOSTS`` itself is config's (it wins
     before any discovery); here the other task names. ``slots``: per host, or a function
@@ -204,7 +211,7 @@ def volcano(env: Mapping[str, str], slots, root: str = VOLCANO_DIR,
     return Allocation(tuple(hosts), path, VOLCANO)
 
 
-def discover(env: Mapping[str, str], slots_per_host, volcano_root: str = VOLCANO_DIR,
+def discover(env: Mapping[str, str], slots_per_host: Slots, volcano_root: str = VOLCANO_DIR,
              listdir: Callable[[str], List[str]] = os.listdir) -> Optional[Allocation]:
     """What the scheduler or operator allocated to this job, or None (then: this machine)."""
     return slurm(env) or kubeflow(env) or volcano(env, slots_per_host, volcano_root, listdir)
