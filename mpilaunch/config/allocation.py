@@ -18,7 +18,7 @@ given (those always win). First match wins:
 """
 import os
 import re
-from typing import TYPE_CHECKING, Callable, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from mpilaunch.config import hostfile as hf
 from mpilaunch.contract import which
@@ -116,7 +116,7 @@ def from_slurm(hosts_from: str) -> bool:
     return hosts_from == SLURM
 
 
-def node_addrs(text: str) -> dict:
+def node_addrs(text: str) -> Dict[str, str]:
     """``scontrol show node -o`` -> {NodeName: NodeAddr} (NodeAddr defaults to the name)."""
     out = {}
     for line in text.splitlines():

@@ -12,7 +12,7 @@ import os
 import select
 import sys
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, TextIO
 
 from mpilaunch.monitor.model import JobView, RankView
 
@@ -107,7 +107,7 @@ class Ended(Exception):
     """The job's launcher no longer answers: the job has ended."""
 
 
-def live(view: JobView, ask: Callable[[], JobView], out=sys.stdout,
+def live(view: JobView, ask: Callable[[], JobView], out: TextIO = sys.stdout,
          keys: Optional[int] = None) -> int:
     """Draw ``view``, then ``ask()``'s every REFRESH s until the job ends, ``q`` (with ``keys``:
     a terminal's fd, read a key at a time) or Ctrl-C; the last table stays on the screen.
@@ -151,7 +151,7 @@ def _quit(keys: Optional[int], wait: float) -> bool:
             return True
 
 
-def batch(view: JobView, ask: Callable[[], JobView], out=sys.stdout,
+def batch(view: JobView, ask: Callable[[], JobView], out: TextIO = sys.stdout,
           count: Optional[int] = None) -> int:
     """Not a terminal: a table after another, as ``top -b`` prints them, until the job ends."""
     n = 0
@@ -170,7 +170,7 @@ def batch(view: JobView, ask: Callable[[], JobView], out=sys.stdout,
         out.write("\n")
 
 
-def with_keys(run: Callable[[Optional[int]], int], stdin: Sequence = (sys.stdin,)) -> int:
+def with_keys(run: Callable[[Optional[int]], int], stdin: Sequence[TextIO] = (sys.stdin,)) -> int:
     """``run(fd)`` with the terminal's keys read one at a time (no echo), restored after."""
     try:
         import termios

@@ -30,7 +30,7 @@ from collections import namedtuple
 
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import Mapping, NamedTuple, Optional, Tuple
+    from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 
     class _RankInfo(NamedTuple):   # the checker's view; at run time the namedtuple below
         rank: int; size: Optional[int]; local_rank: Optional[int]   # noqa: E702
@@ -84,7 +84,7 @@ def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
 _TPN_ITEM = r"^\s*(\d+)\s*(?:\(x(\d+)\))?\s*$"   # re imported where used (start-up cost)
 
 
-def parse_tasks_per_node(name: str, raw: str) -> list:
+def parse_tasks_per_node(name: str, raw: str) -> List[int]:
     """Expand Slurm's ``"2(x3),1"`` into ``[2, 2, 2, 1]``."""
     import re
 
@@ -97,7 +97,7 @@ def parse_tasks_per_node(name: str, raw: str) -> list:
     return counts
 
 
-def _check(info: RankInfo, names: dict) -> RankInfo:
+def _check(info: RankInfo, names: Dict[str, str]) -> RankInfo:
     """Consistency checks; ``names`` maps field -> variable name for the messages."""
     if info.size is not None:
         if info.size < 1:
@@ -133,7 +133,7 @@ def _local_node(info: RankInfo) -> RankInfo:
     return info
 
 
-def starter_fds(env: Mapping[str, str]) -> tuple:
+def starter_fds(env: Mapping[str, str]) -> Tuple[int, ...]:
     """Descriptors the starter left open for the rank, which the worker (the real MPI
     process) must inherit. Hydra's simple PMI (MPICH, Intel MPI) names its socket to the proxy
     in ``PMI_FD``; a worker started with that socket closed fails in ``MPI_Init`` (MPICH:

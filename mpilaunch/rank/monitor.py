@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from mpilaunch.monitor.model import Sample
     from mpilaunch.rank.control import Link
+    from mpilaunch.rank.supervisor import Supervisor
 
     # (wait share, hot frame, stack samples, sampler): what a record of py-spy's tells
     Reading = Tuple[Optional[float], Optional[str], int, str]
@@ -179,7 +180,8 @@ class Monitor(threading.Thread):
     """Every ``interval`` s: one sample per running child of the current supervisor
     (``current()``, which changes with an in-place restart) through ``send(bytes)``."""
 
-    def __init__(self, interval: float, rank: int, current: Callable, send: Callable,
+    def __init__(self, interval: float, rank: int, current: Callable[[], Optional[Supervisor]],
+                 send: Callable[[bytes], bool],
                  py_spy: Optional[str] = None, rate: int = RATE) -> None:
         super().__init__(name="monitor", daemon=True)
         self.interval, self.rank, self.current, self.send = interval, rank, current, send
@@ -338,7 +340,8 @@ class Monitor(threading.Thread):
             self.join(timeout)
 
 
-def start(interval: float, rank: int, current: Callable, link: Link) -> Monitor:
+def start(interval: float, rank: int, current: Callable[[], Optional[Supervisor]],
+          link: Link) -> Monitor:
     """The monitor of this rank, sending through the control connection ``link``."""
     mon = Monitor(interval, rank, current, link.send_sample)
     mon.start()

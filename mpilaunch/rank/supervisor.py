@@ -38,7 +38,7 @@ import threading
 import time
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Optional, Sequence
+    from typing import Callable, Dict, List, Optional, Sequence, Set
 
     from mpilaunch.rank.plan import ChildSpec   # what to start: rank/plan.py decides it
 
@@ -92,7 +92,7 @@ class Supervisor:
         self.parent_pid = os.getpid()
         self.signal_grace: Optional[float] = None   # the kill grace after a stop signal, if not kill_grace
         self.stop_signal: Optional[int] = None      # the signal that tore this rank down, once one did
-        self.keep: set = set()     # descendants that outlive this supervisor (rank/inplace/)
+        self.keep: Set[int] = set()     # descendants that outlive this supervisor (rank/inplace/)
 
     # ------------------------------------------------------------ child threads
     def child_preexec(self, cpus: Optional[List[int]]) -> Callable[[], None]:
@@ -187,7 +187,7 @@ class Supervisor:
         self.events.put(("sigchld", None))
 
     # ------------------------------------------------------------ descendants
-    def _own_pids(self) -> set:
+    def _own_pids(self) -> Set[int]:
         return {c.proc.pid for c in self.children.values() if c.proc is not None}
 
     def _orphans(self) -> List[int]:

@@ -31,7 +31,7 @@ from mpilaunch import procstat
 
 TYPE_CHECKING = False   # no typing at run time (docs/ARCHITECTURE.md, start-up)
 if TYPE_CHECKING:
-    from typing import Callable, Optional, Tuple
+    from typing import Callable, List, Optional, Tuple
 from mpilaunch.pdeathsig import SignalsBlocked
 from mpilaunch.rank import pyspy, status
 
@@ -71,7 +71,7 @@ def is_stopped(pid: Optional[int]) -> bool:
     return procstat.state(pid) in procstat.STOPPED
 
 
-def _children(pid: int) -> list:
+def _children(pid: int) -> List[int]:
     try:
         import psutil
 

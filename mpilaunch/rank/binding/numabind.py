@@ -26,7 +26,7 @@ SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237, "ppc64le": 261, "s390x": 270
 
 
 def prefix(python: str, spec_text: str, role: str, local_rank: int, local_size: int,
-           device_id: str, keep_cpus: bool) -> list:
+           device_id: str, keep_cpus: bool) -> "List[str]":
     """The argv to put before the child's (``keep_cpus``: --bind-core chose its CPUs)."""
     parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))))
