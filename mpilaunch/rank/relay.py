@@ -9,7 +9,7 @@ import time
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
     from threading import Thread
-    from typing import Callable, Optional, Tuple
+    from typing import Callable, Optional, Tuple, Union
 
 TIMES_EVERY_NS = 50_000_000   # at most a times record every 0.05 s: a flood adds 320 B/s to the index
 
@@ -29,7 +29,7 @@ def pipe_size(local_size: int) -> int:
     return PIPE_SIZE if local_size <= MANY_RANKS else PIPE_SIZE_MANY_RANKS
 
 
-def _write_all(fd: int, *parts) -> bool:
+def _write_all(fd: int, *parts: Union[bytes, memoryview]) -> bool:
     """Write every part (bytes or memoryview) with as few syscalls as possible."""
     views = [memoryview(p) for p in parts if len(p)]
     while views:

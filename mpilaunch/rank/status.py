@@ -46,8 +46,13 @@ def write_stderr(text: str) -> None:
         pass
 
 
-def emit(*args, **kwargs) -> None:
-    write_stderr(status_line(*args, **kwargs))
+def emit(rank: Optional[int], host: str, role: str, event: str, code: Optional[int],
+         signal: Optional[int], cause: str, log: Optional[str],
+         tail: Optional[List[str]] = None, message: Optional[str] = None,
+         t: Optional[float] = None, exception: Optional[dict] = None) -> None:
+    """:func:`status_line` to stderr, where the starter relays it to the launcher."""
+    write_stderr(status_line(rank, host, role, event, code, signal, cause, log, tail, message,
+                             t, exception))
 
 
 def _text(value: str) -> str:
