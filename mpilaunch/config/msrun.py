@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Tuple
 
 from mpilaunch import contract, net
 from mpilaunch.errors import UsageError
+
+if TYPE_CHECKING:
+    from argparse import Namespace
+
+    from mpilaunch.config.hostfile import Host
 
 
 def bind_numa(value: Optional[str]) -> Optional[str]:
@@ -33,7 +38,7 @@ def bind_numa(value: Optional[str]) -> Optional[str]:
     return json.dumps(json.loads(text), separators=(",", ":"), sort_keys=True)
 
 
-def sim(args, env: Mapping[str, str], np: int) -> Tuple[Optional[int], Optional[int]]:
+def sim(args: Namespace, env: Mapping[str, str], np: int) -> Tuple[Optional[int], Optional[int]]:
     """(--sim_level 0-3, --sim_rank_id below np), as msrun 2.x takes them."""
     level = None
     if args.sim_level is not None:
@@ -61,7 +66,7 @@ def rank_table(value: Optional[str]) -> Optional[str]:
     return os.path.abspath(value)
 
 
-def node_rank_note(setting, hosts) -> None:
+def node_rank_note(setting: Tuple[Any, str], hosts: Sequence[Host]) -> None:
     """``--node_rank`` (msrun: this node's index; torchrun's ``--node-rank``, Kubeflow
     Trainer's ``PET_NODE_RANK``), as (value, source), is accepted; under one mpirun (or srun)
     every host's index is the starter's, so a value that is not this host's is said once, here."""

@@ -20,7 +20,7 @@ class DeepSettings(NamedTuple):
     collective: Optional[str]       # None, gloo or nccl
 
 
-def _number(value, source: str, least: float, what: str) -> float:
+def _number(value: object, source: str, least: float, what: str) -> float:
     try:
         number = float(str(value).strip())
     except ValueError:
@@ -32,7 +32,7 @@ def _number(value, source: str, least: float, what: str) -> float:
     return number
 
 
-def deep_settings(args, env: Mapping[str, str]) -> DeepSettings:
+def deep_settings(args: object, env: Mapping[str, str]) -> DeepSettings:
     """The --deep options (defaults: the option table's), each checked in one line."""
     budget = contract.seconds(*options.setting(args, env, "deep_budget"))
     threshold = _number(*options.setting(args, env, "deep_threshold"), 1.1,
@@ -46,7 +46,7 @@ def deep_settings(args, env: Mapping[str, str]) -> DeepSettings:
     return DeepSettings(budget, threshold, min_free, pairs, collective)
 
 
-def preflight_level(args, env: Mapping[str, str]) -> str:
+def preflight_level(args: object, env: Mapping[str, str]) -> str:
     """``--preflight``: ``ssh`` (resolve, port, login) or ``deep`` (``check --deep``)."""
     value, source = options.setting(args, env, "preflight")
     if value not in LEVELS:
