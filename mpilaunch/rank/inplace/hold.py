@@ -2,8 +2,8 @@
 rank's worker wants it (rank/inplace/loop.py says when it runs).
 
 **Why.** torch's env:// rendezvous makes rank 0's worker the TCPStore server and every other
-rank a client. A client that comes first is refused and retries with c10d's back-off (500 ms,
-x1.5, +-50 %): measured 0.1-1.2 s lost per restart whenever rank 0's worker is the last to its
+rank a client. A client that comes first is refused and retries with c10d's back-off (half a
+second at first, x1.5, +-50 %): measured 0.1-1.2 s lost per restart whenever rank 0's worker is the last to its
 own store, which is the rule after a restart onto fresh workers (rank 0's spare was not ready:
 a busy machine), since every rank imports torch first. torchrun never pays it: its agent
 holds the store before the workers start and sets ``TORCHELASTIC_USE_AGENT_STORE=True``, so
