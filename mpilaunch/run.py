@@ -1,4 +1,4 @@
-"""``mpilaunch [run] [options] SCRIPT [ARGS...]``: options -> config -> plan -> launcher.
+"""``mpilaunch [run] [options] SCRIPT [ARGS...]``: options -> config -> plan -> the starter.
 
 Also the library entry of ``mpilaunch job`` (worker-0 runs exactly this)."""
 from __future__ import annotations

@@ -126,9 +126,9 @@ class LaunchPlan(namedtuple("LaunchPlan", "mpi hosts np oversubscribe run_as_roo
     np: int;
     oversubscribe: bool;
     run_as_root: bool;
-    ssh: Tuple[str, ...] # launcher tokens carrying the ssh options;
+    ssh: Tuple[str, ...] # the starter's tokens carrying the ssh options;
     broadcast: tune.Broadcast;
-    args: Tuple[str, ...] # bind + x + mca + extra, in this launcher's words;
+    args: Tuple[str, ...] # bind + x + mca + extra, in this starter's words;
     dropped_x: Tuple[str, ...] # '-x NAME' removed because NAME is unset;
     hostfile_path: str;
     tune_path: str;
@@ -165,7 +165,7 @@ class Backend(Generic[PlanT]):
     #: the ranks check that they run where the hostfile placed them (``span.py``)
     span_check = True
     #: how the summary explains a lost host
-    lost_why = "its launcher daemon there was lost"
+    lost_why = "the starter lost its daemon there"
     #: the signals the starter delivers to every rank when it gets them (measured for each:
     #: docs/OPENMPI_FACTS.md section 16); the launcher sends the others of SIGUSR1, SIGUSR2,
     #: SIGTSTP, SIGCONT over its control channel (docs/ARCHITECTURE.md, "Signals")

@@ -1,5 +1,5 @@
 """The workers' signals, launcher side: SIGUSR1, SIGUSR2, SIGTSTP and SIGCONT sent to mpilaunch
-go once to every rank, as a bare launcher's would (docs/ARCHITECTURE.md, "Signals").
+go once to every rank, as a bare starter's would (docs/ARCHITECTURE.md, "Signals").
 
 * Through the starter where it forwards that signal to every rank (``Backend.forwards``,
   measured per starter: docs/OPENMPI_FACTS.md section 16), else over the control channel
