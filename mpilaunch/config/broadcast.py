@@ -12,7 +12,7 @@ one of two ways:
   ``-x KEY`` (values travel in the launch message, no shell involved). Every secret-looking
   variable goes this way, so its value is never written to disk or into an argv.
 """
-from typing import Dict, Iterable, List, Mapping, NamedTuple, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from mpilaunch.config import tuneimport
 from mpilaunch.contract import is_secret
@@ -52,7 +52,7 @@ def select(env: Mapping[str, str], prefixes: Sequence[str]) -> List[Tuple[str, s
 
 
 def selection(env: Mapping[str, str], prefixes: Sequence[str],
-              imported=None) -> Tuple[Dict[str, str], Dict[str, str]]:
+              imported: Optional[tuneimport.TuneImport] = None) -> Tuple[Dict[str, str], Dict[str, str]]:
     """What every rank gets: the variables ``prefixes`` select, then those of a tune file the
     user wrote (``imported``: this environment's value when set, else the file's).
     -> (selected, only_in_file): the second are the file's variables this environment lacks,

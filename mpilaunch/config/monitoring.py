@@ -18,10 +18,20 @@ by default it is off.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from mpilaunch import contract
 from mpilaunch.config.options import DEFAULT_MONITOR_INTERVAL, MIN_MONITOR_INTERVAL
 from mpilaunch.errors import UsageError
+
+if TYPE_CHECKING:   # what interval() reads of launchconfig.LaunchConfig (which imports this)
+    from typing import Protocol
+
+    class LaunchConfig(Protocol):
+        @property
+        def exec_mode(self) -> bool: ...
+        @property
+        def python(self) -> str: ...
 
 
 def py_spy_beside(python: str) -> bool:
@@ -30,7 +40,7 @@ def py_spy_beside(python: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def interval(given, cfg) -> float:
+def interval(given: object, cfg: LaunchConfig) -> float:
     """The adapters' sample interval in seconds (0: off) from the flag's value (None: not
     given) and the launch (its ``exec_mode`` and ``python``)."""
     if given is None:

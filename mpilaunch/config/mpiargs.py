@@ -8,11 +8,28 @@ accept; 5.x rejects the single-dash ModelArts spellings (``-bind-to none`` fails
 sections 3-5.
 """
 import shlex
-from typing import List, Mapping, NamedTuple, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from mpilaunch.config.mpi import OMPI4, OMPI5
 from mpilaunch.contract import is_secret
 from mpilaunch.errors import UsageError
+
+if TYPE_CHECKING:   # what pieces() reads of launchconfig's and tuneimport's records (both import this)
+    from typing import Protocol
+
+    class Setting(Protocol):
+        @property
+        def value(self) -> object: ...
+        @property
+        def source(self) -> str: ...
+
+    class TuneImport(Protocol):
+        @property
+        def path(self) -> str: ...
+        @property
+        def x_tokens(self) -> Tuple[str, ...]: ...
+        @property
+        def mca_tokens(self) -> Tuple[str, ...]: ...
 
 # Options that may legitimately be written with one dash in Open MPI (no translation).
 _SINGLE_DASH_OK = {"-np", "-n", "-c", "-H", "-x", "-q", "-v", "-V", "-h", "-d"}
@@ -43,7 +60,7 @@ class Piece(NamedTuple):
     default: bool                   # the ModelArts default, not the user's own words
 
 
-def pieces(settings: Sequence, imported=None) -> Tuple[Piece, ...]:
+def pieces(settings: "Sequence[Setting]", imported: "Optional[TuneImport]" = None) -> Tuple[Piece, ...]:
     """The user's mpirun pieces in the order mpirun reads them: OPENMPI_BIND_ARGS, _X_ARGS,
     _MCA_ARGS, _EXTRA_ARGS (``settings``: their Settings), then the ``-x``/``-mca`` lines of a
     tune file the user wrote (``imported``: a TuneImport). Every error in them (an unbalanced

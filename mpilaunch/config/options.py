@@ -11,7 +11,7 @@ a test keeps the page equal to it). Values are validated in ``launchconfig.py`` 
 from __future__ import annotations
 
 import argparse
-from typing import AbstractSet, Any, FrozenSet, Mapping, NamedTuple, NoReturn, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, FrozenSet, Iterable, List, Mapping, NamedTuple, NoReturn, Optional, Sequence, Tuple
 
 from mpilaunch import contract
 from mpilaunch.errors import UsageError
@@ -292,7 +292,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, no usage dump, exit 2 via UsageError
         raise UsageError(message)
 
-    def parse_known_args(self, args=None, namespace=None):
+    def parse_known_args(self, args: Optional[Iterable[str]] = None, namespace: Any = None) -> Tuple[Any, List[str]]:
         """``-m MODULE [ARGS...]`` ends the options as in ``python -m``: the module's own
         arguments are never read as ours (``-m mpi4py.bench helloworld -n 2``)."""
         import sys
@@ -316,7 +316,7 @@ class _Parser(argparse.ArgumentParser):
         ns.module, ns.script, ns.script_args = module, None, rest
         return ns, extra
 
-    def _parse_optional(self, arg_string):
+    def _parse_optional(self, arg_string: str) -> Optional[Tuple[Optional[argparse.Action], str, Optional[str]]]:
         # With "-m" registered, argparse would read a value such as --mca-args "-mca btl tcp"
         # as -m "ca btl tcp"; a single-dash word with a space is a value (as before -m).
         # (the same for torchrun's -r and -t: "-report-bindings -tag-output" is a value)

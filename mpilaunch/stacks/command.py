@@ -11,14 +11,14 @@ import json
 import os
 import socket
 import sys
-from typing import Sequence
+from typing import Sequence, Tuple
 
 from mpilaunch.config import options
 from mpilaunch.errors import UsageError
 from mpilaunch.stacks import server
 
 
-def pointer(log_dir: str):
+def pointer(log_dir: str) -> Tuple[str, int]:
     """(the socket's path or ``EXEC``, the launcher's pid) named in ``log_dir``; UsageError when none."""
     if not os.path.isdir(log_dir):
         raise UsageError(f"LOG_DIR {log_dir!r}: no such directory; give the --log_dir of a running job")

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from mpilaunch.config import options
 from mpilaunch.errors import UsageError
@@ -35,7 +35,7 @@ def ask(log_dir: str) -> JobView:
     return JobView.from_json(data.decode())
 
 
-def follow(log_dir: str, pid: int):
+def follow(log_dir: str, pid: int) -> Callable[[], JobView]:
     """``ask`` for the live view: between two attempts (no socket while the launcher lives),
     it waits for the next; once the launcher has ended, top.Ended."""
     def again() -> JobView:
