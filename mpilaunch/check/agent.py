@@ -42,18 +42,27 @@ UNIT_LOOP = 10000          # iterations of the pure-Python unit
 MEM_BYTES = 16 << 20
 CHUNK = 256 << 10
 
+# Annotations are strings, their names the checker's only: on the host, this source imports
+# nothing it does not use (typing's own TYPE_CHECKING would cost every agent an import).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any, Dict, Optional, Tuple
+
+    Json = Dict[str, Any]   # a command line as json reads it, an answer as it writes it
+
 if "cpu_limit" not in globals():   # sent as agentfacts' source + this one; imported in tests
     from mpilaunch.check.agentfacts import boot_id, cpu_limit, devices, ifname
 
 
-def _work(kind, window, np):
+def _work(kind: str, window: float, np: "Optional[ModuleType]") -> "Tuple[int, float, float]":
     """Repeat one unit until the window is over: (units, seconds, CPU seconds)."""
-    if kind == "gemm":
+    if kind == "gemm" and np is not None:   # compute asks for "gemm" only with numpy
         a = np.full((UNIT_GEMM, UNIT_GEMM), 1.0001)
         unit = a.__matmul__
         arg = a
     else:
-        def unit(n):
+        def unit(n: int) -> int:
             x = 0
             for i in range(n):
                 x += i * i
@@ -71,7 +80,7 @@ def _work(kind, window, np):
             return n, t - t0, time.process_time() - c0
 
 
-def compute(cmd, np):
+def compute(cmd: "Json", np: "Optional[ModuleType]") -> "Json":
     """Per slot: units per second of wall time, what a rank there would get. (Per CPU
     second would be steadier on a busy machine, but a cgroup quota would not show: a
     throttled process waits as a process waiting for a busy CPU does, /proc/self/schedstat
@@ -103,7 +112,7 @@ def compute(cmd, np):
 _BUFFERS: "list[bytearray]" = []
 
 
-def memory(cmd):
+def memory(cmd: "Json") -> "Json":
     """Copy speed per second of this thread's CPU time: another process's turn on the CPU
     is the compute probe's business, not the memory's. The buffers are made once."""
     if not _BUFFERS:
@@ -120,7 +129,7 @@ def memory(cmd):
             return {"rate": n * MEM_BYTES / max(time.thread_time() - c0, 1e-6)}
 
 
-def disk(cmd):
+def disk(cmd: "Json") -> "Json":
     where = os.path.abspath(cmd["dir"])
     while not os.path.isdir(where) and where != os.path.dirname(where):
         where = os.path.dirname(where)
@@ -155,11 +164,11 @@ class Receiver:
     """Test connections: echoes the round trips, then counts bulk bytes for the window the
     sender names, and keeps (bytes, first-to-last-byte seconds) by transfer id."""
 
-    def __init__(self):
-        self.done = {}
+    def __init__(self) -> None:
+        self.done: "Dict[object, Json]" = {}
         self.cond = threading.Condition()
 
-    def serve(self, conn, h):
+    def serve(self, conn: socket.socket, h: "Json") -> None:
         rec: dict[str, object] = {"bytes": 0, "seconds": 0.0}
         tid = h.get("id")
         try:
@@ -188,16 +197,16 @@ class Receiver:
                     self.done[tid] = rec
                     self.cond.notify_all()
 
-    def result(self, tid, timeout):
+    def result(self, tid: object, timeout: float) -> "Json":
         with self.cond:
             self.cond.wait_for(lambda: tid in self.done, timeout)
             return self.done.pop(tid, {"error": "no transfer %s arrived" % tid})
 
 
-def send(cmd):
+def send(cmd: "Json") -> "Json":
     s = socket.socket(socket.AF_INET6 if ":" in cmd["addr"] else socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(cmd["timeout"])
-    res = {}
+    res: "Json" = {}
     try:
         s.connect((cmd["addr"], cmd["port"]))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -228,7 +237,7 @@ def send(cmd):
     return res
 
 
-def allreduce(cmd):
+def allreduce(cmd: "Json") -> "Json":
     """The checker's torch.distributed program (``code``: torch's import stays out of the
     agent) in a child, with the ranks' GLOO_SOCKET_IFNAME: its last line."""
     env = dict(os.environ)
@@ -251,7 +260,7 @@ def allreduce(cmd):
     return {"times": json.loads(p.stdout.strip().splitlines()[-1])}
 
 
-def spare_port(_cmd):
+def spare_port(_cmd: "Json") -> "Json":
     """A port free there now, for the allreduce's rendezvous (the agent cannot import
     mpilaunch.net: it runs from its source alone)."""
     try:
@@ -265,7 +274,7 @@ def spare_port(_cmd):
     return {"port": port}
 
 
-def _line(conn):
+def _line(conn: socket.socket) -> "Optional[Json]":
     head = b""
     while not head.endswith(b"\n"):
         c = conn.recv(1)
@@ -275,14 +284,14 @@ def _line(conn):
     return json.loads(head.decode())
 
 
-def serve(ask, listener):
+def serve(ask: "Json", listener: socket.socket) -> None:
     """The agent, in the probe's child: the listener is bound already (its port went out in
     the probe's answer)."""
     signal.signal(signal.SIGALRM, lambda *a: os._exit(3))
     signal.alarm(max(1, int(ask["life"])))
     np: list = []   # numpy, once prepare has imported it
 
-    def prepare(cmd):
+    def prepare(cmd: "Json") -> "Json":
         """The checker says whether to use numpy (it knows which hosts share a machine)."""
         if cmd.get("gemm") and not np:
             for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -301,7 +310,7 @@ def serve(ask, listener):
            "result": lambda c: rx.result(c["id"], c["timeout"]), "allreduce": allreduce,
            "spare_port": spare_port}
 
-    def command(conn):
+    def command(conn: socket.socket) -> None:
         f = conn.makefile("rw", encoding="utf-8")
         hello = {"op": "hello", "hostname": socket.gethostname(), "boot_id": boot_id(),
                  "ncpu": len(os.sched_getaffinity(0)), "cpu_limit": cpu_limit(),

@@ -7,7 +7,7 @@ import socket
 import subprocess
 
 
-def boot_id():
+def boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return f.read().strip()
@@ -15,7 +15,7 @@ def boot_id():
         return socket.gethostname()
 
 
-def devices():
+def devices() -> "dict[str, object]":
     """What accelerators this host shows: Ascend device nodes, nvidia-smi's GPUs."""
     out: dict[str, object] = {}   # davinci / nvidia: device numbers; nvidia_err: why none
     try:
@@ -39,7 +39,7 @@ def devices():
     return out
 
 
-def cpu_limit():
+def cpu_limit() -> "tuple[float | None, str]":
     """(CPUs the cgroup cpu controller lets this process use, where that was read), or
     (None, "") without a quota: the lowest cfs quota / period of its cgroup and every parent
     (v1 cpu.cfs_quota_us, v2 cpu.max)."""
@@ -80,7 +80,7 @@ def cpu_limit():
     return best
 
 
-def ifname(addr):
+def ifname(addr: str) -> str:
     """The interface that holds local address ``addr`` (SIOCGIFADDR over every interface;
     an IPv6 address from /proc/net/if_inet6)."""
     import fcntl
