@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from typing import (Dict, FrozenSet, List, NamedTuple, NoReturn, Optional, Protocol,
                         Sequence, Tuple, Union)
 
+    from mpilaunch.rank.resilience import ResilienceFlags
+
     class _Parsed(Protocol):
         """The namespace argparse and _fast make of flags.FLAGS: a value flag's text as given,
         or its default (a str, or None where the table has none); a switch a bool."""
@@ -31,7 +33,8 @@ if TYPE_CHECKING:
         rank_table_file: Optional[str]; run_id: Optional[str]; torchrun: Optional[str]   # noqa: E702
         python: Optional[str]; exec_: bool; no_scheduler: bool; no_port_check: bool   # noqa: E702
         no_python: bool; module: bool; command: List[str]   # noqa: E702
-    from mpilaunch.rank.resilience import ResilienceFlags
+        restart_count: Optional[str]; max_restarts: Optional[str]; term_grace: Optional[str]   # noqa: E702
+        stall_timeout: Optional[str]; expect_ranks: Optional[str]   # noqa: E702
 
     # The checker's view of the records below; at run time they are namedtuples (a test holds
     # the two to the same fields).
@@ -231,7 +234,7 @@ def parse_torchrun(text: str) -> Torchrun:
                     got.get("vlr") == "1")
 
 
-def _resilience(ns: object) -> Optional[ResilienceFlags]:
+def _resilience(ns: _Parsed) -> Optional[ResilienceFlags]:
     """The resilience flags (restart count, graceful stop, stall watchdog, span check: the rows
     each attempt writes, read by mpilaunch/rank/resilience.py), None when none was given."""
     if all(getattr(ns, f.dest) is None for f in flags.FLAGS if f.writer == flags.ATTEMPT):

@@ -25,6 +25,52 @@ from mpilaunch import contract
 from mpilaunch.contract import GRACE_EVENT   # the status line after a graceful stop (launcher: restart.py)
 from mpilaunch.errors import UsageError
 
+TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
+if TYPE_CHECKING:
+    from typing import Callable, Mapping, Optional, Protocol, Tuple
+
+    from mpilaunch.rank.identity import RankInfo
+    from mpilaunch.rank.spawn import Child
+    from mpilaunch.rank.watchdog import Watchdog
+
+    # What of rank/supervisor.py's Supervisor this module reads: that module's imports lead
+    # back here (plan, options), so the checker reads it through these.
+    class Spec(Protocol):
+        @property
+        def env(self) -> Mapping[str, str]: ...
+        @property
+        def log_path(self) -> str: ...
+
+    class Started(Protocol):
+        @property
+        def spec(self) -> Spec: ...
+        @property
+        def proc(self) -> Optional[Child]: ...
+        @property
+        def status(self) -> Optional[int]: ...
+
+    class Supervisor(Protocol):
+        signal_grace: Optional[float]
+        @property
+        def stop_signal(self) -> Optional[int]: ...
+        @property
+        def children(self) -> Mapping[str, Started]: ...
+        def run(self) -> int: ...
+
+    class Given(Protocol):
+        """The long-job flags as parsed (rank/options.py): each one's text, None when not given."""
+        restart_count: Optional[str]; max_restarts: Optional[str]; term_grace: Optional[str]   # noqa: E702
+        stall_timeout: Optional[str]; expect_ranks: Optional[str]   # noqa: E702
+
+    class Opts(Protocol):
+        """What of rank/options.py's Options this module reads (that module imports this one)."""
+        @property
+        def resilience(self) -> Optional[ResilienceFlags]: ...
+        @property
+        def exec_(self) -> bool: ...
+        @property
+        def log_dir(self) -> str: ...
+
 RESTART_VARS = ("MPILAUNCH_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")
 MAX_VARS = ("MPILAUNCH_MAX_RESTARTS", "TORCHELASTIC_MAX_RESTARTS")
 
@@ -44,11 +90,11 @@ class ResilienceFlags(namedtuple("ResilienceFlags", "restart_count max_restarts 
 NO_FLAGS = ResilienceFlags(None, None, None, None, None)
 
 
-def parse(ns) -> ResilienceFlags:
-    def whole(value, flag):
+def parse(ns: Given) -> ResilienceFlags:
+    def whole(value: object, flag: str) -> Optional[int]:
         return None if value is None else contract.whole(value, flag, 0)
 
-    def secs(value, flag):
+    def secs(value: object, flag: str) -> Optional[float]:
         return None if value is None else contract.seconds(value, flag, allow_zero=True)
 
     if ns.expect_ranks is not None:
@@ -64,7 +110,7 @@ def parse(ns) -> ResilienceFlags:
                    whole(getattr(ns, "in_place_no_progress", None), "--in-place-no-progress"))
 
 
-def early(opts) -> None:
+def early(opts: Opts) -> None:
     """As soon as the options are read: what the graceful stop cannot do."""
     lr = opts.resilience
     if lr is None or lr.term_grace is None:
@@ -73,7 +119,7 @@ def early(opts) -> None:
         raise UsageError("--term-grace needs the supervised mode (not --exec)")
 
 
-def prepare(opts, info, user_env: dict, span_check: bool = True) -> None:
+def prepare(opts: Opts, info: RankInfo, user_env: dict, span_check: bool = True) -> None:
     """Before the agreement: the span check, then the variables every worker sees."""
     lr = opts.resilience
     if lr is None:
@@ -100,13 +146,13 @@ class Hooks:
     line) and ``--stall-timeout`` (the watchdog). ``deliver``: where an event for the running
     supervisor goes (runner.Inbox.put)."""
 
-    def __init__(self, lr: ResilienceFlags, deliver) -> None:
+    def __init__(self, lr: ResilienceFlags, deliver: Callable[[Tuple[str, int]], None]) -> None:
         self.lr, self.deliver = lr, deliver
         self.asked = False      # the launcher asked for the graceful stop (not a signal)
-        self.sup = None         # the supervisor running (run)
+        self.sup: Optional[Supervisor] = None         # the supervisor running (run)
         self.grace = lr.term_grace   # the kill grace of a stop: --term-grace, or the launcher's
 
-    def on_stop(self, grace=None) -> None:
+    def on_stop(self, grace: Optional[float] = None) -> None:
         """The launcher's ``stop`` (the control thread), with its grace (None: ``--term-grace``):
         the same teardown as a SIGTERM, the workers given the grace before SIGKILL."""
         if self.lr.term_grace is None and grace is None or self.asked:
@@ -118,7 +164,7 @@ class Hooks:
                 self.sup.signal_grace = grace
         self.deliver(("signal", signal.SIGTERM))
 
-    def run(self, sup, opts, rank: int, hostname: str) -> int:
+    def run(self, sup: Supervisor, opts: Opts, rank: int, hostname: str) -> int:
         """``sup.run()`` with the kill grace of ``--term-grace`` and the stall watchdog
         (heartbeat and stacks in ``opts.log_dir``)."""
         self.sup = sup
@@ -133,7 +179,7 @@ class Hooks:
             if dog is not None:
                 dog.done.set()
 
-    def stopped(self, sup, rank: int, hostname: str, rc: int) -> int:
+    def stopped(self, sup: Supervisor, rank: int, hostname: str, rc: int) -> int:
         """The rank's status after ``sup`` was torn down by a stop signal: under
         ``--term-grace`` a ``grace-stop`` status line and 0, else ``rc``."""
         if self.lr.term_grace is None and not self.asked:
@@ -145,14 +191,14 @@ class Hooks:
         return 0
 
 
-def start_watchdog(sup, opts, rank: int, hostname: str, timeout: float):
+def start_watchdog(sup: Supervisor, opts: Opts, rank: int, hostname: str, timeout: float) -> Optional[Watchdog]:
     from mpilaunch.rank import pyspy, watchdog
 
     worker = sup.children.get("worker")
     if worker is None:
         return None
 
-    def pid_of():
+    def pid_of() -> Optional[int]:
         return worker.proc.pid if worker.proc is not None else None
 
     dog = watchdog.Watchdog(timeout, worker.spec.log_path,

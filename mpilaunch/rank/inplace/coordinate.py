@@ -28,7 +28,10 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Optional, Set, Tuple
+    from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+
+    # where an adapter's Client puts ("restart", K), ("finish", K), ("end", K)
+    Deliver = Callable[[Tuple[str, int]], None]
 
 from mpilaunch.contract import RESTART_EVENT   # the coordinator's status line (launcher: restart.py)
 from mpilaunch.rank import status
@@ -62,7 +65,7 @@ def _pick_port() -> int:
         s.close()
 
 
-def _lines(sock, handle) -> None:
+def _lines(sock: socket.socket, handle: Callable[[str, str], None]) -> None:
     """Read ``sock`` line by line into ``handle(words, rest)`` until it closes."""
     buf = b""
     while True:
@@ -124,7 +127,7 @@ class Coordinator:
             threading.Thread(target=_lines, args=(conn, lambda h, r, c=conn: self.message(h, r, c)),
                              daemon=True).start()
 
-    def _send(self, conns, text: str) -> None:
+    def _send(self, conns: Iterable[socket.socket], text: str) -> None:
         data = text.encode()
         for c in conns:
             try:
@@ -132,7 +135,7 @@ class Coordinator:
             except OSError:
                 pass
 
-    def message(self, head: str, rest: str, conn=None) -> None:
+    def message(self, head: str, rest: str, conn: Optional[socket.socket] = None) -> None:
         """One line from an adapter (``conn``; None: rank 0's own)."""
         said, _, payload = rest.partition(" ")
         try:
@@ -191,7 +194,7 @@ class Coordinator:
         threading.Timer(ROOT_WINDOW, self._name_root, args=(k,)).start()
         return True
 
-    def _end(self, k: int, conn) -> None:
+    def _end(self, k: int, conn: Optional[socket.socket]) -> None:
         # the adapter told ``end K`` reports its failure and exits, and the launcher tears the
         # job down at once: every attempt restarted before K is named first (a restart within
         # ROOT_WINDOW of this end would otherwise go with rank 0's adapter, and the launcher
@@ -254,7 +257,7 @@ class Client:
     """An adapter's end. ``deliver(event)`` puts ``("restart", K)`` / ``("finish", K)`` where
     the adapter waits (its current supervisor's queue, or the queue between attempts)."""
 
-    def __init__(self, rank: int, deliver, coordinator: Optional[Coordinator] = None, addr: str = "",
+    def __init__(self, rank: int, deliver: Deliver, coordinator: Optional[Coordinator] = None, addr: str = "",
                  port: int = 0):
         self.rank, self.deliver = rank, deliver
         self.lock = threading.Lock()
@@ -321,7 +324,8 @@ class Client:
         if not self.connected.wait(wait):
             return False
         if self.coordinator is not None:
-            self.coordinator.message(*text.rstrip("\n").split(" ", 1))
+            head, _, rest = text.rstrip("\n").partition(" ")   # "fail K INFO", "done K RANK"
+            self.coordinator.message(head, rest)
             return True
         sock = self.sock
         if sock is None:

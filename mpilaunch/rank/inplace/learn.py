@@ -20,7 +20,8 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, List, Optional
+    import socket
+    from typing import Any, Callable, Iterable, List, Optional
 
 from mpilaunch.rank import status
 from mpilaunch.pdeathsig import SignalsBlocked
@@ -49,14 +50,14 @@ class Known:
         self.names: List[str] = []
         self.seen: set = set()
 
-    def add(self, names) -> List[str]:
+    def add(self, names: Iterable[str]) -> List[str]:
         new = [n for n in names if n and n not in self.seen]
         self.seen.update(new)
         self.names += new
         return new
 
 
-def ask(sock, timeout: float = ANSWER_TIMEOUT) -> Optional[List[str]]:
+def ask(sock: socket.socket, timeout: float = ANSWER_TIMEOUT) -> Optional[List[str]]:
     """One question on the worker's socket: the names it has not said yet; None when it
     cannot answer (gone, or too slow: the conversation is then out of step)."""
     try:
