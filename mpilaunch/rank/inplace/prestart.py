@@ -12,7 +12,21 @@ import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
-    from typing import Optional
+    from typing import Callable, Iterable, List, Mapping, Optional, Protocol, Sequence
+
+    from mpilaunch.rank.options import Options
+    from mpilaunch.rank.plan import ChildSpec
+    from mpilaunch.rank.spawn import Child
+    from mpilaunch.rank.supervisor import Supervisor
+
+    class _Child(Protocol):
+        """What of a supervisor's child (its ``children``) the spare reads."""
+        @property
+        def spec(self) -> ChildSpec: ...
+        @property
+        def proc(self) -> Optional[Child]: ...
+        @property
+        def status(self) -> Optional[int]: ...
 
 from mpilaunch.pdeathsig import SignalsBlocked
 
@@ -23,7 +37,7 @@ ROOM_SAMPLES = 4        # looks at the machine's runnable count, 20 ms apart (ma
 SPARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spare.py")
 
 
-def preload_for(argv, env) -> str:
+def preload_for(argv: Sequence[str], env: Mapping[str, str]) -> str:
     """The modules a spare imports: ``MPILAUNCH_SPARE_PRELOAD``, else the heavy ones the
     script's own ``import`` lines name; '' = no spare."""
     if PRELOAD_VAR in env:
@@ -37,7 +51,7 @@ def preload_for(argv, env) -> str:
     return ",".join(m for m in HEAVY if m in found)
 
 
-def listens(argv, env, modules: str) -> bool:
+def listens(argv: Sequence[str], env: Mapping[str, str], modules: str) -> bool:
     """Rank 0's spare may start the attempt's rendezvous store before its script runs
     (spare.py ``_listen``): a torch script whose ``init_process_group`` makes the env:// store
     (multi-tenant: it then shares the spare's), and that makes no TCPStore server of its own
@@ -48,7 +62,7 @@ def listens(argv, env, modules: str) -> bool:
     return rendezvous_ok(argv)
 
 
-def rendezvous_ok(argv) -> bool:
+def rendezvous_ok(argv: Sequence[str]) -> bool:
     """The script (``argv[1]``) calls ``init_process_group`` through env://, and makes no
     TCPStore server of its own nor names an ``init_method``: its rank 0 store may be made by
     another process (:func:`listens`, rank/inplace/hold.py)."""
@@ -70,7 +84,8 @@ class Spare:
     (supervisor.py), so the spare dies with the adapter. Its pid is in the supervisors'
     ``keep`` (the subtree they end on their way out) until a supervisor adopts it."""
 
-    def __init__(self, sup, worker_child, modules: str, spec=None):
+    def __init__(self, sup: Supervisor, worker_child: _Child, modules: str,
+                 spec: Optional[ChildSpec] = None) -> None:
         self.spec = worker_child.spec if spec is None else spec
         self.store = listens(self.spec.argv, self.spec.env, modules)
         self.proc: Optional[subprocess.Popen] = None
@@ -92,7 +107,7 @@ class Spare:
         with SignalsBlocked():
             self.thread.start()
 
-    def _run(self, sup, worker_child, theirs, modules) -> None:
+    def _run(self, sup: Supervisor, worker_child: _Child, theirs: socket.socket, modules: str) -> None:
         import subprocess
 
         end = time.monotonic() + 30.0
@@ -161,7 +176,7 @@ class Spare:
         if line:
             self.sock.sendall(line)
 
-    def prime(self, names) -> bool:
+    def prime(self, names: Iterable[str]) -> bool:
         """Have it import ``names`` too (modules the worker imported: loop.py ``Learner``);
         blocks until it reads them. False: it is gone or already the worker."""
         with self.send_lock:
@@ -189,7 +204,7 @@ class Spare:
         self._read_acks()
         return self.acks >= 1 + self.primes
 
-    def go(self, spec, out_fd: int, err_fd: Optional[int] = None) -> bool:
+    def go(self, spec: ChildSpec, out_fd: int, err_fd: Optional[int] = None) -> bool:
         """Hand attempt's ``spec`` (env, argv, log) to the spare, its stdout on ``out_fd`` and
         its stderr on ``err_fd`` (None: ``out_fd`` too): False if it cannot take it."""
         msg = json.dumps({"env": spec.env, "argv": spec.argv[1:]}).encode() + b"\n"
@@ -211,7 +226,7 @@ class Spare:
             self.imported = self.acks >= 1
         return self.imported
 
-    def state(self, wait: float, stopping) -> str:
+    def state(self, wait: float, stopping: Callable[[], bool]) -> str:
         """Whether it becomes the worker: ``ready``, ``waited for`` (still importing, on a
         machine with room, and it got ready within ``wait`` s), else why not: ``discarded on a
         busy machine`` (a fresh worker instead: machine_has_room says why) or ``not ready in
@@ -230,7 +245,7 @@ class Spare:
                     f"({self.acks} of {1 + self.primes} imports acknowledged)")
         return "not ready in time"
 
-    def wait_ready(self, timeout: float, stopping) -> bool:
+    def wait_ready(self, timeout: float, stopping: Callable[[], bool]) -> bool:
         """Wait until its imports are done, up to ``timeout`` s; False when it died, the wait
         ran out, or ``stopping()`` (the rank is being torn down)."""
         import select
@@ -299,25 +314,25 @@ def machine_has_room() -> bool:
     return False
 
 
-def run_argv(argv, fd: int) -> list:
+def run_argv(argv: Sequence[str], fd: int) -> List[str]:
     """``PYTHON SCRIPT ARGS...`` as a worker that answers the adapter's question on ``fd``
     (spare.py ``--run``: what it imported, for the next attempt's spare)."""
     return [argv[0], SPARE, "--run", str(fd)] + list(argv[1:])
 
 
-def spare_eligible(spec, argv, opts) -> bool:
+def spare_eligible(spec: ChildSpec, argv: Sequence[str], opts: Options) -> bool:
     return (spec.role == "worker" and not opts.no_python and not opts.module
             and list(spec.argv) == list(argv) and len(argv) >= 2)
 
 
-def spare_modules(worker, argv, opts) -> str:
+def spare_modules(worker: ChildSpec, argv: Sequence[str], opts: Options) -> str:
     """The modules a spare for ``worker`` starts with; '' = it gets none."""
     if not spare_eligible(worker, argv, opts):
         return ""
     return preload_for(worker.argv, worker.env)
 
 
-def start_spare(sup, worker, argv, opts) -> Optional[Spare]:
+def start_spare(sup: Supervisor, worker: ChildSpec, argv: Sequence[str], opts: Options) -> Optional[Spare]:
     """The next attempt's spare for ``worker`` (the spec as planned), or None."""
     modules = spare_modules(worker, argv, opts)
     if not modules:
@@ -355,7 +370,7 @@ def _can_leave_idle() -> bool:
         return False
 
 
-def at_idle(hook):
+def at_idle(hook: Callable[[], None]) -> Callable[[], None]:
     """The spare imports at SCHED_IDLE where it may leave it (rank/inplace/spare.py does on the
     restart): it then takes only CPU the running attempt leaves idle. Measured on 2 cores
     without it: a fresh launch's first step 1.8 s later (2 workers and 2 spares importing
@@ -363,7 +378,7 @@ def at_idle(hook):
     if not _can_leave_idle():
         return hook
 
-    def both():
+    def both() -> None:
         hook()
         try:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
