@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from typing import Callable, Mapping, Optional, Protocol, Tuple
 
     from mpilaunch.rank.identity import RankInfo
+    from subprocess import Popen
+
     from mpilaunch.rank.spawn import Child
     from mpilaunch.rank.watchdog import Watchdog
 
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
         @property
         def spec(self) -> Spec: ...
         @property
-        def proc(self) -> Optional[Child]: ...
+        def proc(self) -> Optional[Child | Popen[bytes]]: ...
         @property
         def status(self) -> Optional[int]: ...
 

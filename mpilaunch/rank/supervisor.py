@@ -38,6 +38,7 @@ import threading
 import time
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
+    from subprocess import Popen
     from typing import Callable, Dict, List, Optional, Sequence, Set
 
     from mpilaunch.rank.plan import ChildSpec   # what to start: rank/plan.py decides it
@@ -61,13 +62,13 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-class _Child:
+class Running:
     def __init__(self, spec: ChildSpec) -> None:
         self.spec = spec
         self.thread: Optional[threading.Thread] = None
         self.relay: Optional[threading.Thread] = None
         self.hidden_relay: Optional[threading.Thread] = None   # torchrun's --redirects 1 or 2
-        self.proc: Optional[spawn.Child] = None
+        self.proc: Optional[spawn.Child | Popen[bytes]] = None   # Popen: an adopted spare (rank/inplace/)
         self.status: Optional[int] = None          # shell-style, once exited
         self.signal: Optional[int] = None
         self.start_error: Optional[str] = None
@@ -80,7 +81,7 @@ class Supervisor:
                  scheduler_grace: float = SCHEDULER_GRACE,
                  kill_grace: float = ADAPTER_KILL_GRACE,
                  stdout_fd: int = 1, pipe_size: int = PIPE_SIZE, tell_rank0: bool = True) -> None:
-        self.children: Dict[str, _Child] = {c.role: _Child(c) for c in children}
+        self.children: Dict[str, Running] = {c.role: Running(c) for c in children}
         self.rank, self.host = rank, host
         self.scheduler_grace, self.kill_grace = scheduler_grace, kill_grace
         self.stdout_fd = stdout_fd
@@ -108,7 +109,7 @@ class Supervisor:
                 os.sched_setaffinity(0, cpus)
         return hook
 
-    def _run_child(self, child: _Child) -> None:
+    def _run_child(self, child: Running) -> None:
         try:
             self._start_and_wait(child)
         except BaseException as exc:     # never leave the main thread waiting for an event
@@ -118,7 +119,7 @@ class Supervisor:
                 self.events.put(("exit", child.spec.role))
             raise
 
-    def _start_and_wait(self, child: _Child) -> None:
+    def _start_and_wait(self, child: Running) -> None:
         spec = child.spec
         log_fd = child.log_fd
         # hid_*: torchrun's --redirects 1 or 2, the stream kept off the console (relay.relay_threads)
@@ -251,7 +252,7 @@ class Supervisor:
         finally:
             self._end_descendants(DESCENDANT_GRACE)
 
-    def _running(self) -> List[_Child]:
+    def _running(self) -> List[Running]:
         return [c for c in self.children.values() if c.status is None and c.start_error is None]
 
     def _loop(self) -> int:
@@ -329,7 +330,7 @@ class Supervisor:
         self._terminate(list(self.children.values()), cause="terminated")
         return 128 + int(signum)
 
-    def _terminate(self, targets: Sequence[Optional[_Child]], cause: str,
+    def _terminate(self, targets: Sequence[Optional[Running]], cause: str,
                    event: str = "exit") -> None:
         """SIGTERM to ``targets`` and to every orphan, SIGKILL to the whole subtree after
         ``kill_grace`` s (whatever a child started dies with it), then report."""
@@ -347,7 +348,7 @@ class Supervisor:
             if c.proc is not None and c.status is not None:   # never-started ones: no event
                 self._report(c, cause=cause, event=event)
 
-    def wait_for_children(self, children: List[_Child], timeout: float) -> None:
+    def wait_for_children(self, children: List[Running], timeout: float) -> None:
         """Wait until each child's exit event has arrived, or ``timeout``; other events stay."""
         end = time.monotonic() + timeout
         held = []
@@ -361,12 +362,12 @@ class Supervisor:
         for ev in held:
             self.events.put(ev)
 
-    def _finish_relay(self, child: _Child, timeout: float = 2.0) -> None:
+    def _finish_relay(self, child: Running, timeout: float = 2.0) -> None:
         for thread in (child.relay, child.hidden_relay):
             if thread is not None:
                 thread.join(timeout)
 
-    def _report(self, child: _Child, cause: str, event: str = "exit") -> None:
+    def _report(self, child: Running, cause: str, event: str = "exit") -> None:
         if child.reported:
             return
         child.reported = True
@@ -383,7 +384,7 @@ class Supervisor:
                     os.path.abspath(spec.log_path), tail, message=message, exception=exc)
 
 
-def _signal(proc: spawn.Child, sig: int) -> None:
+def _signal(proc: spawn.Child | Popen[bytes], sig: int) -> None:
     try:
         proc.send_signal(sig)
     except OSError:

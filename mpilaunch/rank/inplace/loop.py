@@ -29,182 +29,20 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, List, Optional, Tuple
+    from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+    from mpilaunch.rank.options import Options
+    from mpilaunch.rank.plan import ChildSpec
+    from mpilaunch.rank.runner import Inbox
 
 from mpilaunch.contract import attempt_log_dir
 from mpilaunch.rank import status
+from mpilaunch.rank.inplace.adopt import DEBUG_SPARE_VAR, InPlaceSupervisor
 from mpilaunch.rank.inplace.coordinate import Client, Coordinator
 from mpilaunch.rank.inplace.hold import Holder, agent_store, attach, start_holder
-from mpilaunch.rank.inplace.learn import LEARN_VAR, SPARE_LIFE, Known, Learner
-from mpilaunch.rank.inplace.prestart import Spare, run_argv, spare_modules, start_spare
-from mpilaunch.rank.supervisor import RESTART, TEARDOWN_SIGNALS, Supervisor, exit_status
-
-# s a restart waits for a woken spare still importing, on a machine with room (a fresh worker
-# would import it all from the start); past this, something is wrong with the spare
-SPARE_WAIT = 60.0
-# in the workers' environment: each adapter says on stderr what became of its spare, and why
-DEBUG_SPARE_VAR = "MPILAUNCH_DEBUG_SPARE"
-
-# ------------------------------------------------------------------ the supervisor
-
-class InPlaceSupervisor(Supervisor):
-    """A supervisor of one attempt: its failure reports are held back (``quiet``) while the
-    attempt may be restarted in place, and its worker may be a spare that is already up."""
-
-    def __init__(self, *a, quiet: bool = False, spare: Optional[Spare] = None,
-                 learn: bool = False, **kw):
-        super().__init__(*a, **kw)
-        self.quiet: bool = quiet
-        self.spare: Optional[Spare] = spare
-        worker = self.children.get("worker")
-        # the worker's spec as planned (a fresh worker's argv goes through spare.py --run)
-        self.worker_spec = worker.spec if worker is not None else None
-        self.learn: bool = learn     # the worker says what it imported (rank/inplace/learn.py)
-        self.channel: Any = None     # the adapter's end of that conversation, once started
-        self.held: List[Tuple[Any, str, str, float]] = []   # (child, cause, event, when seen)
-        if spare is not None:
-            if spare.proc is not None:
-                self.keep.add(spare.proc.pid)
-            else:               # not forked yet: too late to be of use
-                spare.discard()
-                self.spare = None
-
-    def _report(self, child, cause: str, event: str = "exit") -> None:
-        if not self.quiet:
-            return super()._report(child, cause, event)
-        if child.reported:
-            return
-        child.reported = True
-        self._finish_relay(child)
-        self.held.append((child, cause, event, time.time()))   # when its failure was seen
-
-    def flush(self) -> None:
-        """The held reports, as status lines: the attempt was not restarted after all."""
-        self.quiet = False
-        for child, cause, event, _t in self.held:
-            child.reported = False
-            super()._report(child, cause, event)
-        self.held = []
-
-    def failure_info(self):
-        """The earliest own failure among the held reports, as the coordinator wants it."""
-        from mpilaunch.rank import logs
-
-        for child, cause, _event, t in self.held:
-            if cause == "self" and child.status:
-                spec = child.spec
-                tail = ([] if child.start_error else logs.status_tail(spec.log_path, spec.env))
-                exc = None if child.start_error else logs.status_exception(
-                    spec.log_path, spec.env, child.status, child.signal)
-                return {"rank": self.rank, "host": self.host, "role": spec.role,
-                        "code": child.status,
-                        "signal": child.signal, "log": os.path.abspath(spec.log_path),
-                        "tail": tail, "t": round(t, 3), "exception": exc}
-        return None
-
-    def _run_child(self, child) -> None:
-        spare = self.spare
-        if child.spec.role == "worker" and spare is not None:
-            self.spare = None
-            how = spare.state(SPARE_WAIT, lambda: self.stopping)
-            # where the restart's time went (the launcher's attempt lines: attempts/restart.py)
-            status.life(self.rank, self.host, "worker", SPARE_LIFE[how])
-            if child.spec.env.get(DEBUG_SPARE_VAR):   # tests and bench/: which way it went
-                status.write_stderr(f"mpilaunch.rank: rank {self.rank}: spare {how}\n")
-                if spare.why:
-                    status.write_stderr(f"mpilaunch.rank: rank {self.rank}: {spare.why}\n")
-            if how not in ("ready", "waited for"):
-                spare.discard(at_once=True)
-                self._run_fresh(child)
-                return
-            try:
-                if self._adopt(child, spare):
-                    return
-            except BaseException as exc:
-                child.start_error = f"cannot start worker: {exc}"
-                child.status = 127
-                self.events.put(("exit", child.spec.role))
-                raise
-        if child.spec.role == "worker":
-            self._run_fresh(child)
-        else:
-            super()._run_child(child)
-
-    def _run_fresh(self, child) -> None:
-        """A new worker; one that says what it imports runs through spare.py ``--run``."""
-        if not self.learn:
-            super()._run_child(child)
-            return
-        import socket
-
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        spec = child.spec
-        child.spec = spec._replace(argv=run_argv(spec.argv, theirs.fileno()),
-                                   pass_fds=tuple(spec.pass_fds or ()) + (theirs.fileno(),))
-        self.channel = ours
-        try:
-            super()._run_child(child)
-        finally:
-            theirs.close()
-            ours.close()
-
-    def _adopt(self, child, spare) -> bool:
-        """The spare becomes this attempt's worker. False: it could not (start one anew)."""
-        from mpilaunch.rank import firstout
-        from mpilaunch.rank.relay import grow_pipe, relay_threads
-
-        spec = child.spec
-        # as Supervisor._start_and_wait: a tailed worker writes to a pipe, and with torchrun's
-        # --redirects 1 or 2 (spec.hidden) the stream kept off the console to a second one
-        read_fd = write_fd = hid_r = hid_w = None
-        if spec.tail_prefix is not None:
-            read_fd, write_fd = os.pipe()
-            grow_pipe(read_fd, self.pipe_size)
-            if spec.hidden:
-                hid_r, hid_w = os.pipe()
-        out, err = (write_fd if write_fd is not None else child.log_fd), None
-        if hid_w is not None:
-            out, err = (hid_w, write_fd) if spec.hidden == 1 else (write_fd, hid_w)
-        with self.lock:
-            ok = not self.stopping
-            if ok:
-                child.proc = spare.proc
-                spare.wake()
-                ok = spare.go(spec, out, err)
-        for fd in (write_fd, hid_w):
-            if fd is not None:
-                os.close(fd)
-        if not ok:
-            child.proc = None
-            for fd in (read_fd, hid_r):
-                if fd is not None:
-                    os.close(fd)
-            spare.discard()
-            return False
-        self.keep.discard(spare.proc.pid)
-        if self.learn:
-            self.channel = spare.sock    # spare.py's worker answers on the same socket
-        else:
-            spare.sock.close()
-        status.life(self.rank, self.host, spec.role, "started", pid=child.proc.pid)
-        first = lambda: status.life(self.rank, self.host, "worker", "output")  # noqa: E731
-        watch = firstout.watch(spec.log_path, first) if read_fd is None else None
-        if read_fd is not None:
-            child.relay, child.hidden_relay = relay_threads(
-                spec.role, spec.tail_prefix, read_fd, hid_r, child.log_fd, self.stdout_fd,
-                self.pipe_size, first)
-        else:
-            os.close(child.log_fd)
-        spare.exited.wait()
-        spare.sock.close()
-        if watch is not None:
-            watch.stop()
-        rc = spare.returncode
-        child.status = exit_status(rc)
-        child.signal = -rc if rc < 0 else None
-        self.events.put(("exit", spec.role))
-        return True
-
+from mpilaunch.rank.inplace.learn import LEARN_VAR, Known, Learner
+from mpilaunch.rank.inplace.prestart import Spare, spare_modules, start_spare
+from mpilaunch.rank.supervisor import RESTART, TEARDOWN_SIGNALS
 
 # ------------------------------------------------------------------ the hooks of runner.supervise
 
@@ -213,9 +51,10 @@ class Restarts:
     supervisor per attempt until one succeeds, the budget is spent, or the rank is stopped.
     ``specs_for(k, port)``: the children of attempt ``k`` rendezvousing at ``port``."""
 
-    def __init__(self, inbox, opts, rank: int, hostname: str, coord_addr: str, size: int, argv,
-                 specs_for) -> None:
+    def __init__(self, inbox: Inbox, opts: Options, rank: int, hostname: str, coord_addr: str, size: int,
+                 argv: Sequence[str], specs_for: Callable[[int, int], List[ChildSpec]]) -> None:
         lr = opts.resilience
+        assert lr is not None   # --in-place is one of the long-job flags
         self.inbox, self.opts, self.argv, self.specs_for = inbox, opts, argv, specs_for
         self.k, self.last = lr.restart_count or 0, lr.max_restarts or 0
         self.told = self.k       # the newest attempt this rank was told of or went on to, and
@@ -242,7 +81,7 @@ class Restarts:
             self.client = Client(rank, self._deliver, coordinator=self.coord, addr=coord_addr,
                                  port=lr.in_place)
 
-    def _deliver(self, ev) -> None:
+    def _deliver(self, ev: Tuple[str, int]) -> None:
         """The coordinator's word, to where the adapter waits; a restart first wakes the next
         attempt's spare and, on rank 0, has it listen on the new rendezvous port (prestart.py).
 
@@ -266,31 +105,33 @@ class Restarts:
         """A failure of this attempt is restarted in place (not the budget's last)."""
         return self.client is not None and self.k < self.last
 
-    def supervisor(self, specs, rank: int, hostname: str, **kw) -> InPlaceSupervisor:
+    def supervisor(self, specs: Sequence[ChildSpec], rank: int, hostname: str, *, scheduler_grace: float,
+                   pipe_size: int, tell_rank0: bool) -> InPlaceSupervisor:
         worker = next((s for s in specs if s.role == "worker"), None)
         learn = (self.restartable() and worker is not None and worker.env.get(LEARN_VAR) != "0"
                  and bool(spare_modules(worker, self.argv, self.opts)))
         sup = InPlaceSupervisor(specs, rank, hostname, quiet=self.restartable(), spare=self.spare,
-                                learn=learn, **kw)
+                                learn=learn, scheduler_grace=scheduler_grace, pipe_size=pipe_size,
+                                tell_rank0=tell_rank0)
         self.spare = None
         attach(self.holder, sup)    # the job's store holder outlives every attempt's supervisor
         return sup
 
-    def started(self, sup) -> None:
+    def started(self, sup: InPlaceSupervisor) -> None:
         """``sup`` takes the events: start the next attempt's spare worker, and watch for the
         worker's first output (the coordinator's no-progress rule: coordinate.no_progress)."""
-        worker = sup.children.get("worker")
+        worker, planned, lr = sup.children.get("worker"), sup.worker_spec, self.opts.resilience
         if self.restartable() and worker is not None and self.coord and not self.holder:
             self.holder = start_holder(sup, self.argv, self.opts, self.coord)
-        if self.restartable() and worker is not None:
-            self.spare = start_spare(sup, sup.worker_spec, self.argv, self.opts)
+        if self.restartable() and worker is not None and planned is not None:   # both or neither
+            self.spare = start_spare(sup, planned, self.argv, self.opts)
             if sup.learn:
                 if self.learner is not None:
                     self.learner.stop()
-                debug = f"rank {sup.rank}" if sup.worker_spec.env.get(DEBUG_SPARE_VAR) else ""
+                debug = f"rank {sup.rank}" if planned.env.get(DEBUG_SPARE_VAR) else ""
                 self.learner = Learner(self.known, lambda: sup.channel, lambda: self.spare,
                                        debug)
-            if self.opts.resilience.no_progress:
+            if lr is not None and lr.no_progress:   # never None here (__init__)
                 from mpilaunch.rank import firstout
 
                 self.first_output = None
@@ -299,11 +140,11 @@ class Restarts:
     def _first_output(self) -> None:
         self.first_output = time.time()
 
-    def attempt_opts(self):
+    def attempt_opts(self) -> Options:
         """``opts`` with this attempt's log dir (its heartbeat and stacks)."""
         return self.opts._replace(log_dir=attempt_dir(self.opts.log_dir, self.k))
 
-    def next(self, sup, rc: int):
+    def next(self, sup: InPlaceSupervisor, rc: int) -> Optional[List[ChildSpec]]:
         """After an attempt that no stop signal ended: the next attempt's children, or None
         when the rank ends here (with :attr:`status`)."""
         if sup.jobdone is not None and sup.jobdone.sock is not None:
@@ -331,11 +172,11 @@ class Restarts:
         # the word said rank 0's holder listens on port: every worker its client (hold.py)
         return agent_store(self.specs_for(k, port), k in self.client.held, self, self.holder)
 
-    def stopped(self, sup) -> None:
+    def stopped(self, sup: InPlaceSupervisor) -> None:
         """``sup`` was torn down by a stop signal: the failures it held back, reported."""
         sup.flush()
 
-    def _between(self, sup, rc: int):
+    def _between(self, sup: InPlaceSupervisor, rc: int) -> Optional[int]:
         """Attempt ``k`` ended with ``rc`` by itself: the rank's status if it ends, None when
         the coordinator restarts the attempt."""
         client = self.client
@@ -362,7 +203,7 @@ class Restarts:
             return rc
         return None
 
-    def _wait(self):
+    def _wait(self) -> Tuple[str, int]:
         """Between attempts: the next restart, the finish of attempt ``k``, or a stop signal."""
         waiting, client, k = self.inbox.waiting, self.client, self.k
         assert client is not None          # only a restartable attempt waits
