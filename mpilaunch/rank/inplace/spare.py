@@ -63,14 +63,24 @@ of the old value; and a traceback shows runpy's frames above the script's.
 import os
 import sys
 
+# Annotations are strings, their names the checker's only: this file's start-up imports are
+# the worker's (typing's own TYPE_CHECKING would cost every spare an import).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from typing import Any, Dict, Iterable, List, NoReturn, Optional, Sequence, Set, Tuple
+
+    Msg = Dict[str, Any]   # one of the adapter's JSON lines, as json reads it
+
 
 class _Lines:
     """The adapter's messages, one JSON line each; the descriptors that came with them."""
 
-    def __init__(self, sock):
-        self.sock, self.buf, self.fds, self.eof = sock, b"", [], False
+    def __init__(self, sock: "socket.socket") -> None:
+        self.sock, self.buf, self.eof = sock, b"", False
+        self.fds: "List[int]" = []
 
-    def _read(self):
+    def _read(self) -> None:
         import socket
 
         chunk, got, _flags, _addr = socket.recv_fds(self.sock, 1 << 20, 4)
@@ -78,7 +88,7 @@ class _Lines:
         self.eof = self.eof or not chunk
         self.buf += chunk
 
-    def next(self):
+    def next(self) -> "Optional[Msg]":
         import json
 
         while b"\n" not in self.buf:
@@ -88,7 +98,7 @@ class _Lines:
         line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line)
 
-    def listen_now(self):
+    def listen_now(self) -> None:
         """A ``listen`` line already sent, taken out of turn (no wait: between two imports of a
         long list, so that rank 0's store is up as soon as the restart is decided, not after
         the list; the other lines keep their order)."""
@@ -116,7 +126,7 @@ class _Lines:
 _STORE: list = []     # the rendezvous store this process listens on before its script runs
 
 
-def _listen(msg):
+def _listen(msg: "Msg") -> None:
     """``{"listen": PORT, "world": N, "libuv": bool}``: rank 0's worker is wanted on PORT: its
     TCPStore server listens now, before the script gets to ``init_process_group``, whose env://
     store (multi-tenant, the same port) is then this one; the other ranks' first connection
@@ -131,7 +141,7 @@ def _listen(msg):
         pass
 
 
-def _normal_priority():
+def _normal_priority() -> None:
     """Leave SCHED_IDLE (the adapter started this process there while it waited, where it may
     leave it: rank/inplace/prestart.py), every thread of it."""
     try:
@@ -146,7 +156,7 @@ def _normal_priority():
         pass
 
 
-def _device_held():
+def _device_held() -> bool:
     """An import initialised CUDA (torch's): this process now holds a device context."""
     torch = sys.modules.get("torch")
     try:
@@ -155,7 +165,7 @@ def _device_held():
         return False
 
 
-def _import(names, lines=None):
+def _import(names: "Iterable[str]", lines: "Optional[_Lines]" = None) -> None:
     """Import ``names`` in their order (a package before its modules, as the worker did);
     one that fails is the worker's to meet. Ends this process once a device is held. Between
     two imports, a ``listen`` the adapter sent meanwhile is done at once (``lines``)."""
@@ -172,7 +182,7 @@ def _import(names, lines=None):
             lines.listen_now()
 
 
-def _library_dirs():
+def _library_dirs() -> "Tuple[str, ...]":
     """Where library modules live: the standard library (its lib-dynload and, outside a
     virtual environment, site-packages are under it) and the site-packages directories, each
     as given and resolved, with a final separator, for a prefix test."""
@@ -188,7 +198,7 @@ def _library_dirs():
     return tuple(os.path.join(d, "") for d in both if d)
 
 
-def _modules(sent, dirs, script_dir):
+def _modules(sent: "Set[str]", dirs: "Tuple[str, ...]", script_dir: str) -> "List[str]":
     """The library modules in ``sys.modules`` not in ``sent`` (added to it), in import order."""
     new = []
     for name, mod in list(sys.modules.items()):
@@ -205,7 +215,7 @@ def _modules(sent, dirs, script_dir):
     return new
 
 
-def _reporter(fd, script_dir):
+def _reporter(fd: int, script_dir: str) -> None:
     """The worker's end of the adapter's question ``?``: one line of the library modules it
     imported since the last answer (names carry no comma or newline)."""
     import _socket
@@ -231,7 +241,7 @@ def _reporter(fd, script_dir):
         sock.close()
 
 
-def _run(argv, report_fd):
+def _run(argv: "Sequence[str]", report_fd: int) -> None:
     """Run ``argv`` (``SCRIPT ARGS...``) as ``python SCRIPT ARGS...`` would, the reporter on
     ``report_fd`` (-1: none)."""
     sys.argv = list(argv)
@@ -249,7 +259,7 @@ def _run(argv, report_fd):
     runpy_run(argv[0])
 
 
-def runpy_run(script):
+def runpy_run(script: str) -> None:
     import runpy
 
     runpy.run_path(script, run_name="__main__")
@@ -258,7 +268,7 @@ def runpy_run(script):
 HOLDER_NAME = "mpilaunch-store"    # the holder's process name once it is ready (15 bytes max)
 
 
-def _hold(fd):
+def _hold(fd: int) -> "NoReturn":
     """``--hold FD``: rank 0's store holder (rank/inplace/hold.py says why and when). Imports
     ``torch.distributed``, says ``+``, then for each ``{"hold": PORT, "world": N, "libuv": b}``
     starts a TCPStore server on PORT and answers ``held PORT`` (``failed PORT`` if it cannot).
@@ -300,7 +310,7 @@ def _hold(fd):
     os._exit(0)
 
 
-def main():
+def main() -> None:
     del sys.path[0]    # this file's directory: its modules are not the script's
     if sys.argv[1] == "--run":     # a worker with no spare before it
         _run(sys.argv[3:], int(sys.argv[2]))
