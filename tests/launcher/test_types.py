@@ -20,12 +20,13 @@ from helpers import REPO
 SETUP_CFG = os.path.join(REPO, "setup.cfg")
 # The share of the package's expressions whose type is Any (mypy --any-exprs-report), at most:
 # an Any is an expression nothing checks. 13.4 % before the configuration, the backends'
-# protocol and the modules setup.cfg lists with disallow_untyped_defs were typed, 9.6 % after;
+# protocol and the first modules held by disallow_untyped_defs were typed, 9.6 % after;
 # 8.0 % once a rank's status line, the loop's config and the output/, attempts/, supervise/ and
 # report/ packages were; 7.6 % -> 4.2 % once the rank side's records, the option table, the
 # records output/events.py, stacks/server.py and monitor/ read and the rank side's last untyped
-# functions were typed; lower it as more is typed, never raise it.
-ANY_SHARE_CAP = 4.3
+# functions were typed; 3.3 % once every function of the package was annotated (setup.cfg's
+# disallow_untyped_defs holds them all); lower it as more is typed, never raise it.
+ANY_SHARE_CAP = 3.4
 
 
 def _pinned() -> str:
