@@ -2,12 +2,13 @@
 rank's worker wants it (rank/inplace/loop.py says when it runs).
 
 **Why.** torch's env:// rendezvous makes rank 0's worker the TCPStore server and every other
-rank a client. A client that comes first is refused and retries with c10d's back-off (half a
-second at first, x1.5, +-50 %): measured 0.1-1.2 s lost per restart whenever rank 0's worker is the last to its
-own store, which is the rule after a restart onto fresh workers (rank 0's spare was not ready:
-a busy machine), since every rank imports torch first. torchrun never pays it: its agent
-holds the store before the workers start and sets ``TORCHELASTIC_USE_AGENT_STORE=True``, so
-every worker, rank 0's too, is a client of a server already up.
+rank a client. A client that comes first is refused and retries with c10d's back-off (half
+a second at first, x1.5, +-50 %): measured 0.1-1.2 s lost per restart whenever rank 0's
+worker is the last to its own store, which is the rule after a restart onto fresh workers
+(rank 0's spare was not ready: a busy machine), since every rank imports torch first.
+torchrun never pays it: its agent holds the store before the workers start and sets
+``TORCHELASTIC_USE_AGENT_STORE=True``, so every worker, rank 0's too, is a client of a server
+already up.
 
 **What.** Rank 0's adapter starts one process for the job's life, ``PYTHON spare.py --hold
 FD`` (the worker's interpreter; it imports ``torch.distributed`` at SCHED_IDLE, at normal
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
     from mpilaunch.rank.supervisor import Supervisor
 
 from mpilaunch.rank import status
-from mpilaunch.rank.inplace.prestart import (SPARE, at_idle, leave_idle, preload_for,
+from mpilaunch.rank.inplace.prestart import (SPARE, at_idle, hang_up, leave_idle, preload_for,
                                              rendezvous_ok, spare_eligible)
 
 HOLD_VAR = "MPILAUNCH_STORE_HOLD"                 # "0": no holder
@@ -274,14 +275,7 @@ class Holder:
     def close(self) -> None:
         """The job's end: it is killed (its stores with it) and waited for."""
         self.dead = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        hang_up(self.sock)
         if self.proc is not None:   # nothing of it to flush: every attempt's workers are gone
             try:
                 self.proc.kill()

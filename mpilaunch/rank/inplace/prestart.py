@@ -265,20 +265,26 @@ class Spare:
         """Gone: told by EOF (``at_once``: killed, it is still importing)."""
         if self.proc is None:
             self.exited.set()      # not forked yet: it never will be
-        try:   # the spare reads EOF and leaves; a prime() blocked in sendall returns
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        hang_up(self.sock)    # the spare reads EOF and leaves; a prime() blocked in sendall returns
         if self.proc is not None and not self.exited.wait(0.0 if at_once else 1.0):
             try:
                 self.proc.kill()
             except OSError:
                 pass
             self.exited.wait(2.0)
+
+
+def hang_up(sock: socket.socket) -> None:
+    """Our end of a pre-started interpreter's socket shut and closed: it reads EOF (spares and
+    the store holder leave on it), and nothing of ours blocks on it any more."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass
 
 
 def leave_idle(pid: int) -> None:
