@@ -1,7 +1,7 @@
-"""Whether a next attempt comes (:func:`judge`), and each attempt's configuration: its log dir (``LOG_DIR/attempt<k>/``), its port, rank 0's
-address, and the adapter flags of the resilience settings (restart count, grace, watchdog, the span
-check, in-place coordination); and, when the user gave the port, the wait until the last attempt
-has let go of it."""
+"""Whether a next attempt comes (:func:`judge`), and each attempt's configuration: its log dir
+(``LOG_DIR/attempt<k>/``), its port, rank 0's address, and the adapter flags of the resilience
+settings (restart count, grace, watchdog, the span check, in-place coordination); and, when the
+user gave the port, the wait until the last attempt has let go of it."""
 import enum
 import os
 import time
