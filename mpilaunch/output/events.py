@@ -320,8 +320,8 @@ def status(event: Event) -> None:
         if kind == Kind.PROCESS_EXIT:
             emit(kind, status=event.code or 0, code=event.code, signal=None, cause="ok",
                  by="itself", **common)
-        else:
-            emit(kind, pid=event.pid, event=event.event, **common)
+        else:   # a restart's line with its new attempt (``code``: docs/EVENTS.md)
+            emit(kind, pid=event.pid, event=event.event, **({} if event.code is None else {"code": event.code}), **common)
         return
     if event.event in ("exit", "start-failed", "grace-expired") or (
             event.role == "adapter" and event.event == "error"):

@@ -125,3 +125,6 @@ def test_a_fresh_restart_meets_the_held_store_and_a_dead_holder_changes_nothing(
     held = [r for r in records if r.get("event") == "store-held"]
     assert sorted(r["rank"] for r in held) == [0, 1], held
     assert [r["pid"] for r in held if r["rank"] == 0] == [holder]
+    # each rank told of each restart, with the attempt it restarts into (docs/EVENTS.md)
+    told = sorted((r["code"], r["rank"]) for r in records if r.get("event") == "restart")
+    assert told == [(1, 0), (1, 1), (2, 0), (2, 1)], told
