@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from mpilaunch.rank.supervisor import Supervisor
 
 from mpilaunch.rank import status
-from mpilaunch.rank.inplace.prestart import (SPARE, at_idle, hang_up, leave_idle, preload_for,
+from mpilaunch.rank.inplace.prestart import (SPARE, fork_after, hang_up, leave_idle, preload_for,
                                              rendezvous_ok, spare_eligible)
 
 HOLD_VAR = "MPILAUNCH_STORE_HOLD"                 # "0": no holder
@@ -151,34 +151,17 @@ class Holder:
     def _run(self, theirs: socket.socket, worker_child: Any) -> None:
         import subprocess
 
-        end = time.monotonic() + 30.0    # the worker first (as a spare: prestart.py Spare)
-        while (worker_child.proc is None and worker_child.status is None
-               and time.monotonic() < end and not self.dead):
-            time.sleep(0.01)
-        env = dict(self.spec.env, CUDA_VISIBLE_DEVICES="")
         sup = self.sup
-        try:
-            with sup.lock:     # kept before any look for orphans can see it
-                if self.dead:    # closed before it was started
-                    raise OSError
-                self.proc = subprocess.Popen(
-                    [self.spec.argv[0], SPARE, "--hold", str(theirs.fileno())], env=env,
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), close_fds=True,
-                    preexec_fn=at_idle(sup.child_preexec(None)))
-                sup.keep.add(self.proc.pid)
-            now = self.sup      # attach()ed meanwhile: that supervisor keeps it too
-            if now is not sup:
-                with now.lock:
-                    now.keep.add(self.proc.pid)
-        except OSError:
-            self.proc = None
-        finally:
-            theirs.close()
-        if self.proc is None:
+        self.proc = fork_after(sup, worker_child, [self.spec.argv[0], SPARE, "--hold"], theirs,
+                               dict(self.spec.env, CUDA_VISIBLE_DEVICES=""), lambda: self.dead)
+        if self.proc is None:    # closed before it was started, or it could not start
             self.dead = True
             self.exited.set()
             return
+        now = self.sup      # attach()ed meanwhile: that supervisor keeps it too
+        if now is not sup:
+            with now.lock:
+                now.keep.add(self.proc.pid)
         try:
             self.proc.wait(IDLE_FOR)
         except subprocess.TimeoutExpired:

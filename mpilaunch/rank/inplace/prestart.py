@@ -80,9 +80,9 @@ def rendezvous_ok(argv: Sequence[str]) -> bool:
 class Spare:
     """One pre-started interpreter. Its thread waits until the attempt's own worker is started
     (the worker first: the spare's imports then compete with its start as little as they
-    can), forks the spare and waits for it: PDEATHSIG is the forking thread's
-    (supervisor.py), so the spare dies with the adapter. Its pid is in the supervisors'
-    ``keep`` (the subtree they end on their way out) until a supervisor adopts it."""
+    can), forks the spare (:func:`fork_after`) and waits for it: PDEATHSIG is the forking
+    thread's (supervisor.py), so the spare dies with the adapter. Its pid is in the
+    supervisors' ``keep`` (the subtree they end on their way out) until one adopts it."""
 
     def __init__(self, sup: Supervisor, worker_child: _Child, modules: str,
                  spec: Optional[ChildSpec] = None) -> None:
@@ -108,32 +108,11 @@ class Spare:
             self.thread.start()
 
     def _run(self, sup: Supervisor, worker_child: _Child, theirs: socket.socket, modules: str) -> None:
-        import subprocess
-
-        end = time.monotonic() + 30.0
-        while (worker_child.proc is None and worker_child.status is None
-               and time.monotonic() < end and not self.exited.is_set()):
-            time.sleep(0.01)
-        try:
-            with sup.lock:     # the pid is kept before any look for orphans can see it
-                if self.exited.is_set():
-                    return
-                self.proc = subprocess.Popen(
-                    [self.spec.argv[0], SPARE, modules, str(theirs.fileno())], env=self.spec.env,
-                    stdin=None if self.spec.inherit_stdin else subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    pass_fds=tuple(self.spec.pass_fds or ()) + (theirs.fileno(),),
-                    close_fds=True, preexec_fn=at_idle(sup.child_preexec(self.spec.cpus)))
-                sup.keep.add(self.proc.pid)
-        except OSError:
-            self.proc = None
-        finally:
-            theirs.close()
-            if self.proc is None:
-                self.exited.set()
-        if self.proc is None:
-            return
-        self.returncode = self.proc.wait()
+        spec = self.spec
+        self.proc = fork_after(sup, worker_child, [spec.argv[0], SPARE, modules], theirs, spec.env,
+                               self.exited.is_set, spec.inherit_stdin, spec.pass_fds or (), spec.cpus)
+        if self.proc is not None:
+            self.returncode = self.proc.wait()
         self.exited.set()
 
     def usable(self) -> bool:
@@ -272,6 +251,34 @@ class Spare:
             except OSError:
                 pass
             self.exited.wait(2.0)
+
+
+def fork_after(sup: Supervisor, worker_child: _Child, argv: List[str], theirs: socket.socket,
+               env: Mapping[str, str], cancelled: Callable[[], bool], inherit_stdin: bool = False,
+               pass_fds: Sequence[int] = (), cpus: Optional[List[int]] = None
+               ) -> Optional[subprocess.Popen[bytes]]:
+    """A spare or the store holder (``argv`` + ``theirs``, its end of the socket, closed here) at
+    SCHED_IDLE once the worker started (30 s at most), kept by ``sup``; None: cancelled()/failed."""
+    import subprocess
+    end = time.monotonic() + 30.0
+    while (worker_child.proc is None and worker_child.status is None
+           and time.monotonic() < end and not cancelled()):
+        time.sleep(0.01)
+    try:
+        with sup.lock:
+            if cancelled():
+                return None
+            proc = subprocess.Popen(argv + [str(theirs.fileno())], env=env, close_fds=True,
+                                    stdin=None if inherit_stdin else subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    pass_fds=tuple(pass_fds) + (theirs.fileno(),),
+                                    preexec_fn=at_idle(sup.child_preexec(cpus)))
+            sup.keep.add(proc.pid)
+            return proc
+    except OSError:
+        return None
+    finally:
+        theirs.close()
 
 
 def hang_up(sock: socket.socket) -> None:
