@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-# An in-place restart's phases (the restart_phases record, mpilaunch/attempts/phases.py): each
-# ends when its latest rank reached the mark (a rank_status / process_start / first_output).
-RESTART_PHASES = ("detection", "teardown", "start", "first_output")
+from mpilaunch.attempts.phases import MARKS, PHASES
+
+# An in-place restart's phases, as the restart_phases record times them (attempts/phases.py):
+# each ends when its latest rank reached its mark (a rank_status / process_start / first_output).
+RESTART_PHASES = PHASES
 RESTART_PHASE_NAMES = {"detection": "detection", "teardown": "teardown", "start": "start",
                        "first_output": "to first output"}
-RESTART_MARKS = {"detection": "restart", "teardown": "stopped", "start": "started",
-                 "first_output": "output"}
+RESTART_MARKS = dict(zip(PHASES, MARKS))
 # what a rank's new worker was: its adapter's spare line, else a fresh interpreter
 SPARE_HOW = {"spare-ready": "spare (ready)", "spare-waited": "spare (waited for)",
              "spare-busy": "fresh (spare busy)", "spare-late": "fresh (spare late)"}
