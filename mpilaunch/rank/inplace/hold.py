@@ -5,7 +5,7 @@ rank's worker wants it (rank/inplace/loop.py says when it runs).
 rank a client. A client that comes first is refused and retries with c10d's back-off (half
 a second at first, x1.5, +-50 %): measured 0.1-1.2 s lost per restart whenever rank 0's
 worker is the last to its own store, which is the rule after a restart onto fresh workers
-(rank 0's spare was not ready: a busy machine), since every rank imports torch first.
+(no spare, or rank 0's was not ready in time), since every rank imports torch first.
 torchrun never pays it: its agent holds the store before the workers start and sets
 ``TORCHELASTIC_USE_AGENT_STORE=True``, so every worker, rank 0's too, is a client of a server
 already up.
@@ -77,7 +77,7 @@ HOLD_WAIT = 0.5
 DEBUG_VAR = "MPILAUNCH_DEBUG_SPARE"    # rank 0's adapter says whether each restart was held
 # s the holder imports at SCHED_IDLE (the CPU the first attempt leaves idle) before it is moved
 # to normal priority: on a machine the job keeps busy an idle-priority import may never end,
-# and a busy machine is where restarts get fresh workers, the holder's case; ~1.5 s of one
+# and a restart onto fresh workers (no spare) is the holder's case; ~1.5 s of one
 # CPU, once per job, after the first attempt's own start-up
 IDLE_FOR = 10.0
 

@@ -32,7 +32,7 @@ LEARN_VAR = "MPILAUNCH_SPARE_LEARN"
 # the lifecycle line each rank sends at a restart, by what became of its spare (loop.py;
 # the launcher's attempts/phases.py reads them)
 SPARE_LIFE = {"ready": "spare-ready", "waited for": "spare-waited",
-              "discarded on a busy machine": "spare-busy", "not ready in time": "spare-late"}
+              "not ready in time": "spare-late"}
 # asked every EARLY_INTERVAL s for the first EARLY_ASKS questions (a failure soon after the
 # start finds the model's imports learnt: DDP's come ~1 s after torch's), then at doubling
 # intervals up to MAX_INTERVAL s

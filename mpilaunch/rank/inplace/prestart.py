@@ -33,7 +33,6 @@ from mpilaunch.pdeathsig import SignalsBlocked
 PRELOAD_VAR = "MPILAUNCH_SPARE_PRELOAD"
 HEAVY = ("torch", "mindspore", "tensorflow", "jax", "numpy")
 
-ROOM_SAMPLES = 4        # looks at the machine's runnable count, 20 ms apart (machine_has_room)
 SPARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spare.py")
 
 
@@ -206,15 +205,14 @@ class Spare:
         return self.imported
 
     def state(self, wait: float, stopping: Callable[[], bool]) -> str:
-        """Whether it becomes the worker: ``ready``, ``waited for`` (still importing, on a
-        machine with room, and it got ready within ``wait`` s), else why not: ``discarded on a
-        busy machine`` (a fresh worker instead: machine_has_room says why) or ``not ready in
-        time`` (:attr:`why` says how the wait ended). On a machine with room the woken spare is
-        ahead of any fresh interpreter."""
+        """Whether it becomes the worker: ``ready``, ``waited for`` (still importing, and it got
+        ready within ``wait`` s), else ``not ready in time`` (:attr:`why` says how the wait
+        ended). A spare still importing is waited for however busy the machine: woken (at
+        normal priority now) it is ahead of a fresh interpreter by what it imported, and
+        competes for the CPUs as that one would (measured quiet and at load 8: bench/README.md,
+        "Restart", the early kill)."""
         if self.ready():
             return "ready"
-        if not machine_has_room():
-            return "discarded on a busy machine"
         t0 = time.monotonic()
         if self.wait_ready(wait, stopping):
             return "waited for"
@@ -306,25 +304,6 @@ def leave_idle(pid: int) -> None:
                 os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
         except (OSError, ValueError, AttributeError):
             pass
-
-
-def machine_has_room() -> bool:
-    """No more runnable threads on this machine than it has CPUs, besides the caller
-    (``/proc/loadavg``'s running count; the woken spares count): a spare woken from SCHED_IDLE
-    gets a CPU now, and waiting for it beats a fresh interpreter importing the same modules
-    from the start (docs/PERFORMANCE.md, restart). On a busy machine a woken spare's import was
-    measured several times slower than a fresh interpreter's (load 40-80), so a fresh one is
-    started there."""
-    try:
-        cpus = len(os.sched_getaffinity(0)) or 1
-        for _ in range(ROOM_SAMPLES):   # the fewest of a few looks: a dying worker runs briefly
-            with open("/proc/loadavg") as fh:
-                if int(fh.read().split()[3].split("/")[0]) - 1 <= cpus:
-                    return True
-            time.sleep(0.02)
-    except (OSError, ValueError, IndexError, AttributeError):
-        pass
-    return False
 
 
 def run_argv(argv: Sequence[str], fd: int) -> List[str]:

@@ -324,7 +324,7 @@ def main() -> None:
     sock = socket.socket(fileno=fd)
     lines = _Lines(sock)
     # not out of turn before the ready byte: a spare that is not ready yet may be discarded for a
-    # fresh worker (a busy machine), and its store then goes with it under the clients' feet
+    # fresh worker (its wait ran out), and its store then goes with it under the clients' feet
     _import(filter(None, modules.split(",")))
     try:
         sock.send(b"+")     # ready: the adapter adopts only a spare that is (prestart.py)
