@@ -42,9 +42,12 @@ pytestmark = [pytest.mark.mindspore, pytest.mark.slow,
 # (rank 0, exact float32 hex, atomic rename) every --every steps and resuming from it; plain SGD
 # has no optimizer state, so the parameters are all there is to save. --hold-step S: rank 1 writes
 # its pid to holding_1 at step S of attempt 0 and waits for the test to kill it. Every rank writes
-# its final parameters (hex). Nothing happens before init(): the scheduler runs this file too.
+# its final parameters (hex). Nothing happens before init() but one line saying whether this
+# interpreter had MindSpore imported before the script's first line (an adopted spare had): the
+# scheduler runs this file too, its output in scheduler.log.
 MS_CKPT = r'''
 import argparse, json, os, sys, time
+PRE = "mindspore" in sys.modules
 sys.path.insert(0, sys.argv.pop(1))
 import ms_train as mt
 p = argparse.ArgumentParser()
@@ -60,6 +63,7 @@ ms.set_context(mode=ms.PYNATIVE_MODE)
 ms.set_device("CPU")
 from mindspore.communication import init, get_rank, get_group_size
 attempt = int(os.environ.get("MPILAUNCH_RESTART_COUNT", "0"))
+print(f"role={os.environ['MS_ROLE']} restart={attempt} preloaded={PRE}", flush=True)
 t0 = time.time()
 init()                      # the scheduler never returns from here
 rank, size = get_rank(), get_group_size()
@@ -97,7 +101,7 @@ print(f"MS_CKPT_OK rank={rank} size={size}", flush=True)
 '''
 
 
-def _launch(tmp_path, name, *args, script_args=()):
+def _launch(tmp_path, name, *args, script_args=(), env=None):
     out = tmp_path / name
     out.mkdir()
     script = tmp_path / "ms_ckpt.py"
@@ -106,10 +110,41 @@ def _launch(tmp_path, name, *args, script_args=()):
             "--cluster_time_out", "120", "--log_dir", str(out / "logs"), *args, str(script),
             EXAMPLES, "--out", str(out), *script_args]
     errf = open(out / "launcher.err", "w")
-    proc = subprocess.Popen(argv, env=clean_env(), cwd=tmp_path, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(argv, env=env or clean_env(), cwd=tmp_path, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=errf, text=True)
     errf.close()
     return proc, out
+
+
+def _spares_asleep(launcher_pid):
+    """The MS_ROLE of each spare (rank/inplace/spare.py MODULES FD) that has imported its
+    modules and sleeps on its socket, as /proc shows it."""
+    roles = []
+    for p in descendants(launcher_pid):
+        try:
+            cmd = p.cmdline()
+            if len(cmd) < 3 or not cmd[1].endswith("spare.py") or cmd[2].startswith("--"):
+                continue
+            with open(f"/proc/{p.pid}/wchan") as fh:
+                if fh.read() == "unix_stream_read_generic":
+                    roles.append(p.environ().get("MS_ROLE"))
+        except (psutil.Error, OSError):
+            continue
+    return sorted(roles)
+
+
+def _scheduler_spares(procs):
+    """The pids among ``procs`` that are spares started with the scheduler's environment."""
+    found = set()
+    for p in procs:
+        try:
+            cmd = p.cmdline()
+            if (len(cmd) >= 3 and cmd[1].endswith("spare.py") and not cmd[2].startswith("--")
+                    and p.environ().get("MS_ROLE") == "MS_SCHED"):
+                found.add(p.pid)
+        except psutil.Error:
+            continue
+    return found
 
 
 def _worker(launcher_pid, script, rank, attempt):
@@ -133,24 +168,36 @@ def test_mindspore_job_restarts_after_a_killed_worker_and_completes(port, tmp_pa
     # relaunched (--restart-mode relaunch): fresh: --master_port 0, each attempt gets a new one;
     # fixed: --master_port N for every attempt; in-place (the default restart mode): the
     # adapters restart the workers and rank 0's scheduler inside the running mpirun, each
-    # attempt on a fresh port
-    args = ["--max_restarts", "1", "--master_port", free_port() if port == "fixed" else "0"]
-    if port != "in-place":
+    # attempt on a fresh port, the scheduler too onto its spare (an interpreter that imported
+    # MindSpore while attempt 0 ran); a budget of 2 there, so that attempt 1 starts spares of
+    # its own, never adopted, which must not outlive the job
+    in_place = port == "in-place"
+    args = ["--max_restarts", "2" if in_place else "1",
+            "--master_port", free_port() if port == "fixed" else "0"]
+    if not in_place:
         args += ["--restart-mode", "relaunch"]
-    proc, out = _launch(tmp_path, "job", *args, script_args=("--hold-step", "4"))
-    seen = []
+    proc, out = _launch(tmp_path, "job", *args, script_args=("--hold-step", "4"),
+                        env=clean_env(MPILAUNCH_DEBUG_SPARE=1))
+    seen, sched_spares = [], set()
     try:
         assert wait_for(lambda: (out / "holding_1").exists(), 240, 0.2), \
             (out / "launcher.err").read_text()[-3000:]
         victim = _worker(proc.pid, str(tmp_path / "ms_ckpt.py"), 1, 0)
         assert victim is not None and str(victim.pid) == (out / "holding_1").read_text()
+        if in_place:   # every spare ready (the scheduler's too), so the restart adopts them
+            assert wait_for(lambda: _spares_asleep(proc.pid) == ["MS_SCHED", "MS_WORKER",
+                                                                 "MS_WORKER"], 240, 0.2), \
+                _spares_asleep(proc.pid)
         seen = descendants(proc.pid)
+        sched_spares = _scheduler_spares(seen)
         t_kill = time.time()
         victim.kill()
         # watch the new attempt's processes too (they are gone at the end)
         end = time.monotonic() + 300
         while proc.poll() is None and time.monotonic() < end:
-            seen += [p for p in descendants(proc.pid) if p not in seen]
+            new = [p for p in descendants(proc.pid) if p not in seen]
+            sched_spares |= _scheduler_spares(new)
+            seen += new
             time.sleep(0.2)
         stdout, _ = proc.communicate(timeout=10)
     finally:
@@ -164,7 +211,7 @@ def test_mindspore_job_restarts_after_a_killed_worker_and_completes(port, tmp_pa
     print(note)
     assert proc.returncode == 0, err[-4000:] + "\n" + note
     assert "attempt 0: exit status 137: rank 1 (worker)" in err, err[-3000:]
-    assert "2 attempt(s), restart budget 1; exit status 0" in err
+    assert f"2 attempt(s), restart budget {2 if in_place else 1}; exit status 0" in err
     # every attempt had its own scheduler, whose log is kept
     assert sorted(n for n in os.listdir(logs / "attempt0") if not n.startswith(".")) == ["scheduler.log", "worker_0.log", "worker_1.log"]
     assert sorted(n for n in os.listdir(logs / "attempt1") if not n.startswith(".")) == ["scheduler.log", "worker_0.log", "worker_1.log"]
@@ -174,8 +221,17 @@ def test_mindspore_job_restarts_after_a_killed_worker_and_completes(port, tmp_pa
     starters = [json.loads(ln)["kind"] for ln in (logs / "events.jsonl").read_text().splitlines()
                 ].count("starter_start")
     assert starters == (1 if port == "in-place" else 2)
+    # said by the schedulers themselves: attempt 1's was the spare, adopted (in place)
+    for k in (0, 1):
+        sched = (logs / f"attempt{k}" / "scheduler.log").read_text()
+        assert f"role=MS_SCHED restart={k} preloaded={k == 1 and in_place}" in sched, sched[-2000:]
+    if in_place:
+        assert "mpilaunch.rank: rank 0: scheduler spare ready" in err, err[-3000:]
+        # attempt 0's scheduler spare (adopted) and attempt 1's (discarded at the end) were seen
+        assert len(sched_spares) == 2, sched_spares
     for r in (0, 1):
         log = (logs / "attempt1" / f"worker_{r}.log").read_text()
+        assert f"role=MS_WORKER restart=1 preloaded={in_place}" in log, log[-2000:]
         assert f"rank={r} restart=1" in log and "resumed from step 2" in log
         assert "step 3 " in log and "step 1 " not in log and f"MS_CKPT_OK rank={r} size=2" in log
     # data parallel: both ranks end with the same parameters, those of a single-process run on

@@ -1,6 +1,7 @@
 """One attempt's supervisor under in-place restarts (rank/inplace/loop.py runs one per
 attempt): its failure reports are held back while the attempt may be restarted in place, and
-its worker may be the spare (rank/inplace/prestart.py) already up, adopted instead of started.
+its worker (and rank 0's MindSpore scheduler) may be the spare (rank/inplace/prestart.py)
+already up, adopted instead of started.
 """
 from __future__ import annotations
 
@@ -27,27 +28,32 @@ DEBUG_SPARE_VAR = "MPILAUNCH_DEBUG_SPARE"
 
 class InPlaceSupervisor(Supervisor):
     """A supervisor of one attempt: its failure reports are held back (``quiet``) while the
-    attempt may be restarted in place, and its worker may be a spare that is already up."""
+    attempt may be restarted in place, and its worker (rank 0's scheduler too) may be a spare
+    that is already up."""
 
     def __init__(self, children: Sequence[ChildSpec], rank: int, host: str, *, scheduler_grace: float,
                  pipe_size: int, tell_rank0: bool, quiet: bool = False, spare: Optional[Spare] = None,
-                 learn: bool = False) -> None:
+                 learn: bool = False, sched_spare: Optional[Spare] = None) -> None:
         super().__init__(children, rank, host, scheduler_grace=scheduler_grace, pipe_size=pipe_size,
                          tell_rank0=tell_rank0)
         self.quiet: bool = quiet
-        self.spare: Optional[Spare] = spare
+        # by role: the worker's spare, and rank 0's scheduler's (a fresh scheduler imports
+        # MindSpore while every worker's init() waits for it)
+        self.spares: Dict[str, Spare] = {}
         worker = self.children.get("worker")
         # the worker's spec as planned (a fresh worker's argv goes through spare.py --run)
         self.worker_spec = worker.spec if worker is not None else None
         self.learn: bool = learn     # the worker says what it imported (rank/inplace/learn.py)
         self.channel: Any = None     # the adapter's end of that conversation, once started
         self.held: List[Tuple[Any, str, str, float]] = []   # (child, cause, event, when seen)
-        if spare is not None:
-            if spare.proc is not None:
-                self.keep.add(spare.proc.pid)
-            else:               # not forked yet: too late to be of use
-                spare.discard()
-                self.spare = None
+        for role, one in (("worker", spare), ("scheduler", sched_spare)):
+            if one is None:
+                continue
+            if one.proc is not None and role in self.children:
+                self.spares[role] = one
+                self.keep.add(one.proc.pid)
+            else:               # not forked yet: too late to be of use (or no such child)
+                one.discard()
 
     def _report(self, child: Running, cause: str, event: str = "exit") -> None:
         if not self.quiet:
@@ -83,16 +89,19 @@ class InPlaceSupervisor(Supervisor):
         return None
 
     def _run_child(self, child: Running) -> None:
-        spare = self.spare
-        if child.spec.role == "worker" and spare is not None:
-            self.spare = None
+        role = child.spec.role
+        spare = self.spares.pop(role, None)
+        if spare is not None:
             how = spare.state(SPARE_WAIT, lambda: self.stopping)
-            # where the restart's time went (the launcher's attempt lines: attempts/restart.py)
-            status.life(self.rank, self.host, "worker", SPARE_LIFE[how])
+            # where the restart's time went (the launcher's attempt lines: attempts/restart.py);
+            # the launcher counts one new worker per rank, so the scheduler's is a debug line
+            if role == "worker":
+                status.life(self.rank, self.host, "worker", SPARE_LIFE[how])
             if child.spec.env.get(DEBUG_SPARE_VAR):   # tests and bench/: which way it went
-                status.write_stderr(f"mpilaunch.rank: rank {self.rank}: spare {how}\n")
+                whose = "" if role == "worker" else f"{role} "
+                status.write_stderr(f"mpilaunch.rank: rank {self.rank}: {whose}spare {how}\n")
                 if spare.why:
-                    status.write_stderr(f"mpilaunch.rank: rank {self.rank}: {spare.why}\n")
+                    status.write_stderr(f"mpilaunch.rank: rank {self.rank}: {whose}{spare.why}\n")
             if how not in ("ready", "waited for"):
                 spare.discard(at_once=True)
                 self._run_fresh(child)
@@ -101,18 +110,15 @@ class InPlaceSupervisor(Supervisor):
                 if self._adopt(child, spare):
                     return
             except BaseException as exc:
-                child.start_error = f"cannot start worker: {exc}"
+                child.start_error = f"cannot start {role}: {exc}"
                 child.status = 127
-                self.events.put(("exit", child.spec.role))
+                self.events.put(("exit", role))
                 raise
-        if child.spec.role == "worker":
-            self._run_fresh(child)
-        else:
-            super()._run_child(child)
+        self._run_fresh(child)
 
     def _run_fresh(self, child: Running) -> None:
-        """A new worker; one that says what it imports runs through spare.py ``--run``."""
-        if not self.learn:
+        """A new child; a worker that says what it imports runs through spare.py ``--run``."""
+        if not self.learn or child.spec.role != "worker":
             super()._run_child(child)
             return
         import socket
@@ -129,7 +135,8 @@ class InPlaceSupervisor(Supervisor):
             ours.close()
 
     def _adopt(self, child: Running, spare: Spare) -> bool:
-        """The spare becomes this attempt's worker. False: it could not (start one anew)."""
+        """The spare becomes this attempt's worker (or scheduler: ``child``'s role, its spec and
+        log as a fresh one's). False: it could not (start one anew)."""
         from mpilaunch.rank import firstout
         from mpilaunch.rank.relay import grow_pipe, relay_threads
 
@@ -163,13 +170,14 @@ class InPlaceSupervisor(Supervisor):
             spare.discard()
             return False
         self.keep.discard(proc.pid)
-        if self.learn:
+        worker = spec.role == "worker"
+        if self.learn and worker:
             self.channel = spare.sock    # spare.py's worker answers on the same socket
         else:
             spare.sock.close()
         status.life(self.rank, self.host, spec.role, "started", pid=proc.pid)
         first = lambda: status.life(self.rank, self.host, "worker", "output")  # noqa: E731
-        watch = firstout.watch(spec.log_path, first) if read_fd is None else None
+        watch = firstout.watch(spec.log_path, first) if read_fd is None and worker else None
         if read_fd is not None and spec.tail_prefix is not None:   # as read_fd was made
             child.relay, child.hidden_relay = relay_threads(
                 spec.role, spec.tail_prefix, read_fd, hid_r, log_fd, self.stdout_fd,

@@ -18,7 +18,12 @@ says it imported (rank/inplace/learn.py), blocked on a socket; the restart hands
 attempt's environment and output, and it runs the script (a fresh interpreter's imports are
 most of a restart's time). It costs one idle interpreter per rank (~300 MB RSS with torch) and
 its imports' CPU. Only a plain ``PYTHON SCRIPT`` worker gets one (not ``--no-python``,
-``--module``, a NUMA wrapper). Rank 0's store holder: rank/inplace/hold.py.
+``--module``, a NUMA wrapper). Rank 0's MindSpore scheduler gets one too, started and adopted
+the same way with the scheduler's own spec: a fresh scheduler imports MindSpore while every
+worker's ``init()`` waits for it. It gets the preload list only, not the worker's learnt
+imports: the scheduler runs the script up to ``init()`` and no further, and what the worker
+imports after (its model, the graph compiler) would keep the scheduler's spare busy at the
+restart, where the workers wait on it. Rank 0's store holder: rank/inplace/hold.py.
 """
 from __future__ import annotations
 
@@ -62,6 +67,7 @@ class Restarts:
         self.rank, self.host = rank, hostname
         self.status = 0          # the rank's, once next() said there is no next attempt
         self.spare: Optional[Spare] = None   # the next attempt's worker, already started (prestart.py)
+        self.sched_spare: Optional[Spare] = None    # and its scheduler (rank 0, MindSpore)
         self.known = Known()                 # what this rank's workers imported (learn.py)
         self.learner: Optional[Learner] = None
         self.watch: Any = None               # the worker's first output (firstout.Watch), when wanted
@@ -95,6 +101,8 @@ class Restarts:
             if ev[0] == "restart":    # the restart's phases: told (attempts/restart.py)
                 self.told = ev[1]
                 status.life(self.rank, self.host, "worker", "restart", code=ev[1])
+                if self.sched_spare is not None:
+                    self.sched_spare.wake()
                 if spare is not None and client is not None and client.latest:
                     spare.wake()
                     if ev[1] not in client.held:   # the holder's port: no store of its own
@@ -112,8 +120,8 @@ class Restarts:
                  and bool(spare_modules(worker, self.argv, self.opts)))
         sup = InPlaceSupervisor(specs, rank, hostname, quiet=self.restartable(), spare=self.spare,
                                 learn=learn, scheduler_grace=scheduler_grace, pipe_size=pipe_size,
-                                tell_rank0=tell_rank0)
-        self.spare = None
+                                tell_rank0=tell_rank0, sched_spare=self.sched_spare)
+        self.spare = self.sched_spare = None
         attach(self.holder, sup)    # the job's store holder outlives every attempt's supervisor
         return sup
 
@@ -125,6 +133,9 @@ class Restarts:
             self.holder = start_holder(sup, self.argv, self.opts, self.coord)
         if self.restartable() and worker is not None and planned is not None:   # both or neither
             self.spare = start_spare(sup, planned, self.argv, self.opts)
+            sched = sup.children.get("scheduler")
+            if sched is not None:
+                self.sched_spare = start_spare(sup, sched.spec, self.argv, self.opts)
             if sup.learn:
                 if self.learner is not None:
                     self.learner.stop()
@@ -153,8 +164,9 @@ class Restarts:
             self.watch.done.set()
         if self.learner is not None:
             self.learner.stop()
-        if self.spare is not None:    # the next attempt's worker: wanted now, likely
-            self.spare.wake()
+        for spare in (self.spare, self.sched_spare):   # the next attempt's: wanted now, likely
+            if spare is not None:
+                spare.wake()
         if rc != RESTART:
             end = self._between(sup, rc)
             if end is not None:
@@ -229,8 +241,9 @@ class Restarts:
             self.watch.done.set()
         if self.learner is not None:
             self.learner.stop()
-        if self.spare is not None:
-            self.spare.discard()
+        for spare in (self.spare, self.sched_spare):
+            if spare is not None:
+                spare.discard()
         for part in (self.holder, self.client, self.coord):    # every worker is gone by now
             if part is not None:
                 part.close()

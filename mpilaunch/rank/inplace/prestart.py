@@ -313,23 +313,23 @@ def run_argv(argv: Sequence[str], fd: int) -> List[str]:
 
 
 def spare_eligible(spec: ChildSpec, argv: Sequence[str], opts: Options) -> bool:
-    return (spec.role == "worker" and not opts.no_python and not opts.module
+    return (spec.role in ("worker", "scheduler") and not opts.no_python and not opts.module
             and list(spec.argv) == list(argv) and len(argv) >= 2)
 
 
-def spare_modules(worker: ChildSpec, argv: Sequence[str], opts: Options) -> str:
-    """The modules a spare for ``worker`` starts with; '' = it gets none."""
-    if not spare_eligible(worker, argv, opts):
+def spare_modules(spec: ChildSpec, argv: Sequence[str], opts: Options) -> str:
+    """The modules a spare for ``spec``'s role starts with; '' = it gets none."""
+    if not spare_eligible(spec, argv, opts):
         return ""
-    return preload_for(worker.argv, worker.env)
+    return preload_for(spec.argv, spec.env)
 
 
-def start_spare(sup: Supervisor, worker: ChildSpec, argv: Sequence[str], opts: Options) -> Optional[Spare]:
-    """The next attempt's spare for ``worker`` (the spec as planned), or None."""
-    modules = spare_modules(worker, argv, opts)
+def start_spare(sup: Supervisor, spec: ChildSpec, argv: Sequence[str], opts: Options) -> Optional[Spare]:
+    """The next attempt's spare for ``spec``'s role (as planned; the scheduler's too), or None."""
+    modules = spare_modules(spec, argv, opts)
     if not modules:
         return None
-    return Spare(sup, sup.children["worker"], modules, spec=worker)
+    return Spare(sup, sup.children["worker"], modules, spec=spec)
 
 
 CAP_SYS_NICE = 23
