@@ -36,11 +36,13 @@ def test_which_spare_listens(tmp_path, text, rank, modules, want):
 
 def test_a_listen_while_a_prime_holds_the_socket_goes_right_after_it():
     """listen() never waits (the restart is not held for an early store): while prime() holds
-    the spare's socket its line is kept, and sent after the prime's or before go()'s."""
+    the spare's socket its line is kept, and sent after the prime's or before go()'s, with the
+    port, bound and listening from the listen() on (the spare serves it: spare.py _listen)."""
     import json
     import socket
     import threading
 
+    from helpers.ports import free_port
     from mpilaunch.rank.inplace.prestart import Spare
 
     class Spec:
@@ -52,17 +54,23 @@ def test_a_listen_while_a_prime_holds_the_socket_goes_right_after_it():
     spare.sock, spare.send_lock, spare.pending = ours, threading.Lock(), b""
     spare.adopted, spare.primes, spare.store, spare.spec = False, 0, True, Spec()
     spare.proc, spare.exited = object(), threading.Event()
+    port = int(free_port())
     with spare.send_lock:            # a prime() under way
-        spare.listen(29500)
+        spare.listen(port)
     assert spare.pending          # kept, not sent: the socket was another's
     with pytest.raises(BlockingIOError):
         theirs.recv(1 << 16, socket.MSG_DONTWAIT)
-    assert spare.prime(["json"]) and spare.pending == b""
-    got = b""
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()   # listening already
+    assert spare.prime(["json"]) and spare.pending == b"" and spare.pending_port is None
+    got, fds = b"", []
     while got.count(b"\n") < 2:
-        got += theirs.recv(1 << 16)
+        chunk, more, _, _ = socket.recv_fds(theirs, 1 << 16, 4)
+        got, fds = got + chunk, fds + more
     lines = [json.loads(ln) for ln in got.splitlines()]
-    assert lines == [{"import": ["json"]}, {"listen": 29500, "world": 2, "libuv": True}]
+    assert lines == [{"import": ["json"]}, {"listen": port, "world": 2, "libuv": True, "fd": True}]
+    assert len(fds) == 1
+    with socket.socket(fileno=fds[0]) as handed:     # the port itself, ours closed: only the
+        assert handed.getsockname()[1] == port       # spare's copy holds it
     ours.close()
     theirs.close()
 

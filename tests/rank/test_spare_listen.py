@@ -72,3 +72,61 @@ def test_a_listen_during_learnt_imports_opens_the_store_before_the_last_one(tmp_
                 proc.kill()
                 proc.wait()
     assert proc.returncode == 0
+
+
+# a TCPStore client started before the store: prints what it read once its set/get went through
+CLIENT = """\
+import datetime, sys
+from torch.distributed import TCPStore
+c = TCPStore("127.0.0.1", int(sys.argv[1]), 2, False, timeout=datetime.timedelta(seconds=120))
+c.set("k", "v")
+print(c.get("k").decode(), flush=True)
+"""
+
+
+def test_the_port_handed_over_listens_before_the_spare_has_torch(tmp_path):
+    # what rank 0's adapter does at a restart (prestart.py Spare.listen): the port bound at
+    # once and sent with the line, while the spare is still importing (here: blocka, before
+    # torch). A rank's worker that comes now waits in the backlog instead of being refused, and
+    # the spare's store, once up, serves that very connection.
+    from mpilaunch.rank.inplace.storeport import store_port
+
+    (tmp_path / "blocka.py").write_text(BLOCKING)
+    port = int(free_port())
+    ours, theirs = socket.socketpair()
+    env = dict(os.environ, SPARE_TEST_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(
+        p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.Popen([sys.executable, SPARE, "blocka,torch", str(theirs.fileno())],
+                            env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+    theirs.close()
+    client = None
+    try:
+        assert wait_for(lambda: (tmp_path / "started_blocka").exists(), timeout=60)
+        bound = store_port(port)
+        assert bound is not None
+        socket.send_fds(ours, [json.dumps({"listen": port, "world": 2, "libuv": True,
+                                           "fd": True}).encode() + b"\n"], [bound.fileno()])
+        bound.close()                        # the spare's copy is the only one now
+        assert _accepts(port), "the port is not listening while the spare imports"
+        client = subprocess.Popen([sys.executable, "-c", CLIENT, str(port)], env=env,
+                                  stdout=subprocess.PIPE, text=True)
+        assert not (tmp_path / "go_blocka").exists()     # no store could be up yet
+        (tmp_path / "go_blocka").touch()
+        ours.settimeout(120)
+        assert ours.recv(1) == b"+"          # torch imported: ready; the listen is done next
+        out, _ = client.communicate(timeout=120)
+        assert client.returncode == 0 and out.strip() == "v", (client.returncode, out)
+    finally:
+        (tmp_path / "go_blocka").touch()
+        if client is not None and client.poll() is None:
+            client.kill()
+            client.wait()
+        ours.close()                         # EOF: the spare leaves, its store with it
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0
+    assert not _accepts(port)                # the port went with the spare

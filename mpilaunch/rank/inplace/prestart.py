@@ -98,6 +98,7 @@ class Spare:
         self.imported = False
         self.acks = 0            # '+' read from it: one for its modules, one per prime()
         self.pending = b""       # a listen() line to send once prime() lets go of the socket
+        self.pending_port: Optional[socket.socket] = None   # and the port it hands over
         self.primes = 0          # prime() messages sent
         self.recv_lock = threading.Lock()
         self.why = ""            # how a wait for it ended without it (state(): a debug line)
@@ -128,31 +129,47 @@ class Spare:
 
     def listen(self, port: int) -> None:
         """The next attempt rendezvouses on ``port``: rank 0's spare starts its store now,
-        while the adapters still stop the last attempt's workers."""
+        while the adapters still stop the last attempt's workers. The port listens from now
+        (storeport.py; handed over with the line): a worker that reaches it before the spare
+        has torch waits in its backlog, not refused and backing off (hold.py: the cost)."""
         if not self.store or not self.usable():
             return
         env = self.spec.env
+        from mpilaunch.rank.inplace.storeport import store_port
+
+        bound = store_port(port)
         msg = {"listen": port, "world": int(env.get("WORLD_SIZE", "1")),
-               "libuv": env.get("USE_LIBUV", "1") != "0"}
+               "libuv": env.get("USE_LIBUV", "1") != "0", "fd": bound is not None}
         line = json.dumps(msg).encode() + b"\n"
         # never waits: a prime() under way blocks until the spare reads it (it may still be
         # importing), and the restart is not held for an early store; the line then goes
         # right after that prime's, or before go()'s
         if not self.send_lock.acquire(blocking=False):
-            self.pending = line
+            self.pending, self.pending_port = line, bound
             return
         try:
-            self.sock.sendall(line)
-        except OSError:
-            pass
+            self._send_listen(line, bound)
         finally:
             self.send_lock.release()
 
+    def _send_listen(self, line: bytes, bound: Optional[socket.socket]) -> None:
+        """The line, with the bound port; ours closed either way (the spare's copy goes with it)."""
+        try:
+            if bound is None:
+                self.sock.sendall(line)
+            else:
+                socket.send_fds(self.sock, [line], [bound.fileno()])
+        except OSError:
+            pass
+        finally:
+            if bound is not None:
+                bound.close()
+
     def _send_pending(self) -> None:
         """listen()'s line, if it came while prime() held the socket (send_lock held)."""
-        line, self.pending = self.pending, b""
+        line, bound, self.pending, self.pending_port = self.pending, self.pending_port, b"", None
         if line:
-            self.sock.sendall(line)
+            self._send_listen(line, bound)
 
     def prime(self, names: Iterable[str]) -> bool:
         """Have it import ``names`` too (modules the worker imported: loop.py ``Learner``);
@@ -243,6 +260,9 @@ class Spare:
         if self.proc is None:
             self.exited.set()      # not forked yet: it never will be
         hang_up(self.sock)    # the spare reads EOF and leaves; a prime() blocked in sendall returns
+        bound, self.pending_port = self.pending_port, None
+        if bound is not None:    # a listen never sent: the port is free for a fresh worker
+            bound.close()
         if self.proc is not None and not self.exited.wait(0.0 if at_once else 1.0):
             try:
                 self.proc.kill()

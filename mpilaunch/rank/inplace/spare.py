@@ -119,26 +119,37 @@ class _Lines:
                 if "listen" in msg:
                     self.buf = b"\n".join(lines[:i] + lines[i + 1:])
                     _normal_priority()
-                    _listen(msg)
+                    _listen(msg, self)
                     return
 
 
 _STORE: list = []     # the rendezvous store this process listens on before its script runs
 
 
-def _listen(msg: "Msg") -> None:
-    """``{"listen": PORT, "world": N, "libuv": bool}``: rank 0's worker is wanted on PORT: its
-    TCPStore server listens now, before the script gets to ``init_process_group``, whose env://
-    store (multi-tenant, the same port) is then this one; the other ranks' first connection
-    finds it up instead of retrying (TCPStore's client backs off ~0.3 s after a refusal)."""
+def _listen(msg: "Msg", lines: "_Lines") -> None:
+    """``{"listen": PORT, "world": N, "libuv": bool, "fd": bool}``: rank 0's worker is wanted
+    on PORT: its TCPStore server listens now, before the script gets to
+    ``init_process_group``, whose env:// store (multi-tenant, the same port) is then this one;
+    the other ranks' first connection finds it up instead of retrying (TCPStore's client backs
+    off ~0.3 s after a refusal). ``fd``: the adapter bound the port when the restart was
+    decided and sent it with the line (the first of ``lines.fds``: sent before ``go``'s), so
+    a client that came while this process was still importing torch waits in its backlog."""
+    fd = lines.fds.pop(0) if msg.get("fd") and lines.fds else None
     try:
         from torch.distributed import TCPStore
 
+        if fd is not None:
+            os.set_inheritable(fd, False)   # the store's, not the script's children's
         _STORE.append(TCPStore("127.0.0.1", int(msg["listen"]), int(msg["world"]), True,
                                wait_for_workers=False, multi_tenant=True,
-                               use_libuv=bool(msg.get("libuv", True))))
+                               use_libuv=bool(msg.get("libuv", True)),
+                               **({} if fd is None else {"master_listen_fd": fd})))
     except Exception:   # the script's own init binds it, as without this
-        pass
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def _normal_priority() -> None:
@@ -340,7 +351,7 @@ def main() -> None:
                 pass
         else:
             _normal_priority()
-            _listen(msg)
+            _listen(msg, lines)
         msg = lines.next()
     if msg is None:
         os._exit(0)
