@@ -128,3 +128,67 @@ def test_a_fresh_restart_meets_the_held_store_and_a_dead_holder_changes_nothing(
     # each rank told of each restart, with the attempt it restarts into (docs/EVENTS.md)
     told = sorted((r["code"], r["rank"]) for r in records if r.get("event") == "restart")
     assert told == [(1, 0), (1, 1), (2, 0), (2, 1)], told
+
+
+# Rank 1 probes rank 0's store port at its first line, before it imports anything, while rank 0's
+# script waits for that probe before its own init_process_group: whoever listens then, it is
+# not rank 0's script. Rank 0 records who listened at its first line (which process) and
+# whether the environment handed to it still names the port's descriptor.
+FIRST = r'''
+import json, os, socket, sys, time
+out = sys.argv[1]
+rank = int(os.environ["RANK"])
+port = int(os.environ["MASTER_PORT"])
+
+def put(name, value):
+    with open(os.path.join(out, name + ".tmp"), "w") as fh:
+        json.dump(value, fh)
+    os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+
+if rank == 1:
+    try:
+        socket.create_connection((os.environ["MASTER_ADDR"], port), timeout=10).close()
+        put("probe", "accepted")
+    except OSError as exc:
+        put("probe", repr(exc))
+else:
+    import psutil
+    put("first", {"pid": os.getpid(), "fd_var": "MPILAUNCH_STORE_FD" in os.environ,
+                  "listeners": [c.pid for c in psutil.net_connections("tcp")
+                                if c.status == psutil.CONN_LISTEN and c.laddr.port == port]})
+    while not os.path.exists(os.path.join(out, "probe")):
+        time.sleep(0.05)
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+put("sum_%d" % rank, t.item())
+dist.destroy_process_group()
+'''
+
+
+def test_rank_0s_port_listens_before_its_worker_has_torch(tmp_path):
+    # the first attempt of an in-place job (spares on, the default): rank 0's adapter binds the
+    # port before its worker starts and the worker serves it before its script runs
+    # (rank/inplace/adopt.py first_store), so the other ranks are never refused by it
+    out = tmp_path / "out"
+    out.mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(FIRST)
+    argv = mpilaunch_argv("--mpirun", OMPI5.mpirun, "-np", "2", "--no-scheduler", "--master_port",
+                          "0", "--log_dir", str(tmp_path / "logs"), "--max_restarts", "1",
+                          str(script), str(out))
+    proc = subprocess.Popen(argv, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rc, _, err, kids = watch_to_end(proc, 240)
+    left = alive(kids)
+    kill_leftovers(left)
+    assert left == [], f"outlived the job: {left}"
+    assert rc == 0, err
+    assert json.loads((out / "probe").read_text()) == "accepted"
+    first = json.loads((out / "first").read_text())
+    # the worker's own process, and it alone (the adapter's copy closed), before its
+    # script's init_process_group; the descriptor's variable is not the script's to see
+    assert first["listeners"] == [first["pid"]], first
+    assert first["fd_var"] is False
+    assert [json.loads((out / f"sum_{r}").read_text()) for r in (0, 1)] == [2.0, 2.0]

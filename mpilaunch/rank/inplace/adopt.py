@@ -10,6 +10,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import socket
     from typing import Any, Dict, List, Optional, Sequence, Tuple
 
     from mpilaunch.rank.plan import ChildSpec
@@ -20,8 +21,8 @@ from mpilaunch.rank.inplace.learn import SPARE_LIFE
 from mpilaunch.rank.inplace.prestart import Spare, run_argv
 from mpilaunch.rank.supervisor import Supervisor, exit_status
 
-# s a restart waits for a woken spare still importing, on a machine with room (a fresh worker
-# would import it all from the start); past this, something is wrong with the spare
+# s a restart waits for a woken spare still importing (a fresh worker would import it all from
+# the start); past this, something is wrong with the spare
 SPARE_WAIT = 60.0
 # in the workers' environment: each adapter says on stderr what became of its spare, and why
 DEBUG_SPARE_VAR = "MPILAUNCH_DEBUG_SPARE"
@@ -125,14 +126,24 @@ class InPlaceSupervisor(Supervisor):
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         spec = child.spec
+        bound = first_store(spec)
+        fds = (theirs.fileno(),) + ((bound.fileno(),) if bound is not None else ())
+        if bound is not None:
+            from mpilaunch.rank.inplace.spare import STORE_FD_VAR
+
+            spec = spec._replace(env=dict(spec.env, **{STORE_FD_VAR: str(bound.fileno())}))
         child.spec = spec._replace(argv=run_argv(spec.argv, theirs.fileno()),
-                                   pass_fds=tuple(spec.pass_fds or ()) + (theirs.fileno(),))
+                                   pass_fds=tuple(spec.pass_fds or ()) + fds)
         self.channel = ours
+        if bound is not None:
+            _close_once_started(child, bound)
         try:
             super()._run_child(child)
         finally:
             theirs.close()
             ours.close()
+            if bound is not None:
+                bound.close()
 
     def _adopt(self, child: Running, spare: Spare) -> bool:
         """The spare becomes this attempt's worker (or scheduler: ``child``'s role, its spec and
@@ -194,3 +205,37 @@ class InPlaceSupervisor(Supervisor):
         child.signal = -rc if rc < 0 else None
         self.events.put(("exit", spec.role))
         return True
+
+
+def first_store(spec: ChildSpec) -> Optional[socket.socket]:
+    """Rank 0's fresh worker's own rendezvous port (``MASTER_PORT``), bound here before the
+    worker starts, for it to serve (spare.py ``_serve_first``): the first attempt's, and a
+    restart's without a spare. Only where a spare's early store would be (prestart.py
+    ``listens``: env://, no server of the script's own), and not when the attempt's store is
+    the holder's (every worker a client: hold.py). None: the worker binds it itself."""
+    from mpilaunch.rank.inplace.hold import AGENT_STORE_VAR
+    from mpilaunch.rank.inplace.prestart import listens, preload_for
+    from mpilaunch.rank.inplace.storeport import store_port
+
+    env = spec.env
+    if env.get(AGENT_STORE_VAR) or not listens(spec.argv, env, preload_for(spec.argv, {})):
+        return None
+    try:
+        return store_port(int(env.get("MASTER_PORT", "")))
+    except ValueError:
+        return None
+
+
+def _close_once_started(child: Running, sock: socket.socket) -> None:
+    """Our copy of ``sock`` closed as soon as ``child`` has its own (it is started, or will
+    never be): the worker's process alone then holds its port, as if it had bound it."""
+    import threading
+
+    def close() -> None:
+        while child.proc is None and child.status is None:
+            time.sleep(0.005)
+        sock.close()
+    from mpilaunch.pdeathsig import SignalsBlocked
+
+    with SignalsBlocked():     # the teardown signals are the main thread's
+        threading.Thread(target=close, name="store-port", daemon=True).start()

@@ -44,8 +44,10 @@ port per attempt keeps the attempts' keys apart, as torchrun's new store per ret
 ``rendezvous_ok``), on rank 0's host: one idle interpreter with torch (~300 MB RSS). Not a
 torch job, or ``--max_restarts 0``: nothing is started. ``MPILAUNCH_STORE_HOLD=0`` turns it off.
 
-The first launch is not helped: its flag would have to be set before the workers start, so the
-holder would have to import torch before them (the launch's own time).
+The first launch does not use it: its flag would have to be set before the workers start, so
+the holder would have to import torch before them (the launch's own time). Rank 0's first
+worker serves its own store early instead, on a port its adapter bound before starting it
+(adopt.py ``first_store``), as does a restart's fresh rank 0 worker when the holder is not up.
 """
 from __future__ import annotations
 

@@ -126,7 +126,7 @@ class _Lines:
 _STORE: list = []     # the rendezvous store this process listens on before its script runs
 
 
-def _listen(msg: "Msg", lines: "_Lines") -> None:
+def _listen(msg: "Msg", lines: "Optional[_Lines]", fd: "Optional[int]" = None) -> None:
     """``{"listen": PORT, "world": N, "libuv": bool, "fd": bool}``: rank 0's worker is wanted
     on PORT: its TCPStore server listens now, before the script gets to
     ``init_process_group``, whose env:// store (multi-tenant, the same port) is then this one;
@@ -134,7 +134,8 @@ def _listen(msg: "Msg", lines: "_Lines") -> None:
     off ~0.3 s after a refusal). ``fd``: the adapter bound the port when the restart was
     decided and sent it with the line (the first of ``lines.fds``: sent before ``go``'s), so
     a client that came while this process was still importing torch waits in its backlog."""
-    fd = lines.fds.pop(0) if msg.get("fd") and lines.fds else None
+    if lines is not None and msg.get("fd") and lines.fds:
+        fd = lines.fds.pop(0)
     try:
         from torch.distributed import TCPStore
 
@@ -150,6 +151,28 @@ def _listen(msg: "Msg", lines: "_Lines") -> None:
                 os.close(fd)
             except OSError:
                 pass
+
+
+# rank 0's adapter bound this worker's own rendezvous port before starting it (adopt.py
+# ``first_store``): the descriptor's number, in the environment of ``--run`` only
+STORE_FD_VAR = "MPILAUNCH_STORE_FD"
+
+
+def _serve_first() -> None:
+    """A ``--run`` worker given its port (:data:`STORE_FD_VAR`, taken out of the environment:
+    the script never sees it) serves its store on it before the script runs, as an adopted
+    spare does at a restart: the other ranks' workers, which may reach ``init_process_group``
+    before this one has imported torch, wait in the port's backlog instead of being refused
+    and backing off. Its ``import torch.distributed`` is one the script makes anyway."""
+    fd = os.environ.pop(STORE_FD_VAR, None)
+    if fd is None:
+        return
+    env = os.environ
+    try:
+        _listen({"listen": int(env.get("MASTER_PORT", "")), "world": int(env.get("WORLD_SIZE", "1")),
+                 "libuv": env.get("USE_LIBUV", "1") != "0"}, None, int(fd))
+    except ValueError:
+        pass
 
 
 def _normal_priority() -> None:
@@ -324,6 +347,7 @@ def _hold(fd: int) -> "NoReturn":
 def main() -> None:
     del sys.path[0]    # this file's directory: its modules are not the script's
     if sys.argv[1] == "--run":     # a worker with no spare before it
+        _serve_first()
         _run(sys.argv[3:], int(sys.argv[2]))
         return
     if sys.argv[1] == "--hold":    # rank 0's store holder, for the job's life
