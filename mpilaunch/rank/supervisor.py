@@ -39,7 +39,7 @@ import time
 TYPE_CHECKING = False  # typing is not imported at run time: every rank pays for each import
 if TYPE_CHECKING:
     from subprocess import Popen
-    from typing import Callable, Dict, List, Optional, Sequence, Set
+    from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
     from mpilaunch.rank.plan import ChildSpec   # what to start: rank/plan.py decides it
 
@@ -74,6 +74,8 @@ class Running:
         self.start_error: Optional[str] = None
         self.reported = False
         self.log_fd: Optional[int] = None
+        # ours only to hand over (sockets in spec.pass_fds): closed once the child has its copy
+        self.handed: List[Any] = []
 
 
 class Supervisor:
@@ -136,13 +138,11 @@ class Supervisor:
                     self.events.put(("exit", spec.role))
                     return
                 try:
-                    out = write_fd if write_fd is not None else log_fd
-                    err = None
+                    out, err = (write_fd if write_fd is not None else log_fd), None
                     if hid_w is not None:
                         out, err = (hid_w, write_fd) if spec.hidden == 1 else (write_fd, hid_w)
                     child.proc = spawn.start(
-                        spec.argv, spec.env,
-                        stdin=None if spec.inherit_stdin else spawn.DEVNULL,
+                        spec.argv, spec.env, stdin=None if spec.inherit_stdin else spawn.DEVNULL,
                         stdout=out, pass_fds=spec.pass_fds,
                         preexec=self.child_preexec(spec.cpus), stderr=err)
                 except OSError as exc:
@@ -151,6 +151,8 @@ class Supervisor:
                     self.events.put(("exit", spec.role))
                     return
         finally:
+            for sock in child.handed:
+                sock.close()
             if write_fd is not None:
                 os.close(write_fd)
             if hid_w is not None:

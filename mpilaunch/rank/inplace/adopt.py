@@ -134,16 +134,13 @@ class InPlaceSupervisor(Supervisor):
             spec = spec._replace(env=dict(spec.env, **{STORE_FD_VAR: str(bound.fileno())}))
         child.spec = spec._replace(argv=run_argv(spec.argv, theirs.fileno()),
                                    pass_fds=tuple(spec.pass_fds or ()) + fds)
+        # the worker's process alone then holds its port, as if it had bound it
+        child.handed = [theirs] + ([bound] if bound is not None else [])
         self.channel = ours
-        if bound is not None:
-            _close_once_started(child, bound)
         try:
             super()._run_child(child)
         finally:
-            theirs.close()
             ours.close()
-            if bound is not None:
-                bound.close()
 
     def _adopt(self, child: Running, spare: Spare) -> bool:
         """The spare becomes this attempt's worker (or scheduler: ``child``'s role, its spec and
@@ -224,18 +221,3 @@ def first_store(spec: ChildSpec) -> Optional[socket.socket]:
         return store_port(int(env.get("MASTER_PORT", "")))
     except ValueError:
         return None
-
-
-def _close_once_started(child: Running, sock: socket.socket) -> None:
-    """Our copy of ``sock`` closed as soon as ``child`` has its own (it is started, or will
-    never be): the worker's process alone then holds its port, as if it had bound it."""
-    import threading
-
-    def close() -> None:
-        while child.proc is None and child.status is None:
-            time.sleep(0.005)
-        sock.close()
-    from mpilaunch.pdeathsig import SignalsBlocked
-
-    with SignalsBlocked():     # the teardown signals are the main thread's
-        threading.Thread(target=close, name="store-port", daemon=True).start()

@@ -98,6 +98,10 @@ class _Lines:
         line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line)
 
+    def port_of(self, msg: "Msg") -> "Optional[int]":
+        """A ``listen`` line's bound port (``"fd"``): the first held, sent before ``go``'s."""
+        return self.fds.pop(0) if msg.get("fd") and self.fds else None
+
     def listen_now(self) -> None:
         """A ``listen`` line already sent, taken out of turn (no wait: between two imports of a
         long list, so that rank 0's store is up as soon as the restart is decided, not after
@@ -119,23 +123,21 @@ class _Lines:
                 if "listen" in msg:
                     self.buf = b"\n".join(lines[:i] + lines[i + 1:])
                     _normal_priority()
-                    _listen(msg, self)
+                    _listen(msg, self.port_of(msg))
                     return
 
 
 _STORE: list = []     # the rendezvous store this process listens on before its script runs
 
 
-def _listen(msg: "Msg", lines: "Optional[_Lines]", fd: "Optional[int]" = None) -> None:
+def _listen(msg: "Msg", fd: "Optional[int]") -> None:
     """``{"listen": PORT, "world": N, "libuv": bool, "fd": bool}``: rank 0's worker is wanted
     on PORT: its TCPStore server listens now, before the script gets to
     ``init_process_group``, whose env:// store (multi-tenant, the same port) is then this one;
     the other ranks' first connection finds it up instead of retrying (TCPStore's client backs
-    off ~0.3 s after a refusal). ``fd``: the adapter bound the port when the restart was
-    decided and sent it with the line (the first of ``lines.fds``: sent before ``go``'s), so
-    a client that came while this process was still importing torch waits in its backlog."""
-    if lines is not None and msg.get("fd") and lines.fds:
-        fd = lines.fds.pop(0)
+    off ~0.3 s after a refusal). ``fd``: the port, bound by the adapter when the restart was
+    decided (or before this worker started: :func:`_serve_first`), so a client that came
+    while this process was still importing torch waits in its backlog."""
     try:
         from torch.distributed import TCPStore
 
@@ -170,7 +172,7 @@ def _serve_first() -> None:
     env = os.environ
     try:
         _listen({"listen": int(env.get("MASTER_PORT", "")), "world": int(env.get("WORLD_SIZE", "1")),
-                 "libuv": env.get("USE_LIBUV", "1") != "0"}, None, int(fd))
+                 "libuv": env.get("USE_LIBUV", "1") != "0"}, int(fd))
     except ValueError:
         pass
 
@@ -375,7 +377,7 @@ def main() -> None:
                 pass
         else:
             _normal_priority()
-            _listen(msg, lines)
+            _listen(msg, lines.port_of(msg))
         msg = lines.next()
     if msg is None:
         os._exit(0)
