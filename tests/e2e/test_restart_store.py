@@ -84,22 +84,28 @@ dist.destroy_process_group()
 '''
 
 
-def test_a_fresh_restart_meets_the_held_store_and_a_dead_holder_changes_nothing(tmp_path):
-    out = tmp_path / "out"
+def _job(tmp_path, text, restarts, **env):
+    """A 2-rank job of script ``text`` (its output dir its argument) with ``--max_restarts
+    restarts``, run to its end: it succeeded and left no process behind. -> (stderr, out, logs)."""
+    out, logs = tmp_path / "out", tmp_path / "logs"
     out.mkdir()
     script = tmp_path / "train.py"
-    script.write_text(TRAIN)
-    logs = tmp_path / "logs"
+    script.write_text(text)
     argv = mpilaunch_argv("--mpirun", OMPI5.mpirun, "-np", "2", "--no-scheduler", "--master_port",
-                          "0", "--log_dir", str(logs), "--max_restarts", "2", str(script), str(out))
-    env = clean_env(MPILAUNCH_SPARE_PRELOAD="", MPILAUNCH_DEBUG_SPARE=1)
-    proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
+                          "0", "--log_dir", str(logs), "--max_restarts", str(restarts), str(script),
+                          str(out))
+    proc = subprocess.Popen(argv, env=clean_env(**env), cwd=REPO, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rc, _, err, kids = watch_to_end(proc, 240)
     left = alive(kids)
     kill_leftovers(left)
     assert left == [], f"outlived the job: {left}"
     assert rc == 0, err
+    return err, out, logs
+
+
+def test_a_fresh_restart_meets_the_held_store_and_a_dead_holder_changes_nothing(tmp_path):
+    err, out, logs = _job(tmp_path, TRAIN, 2, MPILAUNCH_SPARE_PRELOAD="", MPILAUNCH_DEBUG_SPARE=1)
     assert "attempt 2: succeeded" in err, err
     holder = json.loads((out / "up").read_text())
     seen = {(k, r): json.loads((out / f"seen_{k}_{r}").read_text())
@@ -171,20 +177,7 @@ def test_rank_0s_port_listens_before_its_worker_has_torch(tmp_path):
     # the first attempt of an in-place job (spares on, the default): rank 0's adapter binds the
     # port before its worker starts and the worker serves it before its script runs
     # (rank/inplace/adopt.py first_store), so the other ranks are never refused by it
-    out = tmp_path / "out"
-    out.mkdir()
-    script = tmp_path / "train.py"
-    script.write_text(FIRST)
-    argv = mpilaunch_argv("--mpirun", OMPI5.mpirun, "-np", "2", "--no-scheduler", "--master_port",
-                          "0", "--log_dir", str(tmp_path / "logs"), "--max_restarts", "1",
-                          str(script), str(out))
-    proc = subprocess.Popen(argv, env=clean_env(), cwd=REPO, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    rc, _, err, kids = watch_to_end(proc, 240)
-    left = alive(kids)
-    kill_leftovers(left)
-    assert left == [], f"outlived the job: {left}"
-    assert rc == 0, err
+    _, out, _ = _job(tmp_path, FIRST, 1)
     assert json.loads((out / "probe").read_text()) == "accepted"
     first = json.loads((out / "first").read_text())
     # the worker's own process, and it alone (the adapter's copy closed), before its

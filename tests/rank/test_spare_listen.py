@@ -3,6 +3,7 @@ long list of learnt modules is done between two of them, not after the list (ran
 then up when the restart is decided, and the other ranks' clients find it instead of backing
 off). Two modules of the list block until the test releases them; the store's port is
 connected to while the second still blocks."""
+import contextlib
 import json
 import os
 import socket
@@ -38,17 +39,38 @@ def _accepts(port):
         return False
 
 
-def test_a_listen_during_learnt_imports_opens_the_store_before_the_last_one(tmp_path):
-    for name in ("blocka", "blockb"):
+@contextlib.contextmanager
+def _spare(tmp_path, modules, blocking):
+    """A real spare importing ``modules``, the ``blocking`` ones among them blocking until the
+    test touches their go file; yields (its process, our end of its socket, its environment).
+    On the way out no import is left blocking, our end is closed (EOF: the spare leaves) and
+    the spare waited for; it must have left by itself."""
+    for name in blocking:
         (tmp_path / f"{name}.py").write_text(BLOCKING)
-    port = int(free_port())
     ours, theirs = socket.socketpair()
     env = dict(os.environ, SPARE_TEST_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(
         p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.Popen([sys.executable, SPARE, "torch", str(theirs.fileno())], env=env,
+    proc = subprocess.Popen([sys.executable, SPARE, modules, str(theirs.fileno())], env=env,
                             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
     theirs.close()
     try:
+        yield proc, ours, env
+    finally:
+        for name in blocking:
+            (tmp_path / f"go_{name}").touch()
+        ours.close()
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0
+
+
+def test_a_listen_during_learnt_imports_opens_the_store_before_the_last_one(tmp_path):
+    port = int(free_port())
+    with _spare(tmp_path, "torch", ("blocka", "blockb")) as (_, ours, _env):
         ours.settimeout(120)
         assert ours.recv(1) == b"+"          # torch imported: ready
         ours.sendall(json.dumps({"import": ["blocka", "blockb"]}).encode() + b"\n")
@@ -61,17 +83,6 @@ def test_a_listen_during_learnt_imports_opens_the_store_before_the_last_one(tmp_
         assert not (tmp_path / "go_blockb").exists()
         (tmp_path / "go_blockb").touch()
         assert ours.recv(1) == b"+"          # the list done
-    finally:
-        for name in ("blocka", "blockb"):    # never left blocking in an import
-            (tmp_path / f"go_{name}").touch()
-        ours.close()                         # EOF: the spare leaves
-        try:
-            proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert proc.returncode == 0
 
 
 # a TCPStore client started before the store: prints what it read once its set/get went through
@@ -91,42 +102,27 @@ def test_the_port_handed_over_listens_before_the_spare_has_torch(tmp_path):
     # the spare's store, once up, serves that very connection.
     from mpilaunch.rank.inplace.storeport import store_port
 
-    (tmp_path / "blocka.py").write_text(BLOCKING)
     port = int(free_port())
-    ours, theirs = socket.socketpair()
-    env = dict(os.environ, SPARE_TEST_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(
-        p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.Popen([sys.executable, SPARE, "blocka,torch", str(theirs.fileno())],
-                            env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
-    theirs.close()
     client = None
-    try:
-        assert wait_for(lambda: (tmp_path / "started_blocka").exists(), timeout=60)
-        bound = store_port(port)
-        assert bound is not None
-        socket.send_fds(ours, [json.dumps({"listen": port, "world": 2, "libuv": True,
-                                           "fd": True}).encode() + b"\n"], [bound.fileno()])
-        bound.close()                        # the spare's copy is the only one now
-        assert _accepts(port), "the port is not listening while the spare imports"
-        client = subprocess.Popen([sys.executable, "-c", CLIENT, str(port)], env=env,
-                                  stdout=subprocess.PIPE, text=True)
-        assert not (tmp_path / "go_blocka").exists()     # no store could be up yet
-        (tmp_path / "go_blocka").touch()
-        ours.settimeout(120)
-        assert ours.recv(1) == b"+"          # torch imported: ready; the listen is done next
-        out, _ = client.communicate(timeout=120)
-        assert client.returncode == 0 and out.strip() == "v", (client.returncode, out)
-    finally:
-        (tmp_path / "go_blocka").touch()
-        if client is not None and client.poll() is None:
-            client.kill()
-            client.wait()
-        ours.close()                         # EOF: the spare leaves, its store with it
+    with _spare(tmp_path, "blocka,torch", ("blocka",)) as (_, ours, env):
         try:
-            proc.wait(timeout=30)
+            assert wait_for(lambda: (tmp_path / "started_blocka").exists(), timeout=60)
+            bound = store_port(port)
+            assert bound is not None
+            socket.send_fds(ours, [json.dumps({"listen": port, "world": 2, "libuv": True,
+                                               "fd": True}).encode() + b"\n"], [bound.fileno()])
+            bound.close()                        # the spare's copy is the only one now
+            assert _accepts(port), "the port is not listening while the spare imports"
+            client = subprocess.Popen([sys.executable, "-c", CLIENT, str(port)], env=env,
+                                      stdout=subprocess.PIPE, text=True)
+            assert not (tmp_path / "go_blocka").exists()     # no store could be up yet
+            (tmp_path / "go_blocka").touch()
+            ours.settimeout(120)
+            assert ours.recv(1) == b"+"          # torch imported: ready; the listen is done next
+            out, _ = client.communicate(timeout=120)
+            assert client.returncode == 0 and out.strip() == "v", (client.returncode, out)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert proc.returncode == 0
-    assert not _accepts(port)                # the port went with the spare
+            if client is not None and client.poll() is None:
+                client.kill()
+                client.wait()
+    assert not _accepts(port)                # the port went with the spare (its store with it)
